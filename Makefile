@@ -1,0 +1,53 @@
+# The two commands: `make dev` and `make test` (see README.md). Everything else is a helper they call.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+
+.PHONY: dev test stop status install services cluster lint format migrate seed
+
+dev: install
+	@bash scripts/dev.sh
+
+test: install
+	@bash scripts/test.sh
+
+stop:
+	@bash scripts/dev.sh stop
+
+status:
+	@bash scripts/dev.sh status
+
+install: $(VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	@echo "[install] Python packages into $(VENV)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -r requirements-dev.txt
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	@echo "[install] front-end packages from npm"
+	@npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+services:
+	@bash scripts/services.sh
+
+cluster: install
+	@$(PY) -m devcluster up
+
+lint: install
+	@$(VENV)/bin/ruff check .
+	@$(VENV)/bin/ruff format --check .
+
+format: install
+	@$(VENV)/bin/ruff format .
+	@$(VENV)/bin/ruff check --fix .
+
+migrate: install services
+	@$(PY) manage.py migrate --noinput
+
+seed: migrate
+	@$(PY) manage.py seed_demo

@@ -1,0 +1,28 @@
+from django.contrib import admin
+
+from .models import Job, JobEvent
+
+
+class JobEventInline(admin.TabularInline):
+    model = JobEvent
+    extra = 0
+    can_delete = False
+    readonly_fields = ["at", "from_state", "to_state", "message", "actor"]
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    """Read-mostly: jobs change state only through jobs.services, never by editing the row."""
+
+    list_display = ["id", "name", "team", "pool", "gpus", "state", "priority", "submitted_by", "created_at"]
+    list_filter = ["state", "pool", "team", "placement"]
+    search_fields = ["name", "image", "submitted_by__username"]
+    list_select_related = ["team", "pool", "submitted_by"]
+    inlines = [JobEventInline]
+    readonly_fields = [f.name for f in Job._meta.fields]
+
+    def has_add_permission(self, request):
+        return False

@@ -1,0 +1,129 @@
+"""GPU jobs and their recorded lifecycle.
+
+A job is what a researcher asks for; it becomes a batch/v1 Job named `job_name` in its team's namespace. Its
+state changes only through `Job.transition_to` (called by `jobs.services` under a row lock), which refuses any
+edge outside `choices.TRANSITIONS` and writes a `JobEvent` with the time, so the timeline is complete.
+"""
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from pools.models import Pool
+from portal.models import Team
+
+from .choices import FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
+
+
+class IllegalTransition(Exception):
+    pass
+
+
+class JobQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "JobQuerySet":
+        """Jobs of the teams `user` belongs to (all for a platform admin)."""
+        return self.filter(team__in=Team.objects.visible_to(user))
+
+
+class Job(models.Model):
+    """A GPU job of one team in one pool, with its whole lifecycle (see module docstring)."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="jobs")
+    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(_("name"), max_length=63)
+    image = models.CharField(_("image"), max_length=255)
+    command = models.JSONField(_("command"), default=list, blank=True)
+    args = models.JSONField(_("arguments"), default=list, blank=True)
+    env = models.JSONField(_("environment"), default=dict, blank=True)
+    gpus = models.PositiveIntegerField(_("GPUs"), validators=[MinValueValidator(1), MaxValueValidator(64)])
+    cpu_millicores = models.PositiveIntegerField(_("CPU (millicores)"), default=1000)
+    memory_mib = models.PositiveIntegerField(_("memory (MiB)"), default=4096)
+    placement = models.CharField(_("placement"), max_length=20, choices=Placement.choices, default=Placement.STRICT)
+    spill_after_minutes = models.PositiveIntegerField(_("spill after (minutes)"), null=True, blank=True)
+    priority = models.IntegerField(_("priority"), choices=Priority.choices, default=Priority.NORMAL)
+    max_run_minutes = models.PositiveIntegerField(
+        _("maximum run time (minutes)"), default=24 * 60, validators=[MinValueValidator(1)]
+    )
+    state = models.CharField(_("state"), max_length=20, choices=JobState.choices, default=JobState.QUEUED)
+    state_changed_at = models.DateTimeField(_("state changed"), default=timezone.now)
+    created_at = models.DateTimeField(_("created"), default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
+    node_name = models.CharField(_("node"), max_length=253, blank=True)
+    pending_reason = models.TextField(_("pending reason"), blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    submit_attempts = models.PositiveIntegerField(default=0)
+    spilled = models.BooleanField(_("moved to soft placement"), default=False)
+    resubmitted_from = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
+    )
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gt=0), name="%(app_label)s_%(class)s_gpus_positive"),
+            models.CheckConstraint(condition=Q(state__in=JobState.values), name="%(app_label)s_%(class)s_valid_state"),
+            models.CheckConstraint(
+                condition=~Q(placement=Placement.SPILL_AFTER) | Q(spill_after_minutes__gt=0),
+                name="%(app_label)s_%(class)s_spill_after_has_minutes",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["team", "pool", "state"], name="jobs_job_team_pool_state"),
+            models.Index(fields=["state", "-priority", "created_at"], name="jobs_job_queue_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    @property
+    def job_name(self) -> str:
+        """The Kubernetes name, derived from the id so a retried submission can never create a second Job."""
+        return f"rsv-{self.pk}"
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def clean(self) -> None:
+        if self.placement == Placement.SPILL_AFTER and not self.spill_after_minutes:
+            raise ValidationError({"spill_after_minutes": _("Say after how many minutes the job may spill.")})
+
+    def transition_to(self, new_state: str, *, message: str = "", actor=None, at=None) -> "JobEvent":
+        """Move to `new_state` along a legal edge and record it. The caller holds a row lock and saves."""
+        if new_state not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"job {self.pk}: {self.state} -> {new_state} is not allowed")
+        at = at or timezone.now()
+        event = JobEvent(job=self, from_state=self.state, to_state=new_state, at=at, message=message, actor=actor)
+        self.state = new_state
+        self.state_changed_at = at
+        if new_state == JobState.RUNNING and self.started_at is None:
+            self.started_at = at
+        if new_state in FINAL_STATES:
+            self.finished_at = at
+        return event
+
+
+class JobEvent(models.Model):
+    """One recorded state transition (or note) of a job, with its time."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=20, choices=JobState.choices, blank=True)
+    to_state = models.CharField(max_length=20, choices=JobState.choices, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+    message = models.TextField(blank=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"], name="jobs_event_job_at")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_state} -> {self.to_state} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,102 @@
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import ValidationError
+
+from . import services
+from .models import NamespaceLimits, Node, Pool, Quota, Reservation
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "slug",
+        "kind",
+        "gpu_model",
+        "contracted_gpus",
+        "monthly_price_per_gpu",
+        "hourly_price_per_gpu",
+        "min_nodes",
+        "max_nodes",
+    ]
+    list_filter = ["kind", "gpu_model"]
+    search_fields = ["name", "slug", "gpu_model"]
+    filter_horizontal = ["spill_pools"]
+    prepopulated_fields = {"slug": ["name"]}
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "pool", "gpu_capacity", "gpu_allocatable", "ready", "unschedulable", "last_seen_at"]
+    list_filter = ["pool", "ready"]
+    search_fields = ["name"]
+    list_select_related = ["pool"]
+    readonly_fields = ["last_seen_at"]
+
+
+class ReservationAdminForm(forms.ModelForm):
+    class Meta:
+        model = Reservation
+        fields = ["team", "pool", "gpus", "starts_at", "ends_at", "monthly_price_per_gpu"]
+
+    def clean(self):
+        cleaned = super().clean()
+        if self.errors or self.instance.pk:
+            return cleaned
+        # A preview of the contract check for a friendly message; the service repeats it under the pool lock.
+        try:
+            reservation = Reservation(**{k: cleaned[k] for k in self.Meta.fields})
+            services._check_contract(pool=cleaned["pool"], reservation=reservation)
+        except ValidationError as error:
+            raise ValidationError(error.messages) from None
+        return cleaned
+
+
+@admin.register(Reservation)
+class ReservationAdmin(admin.ModelAdmin):
+    form = ReservationAdminForm
+    list_display = ["team", "pool", "gpus", "starts_at", "ends_at", "monthly_price_per_gpu", "created_by"]
+    list_filter = ["pool", "team"]
+    list_select_related = ["team", "pool", "created_by"]
+    date_hierarchy = "starts_at"
+
+    def get_readonly_fields(self, request, obj=None):
+        # Reservations are contracts: once made only their end moves (through the service), never the rest.
+        return ["team", "pool", "gpus", "starts_at", "monthly_price_per_gpu"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            services.end_reservation(reservation=obj, ends_at=obj.ends_at, user=request.user)
+        else:
+            saved = services.create_reservation(
+                team=obj.team,
+                pool=obj.pool,
+                gpus=obj.gpus,
+                starts_at=obj.starts_at,
+                ends_at=obj.ends_at,
+                monthly_price_per_gpu=obj.monthly_price_per_gpu,
+                user=request.user,
+            )
+            obj.pk = saved.pk
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = ["team", "pool", "max_gpus", "updated_at"]
+    list_filter = ["pool", "team"]
+    list_select_related = ["team", "pool"]
+
+    def save_model(self, request, obj, form, change):
+        saved = services.set_quota(team=obj.team, pool=obj.pool, max_gpus=obj.max_gpus, user=request.user)
+        obj.pk = saved.pk
+
+
+@admin.register(NamespaceLimits)
+class NamespaceLimitsAdmin(admin.ModelAdmin):
+    list_display = ["team", "requests_cpu_millicores", "requests_memory_mib", "max_pods", "container_max_gpus"]
+    list_select_related = ["team"]
+
+    def save_model(self, request, obj, form, change):
+        values = {name: form.cleaned_data[name] for name in form.changed_data if name != "team"}
+        saved = services.set_namespace_limits(team=obj.team, user=request.user, **values)
+        obj.pk = saved.pk

@@ -1,0 +1,7 @@
+from rest_framework.routers import DefaultRouter
+
+from .views import PoolViewSet
+
+router = DefaultRouter()
+router.register("pools", PoolViewSet, basename="pool")
+urlpatterns = router.urls

@@ -1,0 +1,317 @@
+"""Pools of GPU nodes, the nodes themselves, reservations and quotas.
+
+A pool is a set of Kubernetes nodes chosen by labels and kept apart by taints (seed 003). A reserved pool has a
+contracted GPU count the company pays for each month (seed 000); reservations hand those GPUs to teams for a
+period and never add up to more than the contract at any moment (enforced by `pools.services`, under a row lock
+on the pool). Quotas cap how many GPUs a team may use at once in a pool, and the team namespace's limits.
+"""
+
+from decimal import Decimal
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from portal.models import SLUG_VALIDATOR, Team
+
+from .choices import PoolKind, TaintEffect
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Kubernetes label keys and values (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/).
+LABEL_KEY = RegexValidator(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = RegexValidator(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+ZERO = Decimal("0")
+
+
+def validate_selector(value) -> None:
+    if not isinstance(value, dict) or not value:
+        raise ValidationError(_("A pool needs at least one node label to select its nodes, e.g. node-role=training."))
+    for key, label_value in value.items():
+        if not isinstance(key, str) or not isinstance(label_value, str):
+            raise ValidationError(_("Selector labels are text: %(key)s.") % {"key": key})
+        try:
+            LABEL_KEY(key)
+        except ValidationError:
+            raise ValidationError(_("'%(key)s' is not a valid Kubernetes label key.") % {"key": key}) from None
+        try:
+            LABEL_VALUE(label_value)
+        except ValidationError:
+            raise ValidationError(
+                _("'%(value)s' is not a valid Kubernetes label value.") % {"value": label_value}
+            ) from None
+
+
+def validate_taints(value) -> None:
+    if not isinstance(value, list):
+        raise ValidationError(_("Taints are a list of {key, value, effect}."))
+    for taint in value:
+        if not isinstance(taint, dict) or not taint.get("key"):
+            raise ValidationError(_("Each taint needs a key, e.g. {'key': 'workload', 'value': 'training'}."))
+        if taint.get("effect", TaintEffect.NO_SCHEDULE) not in TaintEffect.values:
+            raise ValidationError(
+                _("Taint effect must be one of %(effects)s.") % {"effects": ", ".join(TaintEffect.values)}
+            )
+        try:
+            LABEL_KEY(taint["key"])
+            LABEL_VALUE(taint.get("value", ""))
+        except ValidationError:
+            raise ValidationError(_("Taint %(key)s is not a valid key/value.") % {"key": taint["key"]}) from None
+
+
+class PoolQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "PoolQuerySet":
+        """Every signed-in user sees every pool's occupancy (PRODUCT.md, roles)."""
+        return self.all() if user.is_authenticated else self.none()
+
+
+class Pool(models.Model):
+    """A named set of GPU nodes, selected by labels and isolated by taints, with its prices and bounds."""
+
+    slug = models.SlugField(_("slug"), max_length=40, unique=True, validators=[SLUG_VALIDATOR])
+    name = models.CharField(_("name"), max_length=100)
+    kind = models.CharField(_("kind"), max_length=20, choices=PoolKind.choices)
+    gpu_model = models.CharField(_("GPU model"), max_length=60, help_text=_("e.g. NVIDIA-A100-SXM4-80GB"))
+    node_selector = models.JSONField(
+        _("node selector"), default=dict, validators=[validate_selector], help_text=_('e.g. {"node-role": "training"}')
+    )
+    taints = models.JSONField(
+        _("taints"),
+        default=list,
+        blank=True,
+        validators=[validate_taints],
+        help_text=_('e.g. [{"key": "workload", "value": "training", "effect": "NoSchedule"}]'),
+    )
+    apply_taints = models.BooleanField(
+        _("apply missing taints"), default=False, help_text=_("Taint pool nodes that lack the pool's taints.")
+    )
+    contracted_gpus = models.PositiveIntegerField(
+        _("contracted GPUs"), null=True, blank=True, help_text=_("Reserved pools: the GPUs paid for each month.")
+    )
+    monthly_price_per_gpu = models.DecimalField(
+        _("monthly price per GPU"), max_digits=12, decimal_places=2, default=ZERO, validators=[MinValueValidator(ZERO)]
+    )
+    hourly_price_per_gpu = models.DecimalField(
+        _("hourly price per GPU"), max_digits=12, decimal_places=4, default=ZERO, validators=[MinValueValidator(ZERO)]
+    )
+    min_nodes = models.PositiveIntegerField(_("minimum nodes"), default=0)
+    max_nodes = models.PositiveIntegerField(_("maximum nodes"), default=0)
+    spill_pools = models.ManyToManyField(
+        "self", symmetrical=False, blank=True, related_name="spilled_from", verbose_name=_("may spill into")
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = PoolQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=PoolKind.values), name="%(app_label)s_%(class)s_valid_kind"),
+            models.CheckConstraint(condition=~Q(node_selector={}), name="%(app_label)s_%(class)s_selector_not_empty"),
+            models.CheckConstraint(
+                condition=Q(min_nodes__lte=F("max_nodes")), name="%(app_label)s_%(class)s_min_le_max"
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind=PoolKind.RESERVED) | Q(contracted_gpus__isnull=False),
+                name="%(app_label)s_%(class)s_reserved_has_contract",
+            ),
+            models.CheckConstraint(
+                condition=Q(monthly_price_per_gpu__gte=0) & Q(hourly_price_per_gpu__gte=0),
+                name="%(app_label)s_%(class)s_prices_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors = {}
+        if self.kind == PoolKind.RESERVED and self.contracted_gpus is None:
+            errors["contracted_gpus"] = _("A reserved pool needs its contracted GPU count.")
+        if self.min_nodes is not None and self.max_nodes is not None and self.min_nodes > self.max_nodes:
+            errors["max_nodes"] = _("Maximum nodes (%(max)s) must be at least the minimum (%(min)s).") % {
+                "max": self.max_nodes,
+                "min": self.min_nodes,
+            }
+        if errors:
+            raise ValidationError(errors)
+
+    def matches(self, labels: dict) -> bool:
+        """True when a node with `labels` belongs to this pool."""
+        return all(labels.get(key) == value for key, value in self.node_selector.items())
+
+    @property
+    def is_reserved(self) -> bool:
+        return self.kind == PoolKind.RESERVED
+
+
+class Node(models.Model):
+    """A Kubernetes node as last seen by sync; `pool` is the pool whose selector matches its labels."""
+
+    name = models.CharField(_("name"), max_length=253, unique=True)
+    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes")
+    labels = models.JSONField(default=dict, blank=True)
+    taints = models.JSONField(default=list, blank=True)
+    gpu_capacity = models.PositiveIntegerField(_("GPU capacity"), default=0)
+    gpu_allocatable = models.PositiveIntegerField(_("GPU allocatable"), default=0)
+    ready = models.BooleanField(_("ready"), default=False)
+    unschedulable = models.BooleanField(_("cordoned"), default=False)
+    last_seen_at = models.DateTimeField(_("last seen"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpu_allocatable__lte=F("gpu_capacity")),
+                name="%(app_label)s_%(class)s_allocatable_le_capacity",
+            ),
+        ]
+        indexes = [models.Index(fields=["pool", "ready"], name="pools_node_pool_ready")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ReservationQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "ReservationQuerySet":
+        return self.filter(team__in=Team.objects.visible_to(user))
+
+    def active_at(self, moment) -> "ReservationQuerySet":
+        return self.filter(starts_at__lte=moment, ends_at__gt=moment)
+
+    def overlapping(self, starts_at, ends_at) -> "ReservationQuerySet":
+        return self.filter(starts_at__lt=ends_at, ends_at__gt=starts_at)
+
+
+class Reservation(models.Model):
+    """A team holds `gpus` GPUs of a reserved pool over [starts_at, ends_at), at the price signed for.
+
+    Guarantee: at any moment the reservations of one pool add up to no more than its contracted GPUs
+    (checked by `pools.services.create_reservation` under a lock on the pool row).
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="reservations")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="reservations")
+    gpus = models.PositiveIntegerField(_("GPUs"), validators=[MinValueValidator(1)])
+    starts_at = models.DateTimeField(_("starts at"))
+    ends_at = models.DateTimeField(_("ends at"))
+    monthly_price_per_gpu = models.DecimalField(
+        _("monthly price per GPU"), max_digits=12, decimal_places=2, validators=[MinValueValidator(ZERO)]
+    )
+    created_by = models.ForeignKey("portal.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ReservationQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-starts_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gt=0), name="%(app_label)s_%(class)s_gpus_positive"),
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=F("starts_at")), name="%(app_label)s_%(class)s_ends_after_starts"
+            ),
+            models.CheckConstraint(
+                condition=Q(monthly_price_per_gpu__gte=0), name="%(app_label)s_%(class)s_price_not_negative"
+            ),
+        ]
+        indexes = [models.Index(fields=["pool", "starts_at", "ends_at"], name="pools_reservation_pool_period")]
+
+    def __str__(self) -> str:
+        return f"{self.team} · {self.gpus} GPUs of {self.pool}"
+
+    def clean(self) -> None:
+        errors = {}
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            errors["ends_at"] = _("The reservation must end after it starts.")
+        if self.pool_id and not self.pool.is_reserved:
+            errors["pool"] = _("Only reserved pools take reservations; %(pool)s is %(kind)s.") % {
+                "pool": self.pool,
+                "kind": self.pool.get_kind_display(),
+            }
+        if errors:
+            raise ValidationError(errors)
+
+
+class QuotaQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "QuotaQuerySet":
+        return self.filter(team__in=Team.objects.visible_to(user))
+
+
+class Quota(models.Model):
+    """How many GPUs of a pool a team may use at once: its reservation plus any extra an admin grants."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quotas")
+    max_gpus = models.PositiveIntegerField(_("max GPUs at once"))
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = QuotaQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team__name", "pool__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "pool"], name="%(app_label)s_%(class)s_unique_team_pool"),
+            models.CheckConstraint(condition=Q(max_gpus__gte=0), name="%(app_label)s_%(class)s_gpus_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} · {self.max_gpus} GPUs of {self.pool}"
+
+
+class NamespaceLimits(models.Model):
+    """The team namespace's ResourceQuota and LimitRange of seed 003 (GPU totals come from the team's Quotas).
+
+    CPU is in millicores and memory in MiB so that the values are exact integers.
+    """
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="namespace_limits")
+    requests_cpu_millicores = models.PositiveIntegerField(_("CPU requests (millicores)"), default=32_000)
+    requests_memory_mib = models.PositiveIntegerField(_("memory requests (MiB)"), default=128 * 1024)
+    max_pods = models.PositiveIntegerField(_("pods"), default=20)
+    container_max_gpus = models.PositiveIntegerField(_("GPUs per container, max"), default=8)
+    container_max_cpu_millicores = models.PositiveIntegerField(_("CPU per container, max"), default=8_000)
+    container_max_memory_mib = models.PositiveIntegerField(_("memory per container, max (MiB)"), default=32 * 1024)
+    container_min_cpu_millicores = models.PositiveIntegerField(_("CPU per container, min"), default=500)
+    container_min_memory_mib = models.PositiveIntegerField(_("memory per container, min (MiB)"), default=1024)
+    container_default_cpu_millicores = models.PositiveIntegerField(_("default CPU limit"), default=2_000)
+    container_default_memory_mib = models.PositiveIntegerField(_("default memory limit (MiB)"), default=8 * 1024)
+    container_default_request_cpu_millicores = models.PositiveIntegerField(_("default CPU request"), default=1_000)
+    container_default_request_memory_mib = models.PositiveIntegerField(_("default memory request (MiB)"), default=4096)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "namespace limits"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(container_min_cpu_millicores__lte=F("container_max_cpu_millicores"))
+                & Q(container_min_memory_mib__lte=F("container_max_memory_mib")),
+                name="%(app_label)s_%(class)s_min_le_max",
+            ),
+            models.CheckConstraint(
+                condition=Q(container_default_request_cpu_millicores__lte=F("container_default_cpu_millicores"))
+                & Q(container_default_request_memory_mib__lte=F("container_default_memory_mib")),
+                name="%(app_label)s_%(class)s_request_le_limit",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"limits of {self.team}"
+
+    def clean(self) -> None:
+        errors = {}
+        if self.container_min_cpu_millicores > self.container_max_cpu_millicores:
+            errors["container_min_cpu_millicores"] = _("The minimum CPU per container is above the maximum.")
+        if self.container_min_memory_mib > self.container_max_memory_mib:
+            errors["container_min_memory_mib"] = _("The minimum memory per container is above the maximum.")
+        if self.container_default_request_cpu_millicores > self.container_default_cpu_millicores:
+            errors["container_default_request_cpu_millicores"] = _(
+                "The default CPU request is above the default limit."
+            )
+        if self.container_default_request_memory_mib > self.container_default_memory_mib:
+            errors["container_default_request_memory_mib"] = _("The default memory request is above the default limit.")
+        if errors:
+            raise ValidationError(errors)

@@ -1,0 +1,117 @@
+"""Users, teams and memberships: who may see and do what.
+
+A user sees the teams they belong to; a platform admin sees everything. Everything scoped to a team (jobs,
+quotas, reservations, usage) filters through `Team.objects.visible_to(user)`, so what a user may not see is never
+fetched (and answers 404).
+"""
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from .choices import Role
+
+SLUG_VALIDATOR = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+    _("Use 1-40 lowercase letters, digits and dashes, starting and ending with a letter or digit."),
+)
+
+
+class User(AbstractUser):
+    """A person who logs in. `is_platform_admin` grants every team and the admin functions."""
+
+    is_platform_admin = models.BooleanField(
+        _("platform admin"), default=False, help_text=_("Manages pools, reservations, quotas and teams.")
+    )
+    language = models.CharField(
+        _("language"), max_length=10, choices=settings.LANGUAGES, default="en", help_text=_("Language of the portal.")
+    )
+
+    @property
+    def is_admin(self) -> bool:
+        return self.is_platform_admin or self.is_superuser
+
+
+class TeamQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "TeamQuerySet":
+        """Teams `user` may see: all of them for a platform admin, else the teams they are a member of."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_admin:
+            return self.all()
+        return self.filter(memberships__user=user).distinct()
+
+    def led_by(self, user) -> "TeamQuerySet":
+        """Teams whose billing and usage `user` may see: led teams, or all for an admin."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_admin:
+            return self.all()
+        return self.filter(memberships__user=user, memberships__role=Role.LEAD).distinct()
+
+
+class Team(models.Model):
+    """A group of people that shares quotas, reservations and a Kubernetes namespace (named from its slug)."""
+
+    slug = models.SlugField(_("slug"), max_length=40, unique=True, validators=[SLUG_VALIDATOR])
+    name = models.CharField(_("name"), max_length=100)
+    description = models.TextField(_("description"), blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+
+    objects = TeamQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def namespace(self) -> str:
+        return f"{settings.TEAM_NAMESPACE_PREFIX}{self.slug}"
+
+
+class Membership(models.Model):
+    """One user in one team with one role; a user may belong to several teams."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(_("role"), max_length=20, choices=Role.choices, default=Role.RESEARCHER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="%(app_label)s_%(class)s_unique_user_team"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="%(app_label)s_%(class)s_valid_role"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.get_role_display()})"
+
+
+class AuditEntry(models.Model):
+    """Who changed what, when: one row per write made through a service, with the values before and after."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="audit_entries"
+    )
+    action = models.CharField(_("action"), max_length=60)
+    object_type = models.CharField(_("object type"), max_length=60)
+    object_id = models.CharField(_("object id"), max_length=60)
+    object_repr = models.CharField(_("object"), max_length=200)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    at = models.DateTimeField(_("at"), auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["object_type", "object_id"], name="portal_audit_object")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor or 'system'} {self.action} {self.object_repr}"

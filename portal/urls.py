@@ -1,0 +1,25 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from . import views
+
+portal_patterns = (
+    [
+        path("", views.home, name="home"),
+        path("login/", views.LoginView.as_view(), name="login"),
+        path("logout/", views.LogoutView.as_view(), name="logout"),
+        path("healthz", views.healthz, name="healthz"),
+    ],
+    "portal",
+)
+
+urlpatterns = [
+    path("", include(portal_patterns)),
+    path("pools/", include("pools.urls")),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("pools.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("i18n/", include("django.conf.urls.i18n")),
+]

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# `make dev`: PostgreSQL, Redis, the local Kubernetes control plane with demo GPU pools, migrations and demo data,
+# then the web server, a Celery worker, Celery beat and the cluster sync, each in the background with a pid file
+# and a log under .state/. `make stop` stops them; `make status` tells what runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STATE_DIR=${RESERVOIR_STATE_DIR:-$PWD/.state}
+PIDS="$STATE_DIR/pids"
+LOGS="$STATE_DIR/logs"
+PORT=${RESERVOIR_PORT:-8000}
+PY=.venv/bin/python
+mkdir -p "$PIDS" "$LOGS"
+export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-portal.settings.dev}
+
+PROCESSES=(web worker beat)
+
+say() { printf '[dev] %s\n' "$*"; }
+
+running() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
+
+start() {
+  local name=$1; shift
+  if running "$name"; then say "$name already running (pid $(cat "$PIDS/$name.pid"))"; return; fi
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! >"$PIDS/$name.pid"
+  say "started $name (pid $!, log .state/logs/$name.log)"
+}
+
+stop_all() {
+  for name in "${PROCESSES[@]}" sync; do
+    if running "$name"; then
+      kill -TERM -- "-$(cat "$PIDS/$name.pid")" 2>/dev/null || kill -TERM "$(cat "$PIDS/$name.pid")" 2>/dev/null || true
+      say "stopped $name"
+    fi
+    rm -f "$PIDS/$name.pid"
+  done
+  if [ -z "${KUBECONFIG:-}" ]; then $PY -m devcluster down || true; fi
+}
+
+status_all() {
+  for name in "${PROCESSES[@]}" sync; do
+    if running "$name"; then say "$name: running (pid $(cat "$PIDS/$name.pid"))"; else say "$name: stopped"; fi
+  done
+  if [ -z "${KUBECONFIG:-}" ]; then $PY -m devcluster status || true; fi
+}
+
+case "${1:-up}" in
+  stop) stop_all; exit 0 ;;
+  status) status_all; exit 0 ;;
+esac
+
+bash scripts/services.sh
+
+if [ -z "${KUBECONFIG:-}" ]; then
+  say "local Kubernetes control plane (built on first use; a cold build takes 15-30 minutes)"
+  $PY -m devcluster up
+  eval "$($PY -m devcluster env)"
+else
+  say "using the cluster of KUBECONFIG=$KUBECONFIG"
+fi
+export KUBECONFIG
+
+$PY manage.py migrate --noinput
+$PY manage.py seed_demo | tee "$STATE_DIR/logins.txt"
+
+start web $PY manage.py runserver "127.0.0.1:$PORT" --noreload
+start worker .venv/bin/celery -A portal worker -Q default,cluster,billing -c 2 --loglevel=INFO
+start beat .venv/bin/celery -A portal beat --loglevel=INFO --schedule "$STATE_DIR/celerybeat-schedule"
+if $PY manage.py help sync_cluster >/dev/null 2>&1; then
+  PROCESSES+=(sync)
+  start sync $PY manage.py sync_cluster
+fi
+
+for _ in $(seq 1 60); do
+  if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1; then break; fi
+  sleep 0.5
+done
+curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || { say "web server did not answer; see .state/logs/web.log"; exit 1; }
+
+echo
+say "Reservoir is up: http://127.0.0.1:$PORT/  (admin: http://127.0.0.1:$PORT/admin/, API: /api/docs/)"
+say "KUBECONFIG=$KUBECONFIG"
+say "logins: see above (also in .state/logins.txt); stop everything with 'make stop'"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# `make test`: start what the tests need (PostgreSQL, Redis, the local Kubernetes control plane), lint, run pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+started=$(date +%s)
+
+bash scripts/services.sh
+if [ -z "${KUBECONFIG:-}" ]; then
+  # Build the control plane into the cache outside the repo when it is missing (a cold build takes a while);
+  # the pytest session fixture starts the cluster itself.
+  $PY -m devcluster build
+fi
+
+echo "[test] ruff check + format check"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+
+echo "[test] pytest"
+set +e
+DJANGO_SETTINGS_MODULE=portal.settings.test $PY -m pytest "$@"
+status=$?
+set -e
+echo "[test] finished in $(( $(date +%s) - started ))s"
+exit $status

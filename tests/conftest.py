@@ -1,0 +1,36 @@
+"""Shared fixtures: a user of each role around one team, and the Django test client logged in as each."""
+
+import pytest
+
+from portal.choices import Role
+from tests.factories import MembershipFactory, TeamFactory, UserFactory
+
+
+@pytest.fixture
+def team(db):
+    return TeamFactory(slug="alpha", name="Alpha")
+
+
+@pytest.fixture
+def other_team(db):
+    return TeamFactory(slug="beta", name="Beta")
+
+
+@pytest.fixture
+def researcher(team):
+    return MembershipFactory(team=team, role=Role.RESEARCHER, user=UserFactory(username="rita")).user
+
+
+@pytest.fixture
+def lead(team):
+    return MembershipFactory(team=team, role=Role.LEAD, user=UserFactory(username="leo")).user
+
+
+@pytest.fixture
+def platform_admin(db):
+    return UserFactory(username="ada", is_platform_admin=True, is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def outsider(other_team):
+    return MembershipFactory(team=other_team, role=Role.LEAD, user=UserFactory(username="otto")).user

@@ -1,0 +1,105 @@
+"""Pool, quota and namespace-limit rules: model validation, database constraints and services."""
+
+from decimal import Decimal
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from pools import services
+from pools.choices import PoolKind
+from pools.models import NamespaceLimits, Pool, Quota
+from portal.models import AuditEntry
+from tests.factories import PoolFactory, ReservationFactory
+
+
+def test_a_pool_needs_a_node_selector(db):
+    pool = PoolFactory.build(node_selector={})
+    with pytest.raises(ValidationError) as error:
+        pool.full_clean()
+    assert "node_selector" in error.value.message_dict
+    with pytest.raises(IntegrityError), transaction.atomic():
+        PoolFactory(node_selector={})
+
+
+def test_selector_labels_must_be_valid_kubernetes_labels(db):
+    pool = PoolFactory.build(node_selector={"node role": "training"})
+    with pytest.raises(ValidationError) as error:
+        pool.full_clean()
+    assert "not a valid Kubernetes label key" in str(error.value)
+
+
+def test_taints_need_a_known_effect(db):
+    pool = PoolFactory.build(taints=[{"key": "workload", "value": "x", "effect": "Sometimes"}])
+    with pytest.raises(ValidationError) as error:
+        pool.full_clean()
+    assert "taints" in error.value.message_dict
+
+
+def test_reserved_pool_needs_a_contract(db):
+    pool = PoolFactory.build(kind=PoolKind.RESERVED, contracted_gpus=None)
+    with pytest.raises(ValidationError) as error:
+        pool.full_clean()
+    assert "contracted_gpus" in error.value.message_dict
+    with pytest.raises(IntegrityError), transaction.atomic():
+        PoolFactory(kind=PoolKind.RESERVED, contracted_gpus=None)
+
+
+def test_min_nodes_not_above_max(db):
+    pool = PoolFactory.build(min_nodes=5, max_nodes=2)
+    with pytest.raises(ValidationError) as error:
+        pool.full_clean()
+    assert "max_nodes" in error.value.message_dict
+    with pytest.raises(IntegrityError), transaction.atomic():
+        PoolFactory(min_nodes=5, max_nodes=2)
+
+
+def test_prices_are_decimal_and_not_negative(db):
+    pool = PoolFactory(hourly_price_per_gpu=Decimal("12.3456"))
+    pool.refresh_from_db()
+    assert pool.hourly_price_per_gpu == Decimal("12.3456")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Pool.objects.filter(pk=pool.pk).update(monthly_price_per_gpu=Decimal("-1"))
+
+
+def test_pool_matches_nodes_by_every_selector_label(db):
+    pool = PoolFactory(node_selector={"node-role": "training", "gpu-type": "a100"})
+    assert pool.matches({"node-role": "training", "gpu-type": "a100", "extra": "x"})
+    assert not pool.matches({"node-role": "training", "gpu-type": "t4"})
+
+
+def test_quota_is_set_and_audited(team, platform_admin):
+    pool = PoolFactory()
+    services.set_quota(team=team, pool=pool, max_gpus=4, user=platform_admin)
+    services.set_quota(team=team, pool=pool, max_gpus=6, user=platform_admin)
+    assert Quota.objects.get(team=team, pool=pool).max_gpus == 6
+    entry = AuditEntry.objects.filter(action="quota.set").first()
+    assert (entry.before["max_gpus"], entry.after["max_gpus"]) == (4, 6)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True])
+def test_quota_must_be_a_whole_non_negative_number(team, bad):
+    with pytest.raises(ValidationError) as error:
+        services.set_quota(team=team, pool=PoolFactory(), max_gpus=bad)
+    assert "max_gpus" in error.value.message_dict
+
+
+def test_quota_may_not_go_below_the_current_reservation(team):
+    pool = PoolFactory()
+    ReservationFactory(team=team, pool=pool, gpus=8)
+    with pytest.raises(ValidationError) as error:
+        services.set_quota(team=team, pool=pool, max_gpus=4)
+    assert "reserves 8 GPUs" in str(error.value)
+    assert not Quota.objects.exists()
+
+
+def test_namespace_limits_keep_min_below_max(team):
+    with pytest.raises(ValidationError) as error:
+        services.set_namespace_limits(team=team, container_min_cpu_millicores=9000, container_max_cpu_millicores=8000)
+    assert "container_min_cpu_millicores" in error.value.message_dict
+    assert not NamespaceLimits.objects.exists()
+
+
+def test_namespace_limits_refuse_unknown_fields(team):
+    with pytest.raises(ValidationError):
+        services.set_namespace_limits(team=team, gpus_per_moon=3)
