@@ -17,8 +17,10 @@ portal_patterns = (
 urlpatterns = [
     path("", include(portal_patterns)),
     path("pools/", include("pools.urls")),
+    path("billing/", include("billing.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("pools.api.urls")),
+    path("api/v1/", include("billing.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("i18n/", include("django.conf.urls.i18n")),
