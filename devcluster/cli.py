@@ -1,0 +1,71 @@
+"""Command line: ``python -m devcluster build|up|down|status|env``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from devcluster import build, launcher, topology
+
+
+def _progress(message: str) -> None:
+    print(f"[devcluster] {message}", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devcluster", description="A local Kubernetes control plane.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_state_dir(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        command.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help=f"where PKI, kubeconfig, logs and pids live (default: {launcher.DEFAULT_STATE_DIR})",
+        )
+        return command
+
+    sub.add_parser("build", help="build the binaries into the versioned cache if any is missing")
+    up = with_state_dir(sub.add_parser("up", help="build if needed, start, create the topology's nodes"))
+    up.add_argument("--topology", type=Path, default=None, help=f"default: {topology.DEFAULT_TOPOLOGY.name}")
+    up.add_argument("--scale-nodes", type=int, default=None, help="scale the topology's pools to N nodes in all")
+    down = with_state_dir(sub.add_parser("down", help="stop the processes `up` started"))
+    down.add_argument("--purge", action="store_true", help="also delete the state directory")
+    with_state_dir(sub.add_parser("status", help="say what runs and whether it is healthy"))
+    with_state_dir(sub.add_parser("env", help="print the KUBECONFIG to export"))
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "build":
+            print(build.ensure_built(_progress))
+            return 0
+        cluster = launcher.Cluster(args.state_dir, progress=_progress)
+        if args.command == "up":
+            cluster.up(args.topology, scale_nodes=args.scale_nodes)
+            print(cluster.env())
+        elif args.command == "down":
+            stopped = cluster.down()
+            print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+            if args.purge:
+                import shutil
+
+                shutil.rmtree(cluster.state_dir, ignore_errors=True)
+                print(f"removed {cluster.state_dir}")
+        elif args.command == "status":
+            status = cluster.status()
+            print(status.describe())
+            return 0 if status.healthy else 3
+        elif args.command == "env":
+            if not cluster.kubeconfig_path.exists():
+                print(
+                    f"devcluster: no kubeconfig in {cluster.state_dir}; run: python -m devcluster up", file=sys.stderr
+                )
+                return 1
+            print(cluster.env())
+    except (build.BuildError, launcher.ClusterError, topology.TopologyError) as error:
+        print(f"devcluster: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,646 @@
+"""Start, check and stop a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+KWOK, each a real process on 127.0.0.1 with a free port, logging to a file in the state directory.
+
+The idea: everything a cluster needs lives in one state directory (PKI, kubeconfig, component configs, etcd data,
+logs, and ``cluster.json`` with the pid, start time and port of every process). Processes run in their own session
+so they outlive the launcher; ``down`` reads ``cluster.json`` and stops exactly those pids, after checking that each
+pid still is the process it started (same start time, same binary). ``up`` is idempotent: on a healthy cluster it
+only makes sure the topology's nodes are there and Ready. A fresh ``up`` starts from an empty etcd, so every run
+sees the same cluster; the PKI is kept, so credentials someone exported stay valid.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from devcluster import build, certs
+from devcluster import topology as topology_module
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_STATE_DIR = REPO_ROOT / ".state" / "devcluster"
+STAGES_DIR = Path(__file__).with_name("stages")
+STATE_FILE = "cluster.json"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# Fake pod IPs come from here; nothing ever sends traffic to them (there is no pod network).
+POD_CIDR = "10.64.0.0/10"
+# Taints a node carries until the controller-manager has seen it Ready.
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started or is not healthy; the message says which component and why."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class ProcessRecord:
+    """One process the launcher started."""
+
+    name: str
+    pid: int
+    create_time: float
+    binary: str
+    port: int
+    health_url: str
+    log: str
+
+    def process(self) -> psutil.Process | None:
+        """The live process, or None when the pid is gone or now belongs to someone else."""
+        try:
+            process = psutil.Process(self.pid)
+            if abs(process.create_time() - self.create_time) > 1.0:
+                return None
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+            cmdline = process.cmdline()
+            if not cmdline or cmdline[0] != self.binary:
+                return None
+            return process
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+
+
+@dataclass
+class ComponentStatus:
+    name: str
+    running: bool
+    healthy: bool
+    pid: int | None = None
+    port: int | None = None
+    log: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class ClusterStatus:
+    state_dir: Path
+    components: list[ComponentStatus] = field(default_factory=list)
+    nodes_total: int | None = None
+    nodes_ready: int | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self.components) and all(component.healthy for component in self.components)
+
+    @property
+    def running(self) -> list[ComponentStatus]:
+        return [component for component in self.components if component.running]
+
+    def describe(self) -> str:
+        lines = [f"state directory: {self.state_dir}"]
+        if not self.components:
+            lines.append("not started")
+        for component in self.components:
+            if component.running:
+                state = "healthy" if component.healthy else f"UNHEALTHY ({component.detail})"
+                lines.append(f"  {component.name:<24} pid {component.pid:<8} port {component.port:<6} {state}")
+            else:
+                lines.append(f"  {component.name:<24} not running")
+        if self.nodes_total is not None:
+            lines.append(f"nodes: {self.nodes_ready}/{self.nodes_total} Ready")
+        lines.append("cluster: " + ("healthy" if self.healthy else "NOT healthy"))
+        return "\n".join(lines)
+
+
+class ApiConnection:
+    """A minimal JSON client for the API server over the admin client certificate (one connection per thread).
+
+    The launcher uses it instead of the kubernetes package: it starts in milliseconds and does not turn 1,000
+    nodes into model objects."""
+
+    def __init__(self, port: int, pki: certs.PKI, timeout: float = 30.0):
+        self.port = port
+        self.timeout = timeout
+        self.context = ssl.create_default_context(cafile=str(pki.ca_cert))
+        self.context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=self.timeout)
+            self._local.connection = connection
+        return connection
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        payload = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": "application/json"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        for attempt in range(2):
+            connection = self._connection()
+            try:
+                connection.request(method, path, body=payload, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                break
+            except (http.client.HTTPException, OSError):
+                connection.close()
+                self._local.connection = None
+                if attempt:
+                    raise
+        try:
+            decoded = json.loads(data) if data else None
+        except json.JSONDecodeError:
+            decoded = data.decode(errors="replace")
+        return response.status, decoded
+
+
+def _node_usable(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    ready = any(item.get("type") == "Ready" and item.get("status") == "True" for item in conditions)
+    taints = node.get("spec", {}).get("taints") or []
+    return ready and not any(taint.get("key") in NOT_READY_TAINTS for taint in taints)
+
+
+class Cluster:
+    """A local control plane in one state directory.
+
+    >>> cluster = Cluster(state_dir)                 # doctest: +SKIP
+    >>> cluster.up()                                 # builds if needed, starts, puts the demo nodes in, waits
+    >>> cluster.kubeconfig_path                      # admin kubeconfig for kubectl, the portal and tests
+    >>> cluster.down()                               # stops the processes it started
+    """
+
+    def __init__(self, state_dir: Path | str | None = None, *, progress: Callable[[str], None] | None = None):
+        self.state_dir = Path(state_dir or os.environ.get("RESERVOIR_DEVCLUSTER_STATE") or DEFAULT_STATE_DIR)
+        self.state_dir = self.state_dir.expanduser().resolve()
+        self.progress = progress or (lambda message: None)
+        self.pki = certs.PKI(self.state_dir / "pki")
+
+    # -- paths -----------------------------------------------------------------------------------------------------
+    @property
+    def kubeconfig_path(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    def log_path(self, component: str) -> Path:
+        return self.logs_dir / f"{component}.log"
+
+    # -- state -----------------------------------------------------------------------------------------------------
+    def _read_state(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+
+    def _write_state(self, state: dict[str, Any]) -> None:
+        temporary = self.state_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(state, indent=2) + "\n")
+        temporary.replace(self.state_file)
+
+    def _records(self, state: dict[str, Any] | None = None) -> list[ProcessRecord]:
+        state = self._read_state() if state is None else state
+        return [ProcessRecord(**record) for record in state.get("processes", [])]
+
+    @property
+    def apiserver_port(self) -> int | None:
+        return self._read_state().get("apiserver_port")
+
+    def api(self) -> ApiConnection:
+        port = self.apiserver_port
+        if port is None:
+            raise ClusterError(f"no cluster is running in {self.state_dir}")
+        return ApiConnection(port, self.pki)
+
+    def api_client(self):
+        """A kubernetes.client.ApiClient for this cluster's admin kubeconfig."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig_path))
+
+    def env(self) -> str:
+        return f"export KUBECONFIG={self.kubeconfig_path}"
+
+    # -- health ----------------------------------------------------------------------------------------------------
+    def _check_health(self, record: ProcessRecord, timeout: float = 2.0) -> tuple[bool, str]:
+        url = record.health_url
+        scheme, rest = url.split("://", 1)
+        hostport, _, path = rest.partition("/")
+        host, port = hostport.split(":")
+        try:
+            if scheme == "https":
+                if record.name == "kube-apiserver":
+                    context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+                    context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+                else:  # controller-manager and scheduler serve a self-signed certificate of their own
+                    context = ssl._create_unverified_context()  # noqa: S323 - loopback health probe only
+                connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=timeout)
+            else:
+                connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+            connection.request("GET", "/" + path)
+            response = connection.getresponse()
+            body = response.read().decode(errors="replace").strip()
+            connection.close()
+        except (OSError, http.client.HTTPException) as error:
+            return False, f"{type(error).__name__}: {error}"
+        if response.status != 200:
+            return False, f"HTTP {response.status}: {body[:200]}"
+        if record.name == "etcd" and '"health":"true"' not in body.replace(" ", ""):
+            return False, body[:200]
+        return True, "ok"
+
+    def status(self, *, count_nodes: bool = True) -> ClusterStatus:
+        state = self._read_state()
+        result = ClusterStatus(self.state_dir)
+        for record in self._records(state):
+            alive = record.process() is not None
+            healthy, detail = self._check_health(record) if alive else (False, "not running")
+            result.components.append(
+                ComponentStatus(record.name, alive, healthy, record.pid, record.port, record.log, detail)
+            )
+        if count_nodes and result.healthy:
+            try:
+                code, body = self.api().request("GET", "/api/v1/nodes")
+                if code == 200:
+                    nodes = body.get("items", [])
+                    result.nodes_total = len(nodes)
+                    result.nodes_ready = sum(1 for node in nodes if _node_usable(node))
+            except (OSError, http.client.HTTPException):
+                pass
+        return result
+
+    def is_healthy(self) -> bool:
+        return self.status(count_nodes=False).healthy
+
+    # -- start -----------------------------------------------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str], port: int, health_url: str) -> ProcessRecord:
+        log_path = self.log_path(name)
+        with log_path.open("ab") as log:
+            log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+            log.flush()
+            process = subprocess.Popen(  # noqa: S603 - binaries from our own build cache
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.state_dir,
+                start_new_session=True,  # outlives the launcher, e.g. under `make dev`
+                close_fds=True,
+            )
+        create_time = psutil.Process(process.pid).create_time()
+        return ProcessRecord(name, process.pid, create_time, argv[0], port, health_url, str(log_path))
+
+    def _wait_healthy(self, records: Iterable[ProcessRecord], timeout: float) -> None:
+        pending = list(records)
+        deadline = time.monotonic() + timeout
+        last_detail: dict[str, str] = {}
+        while pending:
+            for record in list(pending):
+                if record.process() is None:
+                    raise ClusterError(
+                        f"{record.name} exited while starting; last lines of {record.log}:\n{_tail(Path(record.log))}"
+                    )
+                healthy, detail = self._check_health(record)
+                if healthy:
+                    pending.remove(record)
+                    self.progress(f"{record.name} healthy (port {record.port})")
+                else:
+                    last_detail[record.name] = detail
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                record = pending[0]
+                raise ClusterError(
+                    f"{record.name} not healthy after {timeout:.0f}s ({last_detail.get(record.name)}); "
+                    f"last lines of {record.log}:\n{_tail(Path(record.log))}"
+                )
+            time.sleep(0.1)
+
+    def _write_kubeconfig(self, port: int) -> None:
+        def b64(path: Path) -> str:
+            return base64.b64encode(path.read_bytes()).decode()
+
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "reservoir-dev",
+                    "cluster": {
+                        "server": f"https://127.0.0.1:{port}",
+                        "certificate-authority-data": b64(self.pki.ca_cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": certs.ADMIN_USER,
+                    "user": {
+                        "client-certificate-data": b64(self.pki.admin_cert),
+                        "client-key-data": b64(self.pki.admin_key),
+                    },
+                }
+            ],
+            "contexts": [{"name": "reservoir-dev", "context": {"cluster": "reservoir-dev", "user": certs.ADMIN_USER}}],
+            "current-context": "reservoir-dev",
+        }
+        temporary = self.kubeconfig_path.with_suffix(".tmp")
+        temporary.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+        temporary.chmod(0o600)
+        temporary.replace(self.kubeconfig_path)
+
+    def _write_scheduler_config(self) -> Path:
+        path = self.state_dir / "scheduler.yaml"
+        config = {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(self.kubeconfig_path), "qps": 500, "burst": 1000},
+            "leaderElection": {"leaderElect": False},
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+    def _write_kwok_config(self, port: int) -> Path:
+        path = self.state_dir / "kwok.yaml"
+        options = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokConfiguration",
+            "options": {
+                "cidr": POD_CIDR,
+                "nodeIP": "127.0.0.1",
+                "nodePort": port,
+                "serverAddress": f"127.0.0.1:{port}",
+                "manageAllNodes": False,
+                "manageNodesWithAnnotationSelector": (
+                    f"{topology_module.KWOK_NODE_ANNOTATION}={topology_module.KWOK_NODE_ANNOTATION_VALUE}"
+                ),
+                "nodeLeaseDurationSeconds": 40,
+                "nodePlayStageParallelism": 16,
+                "podPlayStageParallelism": 16,
+                "nodeLeaseParallelism": 16,
+            },
+        }
+        documents = [yaml.safe_dump(options, sort_keys=False)]
+        documents += [stage.read_text() for stage in sorted(STAGES_DIR.glob("*.yaml"))]
+        path.write_text("\n---\n".join(documents))
+        return path
+
+    def _start_processes(self, binaries: Path) -> None:
+        ports = {name: _free_port() for name in (*COMPONENTS, "etcd-peer")}
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self._write_kubeconfig(ports["kube-apiserver"])
+        etcd_data = self.state_dir / "etcd"
+        if etcd_data.exists():
+            subprocess.run(["rm", "-rf", str(etcd_data)], check=True)  # a fresh cluster on every start
+        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+        state: dict[str, Any] = {
+            "started_at": time.time(),
+            "apiserver_port": ports["kube-apiserver"],
+            "processes": [],
+        }
+        kubeconfig = str(self.kubeconfig_path)
+
+        def launch(name: str, argv: list[str], health_url: str) -> ProcessRecord:
+            record = self._spawn(name, argv, ports[name], health_url)
+            state["processes"].append(record.__dict__)
+            self._write_state(state)  # recorded at once, so `down` can stop it even if `up` dies now
+            return record
+
+        etcd = launch(
+            "etcd",
+            [
+                str(binaries / "etcd"),
+                "--name=devcluster",
+                f"--data-dir={etcd_data}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=devcluster={peer_url}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync",  # a throwaway development database: no fsync on every write
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+            f"{etcd_url}/health",
+        )
+        self._wait_healthy([etcd], timeout=30)
+
+        apiserver = launch(
+            "kube-apiserver",
+            [
+                str(binaries / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports['kube-apiserver']}",
+                f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+                f"--tls-cert-file={self.pki.apiserver_cert}",
+                f"--tls-private-key-file={self.pki.apiserver_key}",
+                f"--client-ca-file={self.pki.ca_cert}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={self.pki.service_account_public_key}",
+                f"--service-account-signing-key-file={self.pki.service_account_key}",
+                f"--service-cluster-ip-range={certs.SERVICE_CLUSTER_IP_RANGE}",
+                "--authorization-mode=Node,RBAC",
+                "--endpoint-reconciler-type=none",  # the `kubernetes` Endpoints may not hold a loopback address
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--max-requests-inflight=1000",
+                "--max-mutating-requests-inflight=500",
+                "--event-ttl=1h",
+            ],
+            f"https://127.0.0.1:{ports['kube-apiserver']}/readyz",
+        )
+        self._wait_healthy([apiserver], timeout=120)
+
+        controller_manager = launch(
+            "kube-controller-manager",
+            [
+                str(binaries / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['kube-controller-manager']}",
+                f"--cert-dir={self.state_dir / 'controller-manager-certs'}",
+                f"--service-account-private-key-file={self.pki.service_account_key}",
+                f"--root-ca-file={self.pki.ca_cert}",
+                f"--cluster-signing-cert-file={self.pki.ca_cert}",
+                f"--cluster-signing-key-file={self.pki.ca_key}",
+                f"--service-cluster-ip-range={certs.SERVICE_CLUSTER_IP_RANGE}",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--profiling=false",
+            ],
+            f"https://127.0.0.1:{ports['kube-controller-manager']}/healthz",
+        )
+        scheduler = launch(
+            "kube-scheduler",
+            [
+                str(binaries / "kube-scheduler"),
+                f"--config={self._write_scheduler_config()}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['kube-scheduler']}",
+                f"--cert-dir={self.state_dir / 'scheduler-certs'}",
+                "--profiling=false",
+            ],
+            f"https://127.0.0.1:{ports['kube-scheduler']}/healthz",
+        )
+        kwok = launch(
+            "kwok",
+            [
+                str(binaries / "kwok"),
+                f"--kubeconfig={kubeconfig}",
+                f"--config={self._write_kwok_config(ports['kwok'])}",
+                "--manage-all-nodes=false",
+            ],
+            f"http://127.0.0.1:{ports['kwok']}/healthz",
+        )
+        self._wait_healthy([controller_manager, scheduler, kwok], timeout=60)
+
+    # -- nodes -----------------------------------------------------------------------------------------------------
+    def apply_topology(self, topology: topology_module.Topology, *, timeout: float | None = None) -> float:
+        """Create the topology's nodes that are missing and wait until every one is Ready and schedulable
+        (the not-ready taint lifted). Returns the seconds the wait took."""
+        api = self.api()
+        started = time.monotonic()
+        code, body = api.request("GET", "/api/v1/nodes")
+        if code != 200:
+            raise ClusterError(f"cannot list nodes: HTTP {code}: {body}")
+        existing = {node["metadata"]["name"] for node in body.get("items", [])}
+        wanted = topology.node_manifests()
+        missing = [node for node in wanted if node["metadata"]["name"] not in existing]
+        if missing:
+            self.progress(f"creating {len(missing)} nodes ({topology.source})")
+
+            def create(node: dict[str, Any]) -> None:
+                code, body = api.request("POST", "/api/v1/nodes", node)
+                if code not in (201, 409):
+                    raise ClusterError(f"cannot create node {node['metadata']['name']}: HTTP {code}: {body}")
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(create, missing))
+        names = {node["metadata"]["name"] for node in wanted}
+        timeout = timeout if timeout is not None else 60 + len(names) / 10
+        deadline = time.monotonic() + timeout
+        last_report = 0.0
+        while True:
+            code, body = api.request("GET", "/api/v1/nodes")
+            usable = {node["metadata"]["name"] for node in body.get("items", []) if _node_usable(node)}
+            ready = len(names & usable)
+            now = time.monotonic()
+            if ready == len(names):
+                self.progress(f"{ready} nodes Ready in {now - started:.1f}s")
+                return now - started
+            if now > deadline:
+                raise ClusterError(
+                    f"only {ready}/{len(names)} nodes Ready and untainted after {timeout:.0f}s; "
+                    f"see {self.log_path('kwok')} and {self.log_path('kube-controller-manager')}"
+                )
+            if now - last_report > 5:
+                last_report = now
+                self.progress(f"waiting for nodes: {ready}/{len(names)} Ready")
+            time.sleep(0.25)
+
+    # -- public commands -------------------------------------------------------------------------------------------
+    def up(
+        self,
+        topology: topology_module.Topology | Path | str | None = None,
+        *,
+        scale_nodes: int | None = None,
+        build_if_missing: bool = True,
+    ) -> bool:
+        """Start the cluster with ``topology`` (the demo topology by default) unless it is already up and healthy.
+        Returns True when it started processes, False when a healthy cluster was already running."""
+        if not isinstance(topology, topology_module.Topology):
+            topology = topology_module.load(topology, scale_nodes=scale_nodes)
+        elif scale_nodes:
+            topology = topology.scaled(scale_nodes)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        current = self.status(count_nodes=False)
+        if current.healthy:
+            self.progress(f"already up and healthy in {self.state_dir}")
+            self.apply_topology(topology)
+            return False
+        if current.running:
+            self.progress("a previous start is half running; stopping it first")
+            self.down()
+        if build_if_missing:
+            binaries = build.ensure_built(self.progress)
+        elif build.is_built():
+            binaries = build.bin_dir()
+        else:
+            raise ClusterError(f"the binaries are not built in {build.bin_dir()}; run: python -m devcluster build")
+        certs.ensure_pki(self.pki.directory)
+        started = time.monotonic()
+        try:
+            self._start_processes(binaries)
+            self.apply_topology(topology)
+        except BaseException:
+            self.down()
+            raise
+        state = self._read_state()
+        state["topology"] = {"source": topology.source, "nodes": topology.node_count, "gpus": topology.gpu_count}
+        state["up_seconds"] = round(time.monotonic() - started, 2)
+        self._write_state(state)
+        self.progress(f"up in {time.monotonic() - started:.1f}s; {self.env()}")
+        return True
+
+    def down(self, *, timeout: float = 15.0) -> list[str]:
+        """Stop the processes this state directory records, newest first; returns the names it stopped."""
+        stopped = []
+        records = self._records()
+        for record in reversed(records):
+            process = record.process()
+            if process is None:
+                continue
+            try:
+                process.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                continue
+            stopped.append((record, process))
+        deadline = time.monotonic() + timeout
+        for record, process in stopped:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except psutil.TimeoutExpired:
+                self.progress(f"{record.name} (pid {record.pid}) did not stop on SIGTERM; killing it")
+                process.kill()
+                process.wait(timeout=5)
+            except psutil.NoSuchProcess:
+                pass
+            self.progress(f"stopped {record.name} (pid {record.pid})")
+        self.state_file.unlink(missing_ok=True)
+        return [record.name for record, _ in stopped]

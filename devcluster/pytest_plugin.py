@@ -1,0 +1,122 @@
+"""pytest fixtures for tests that need a real Kubernetes API: ``kube_cluster`` (session) and ``kube_namespace``.
+
+``kube_cluster`` uses the cluster ``$KUBECONFIG`` points at when it answers; otherwise it starts (building the
+binaries first if they are missing) a local control plane with the demo topology in ``<repo>/.state/devcluster-test``,
+or reuses the one already healthy there, so repeated runs start in about a second. A cluster this session
+started is left running for the next run, unless ``CI`` or ``RESERVOIR_DEVCLUSTER_TEARDOWN=1`` is set. If the
+cluster cannot be built or started, every test that needs it fails with the reason: none is skipped.
+
+Register with ``pytest_plugins = ["devcluster.pytest_plugin"]`` in the root conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from devcluster import launcher
+
+TEST_STATE_DIR = launcher.REPO_ROOT / ".state" / "devcluster-test"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cluster: needs the real Kubernetes control plane (kube_cluster fixture)")
+
+
+@dataclass
+class KubeCluster:
+    """What a test needs of the cluster: its kubeconfig and a client."""
+
+    kubeconfig_path: Path
+    started_here: bool = False
+    cluster: launcher.Cluster | None = None
+
+    def api_client(self):
+        """A fresh kubernetes.client.ApiClient (each carries its own connection pool)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig_path))
+
+
+def _kubeconfig_reachable(path: str) -> str | None:
+    """None when the cluster of this kubeconfig answers /readyz, else why not."""
+    try:
+        from kubernetes import client, config
+
+        api_client = config.new_client_from_config(config_file=path)
+        api_client.configuration.retries = 0
+        try:
+            client.VersionApi(api_client).get_code(_request_timeout=5)
+        finally:
+            api_client.close()
+    except Exception as error:  # noqa: BLE001 - any failure means "not usable"
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def _report(message: str) -> None:
+    print(f"[devcluster] {message}", flush=True)
+
+
+def _start_cluster() -> KubeCluster:
+    configured = os.environ.get("KUBECONFIG")
+    if configured and Path(configured).is_file():
+        problem = _kubeconfig_reachable(configured)
+        if problem is None:
+            return KubeCluster(Path(configured))
+        _report(f"KUBECONFIG={configured} does not answer ({problem}); starting the test cluster instead")
+    cluster = launcher.Cluster(TEST_STATE_DIR, progress=_report)
+    started = cluster.up()
+    return KubeCluster(cluster.kubeconfig_path, started_here=started, cluster=cluster)
+
+
+@pytest.fixture(scope="session")
+def kube_cluster():
+    """The Kubernetes cluster for this test session (see the module docstring)."""
+    try:
+        cluster = _start_cluster()
+    except Exception as error:  # noqa: BLE001 - turn any start failure into a failed test with its reason
+        pytest.fail(f"the development Kubernetes cluster could not be built or started: {error}", pytrace=False)
+    yield cluster
+    teardown = os.environ.get("CI") or os.environ.get("RESERVOIR_DEVCLUSTER_TEARDOWN") == "1"
+    if cluster.started_here and cluster.cluster is not None and teardown:
+        cluster.cluster.down()
+
+
+def _namespace_name(request: pytest.FixtureRequest) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-") or "test"
+    return f"t-{base}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster, request):
+    """A fresh namespace for one test, with its default ServiceAccount in place; deleted afterwards."""
+    from kubernetes import client
+
+    api_client = kube_cluster.api_client()
+    core = client.CoreV1Api(api_client)
+    name = _namespace_name(request)
+    core.create_namespace({"metadata": {"name": name, "labels": {"reservoir.dev/test": "true"}}})
+    deadline = time.monotonic() + 30
+    while True:  # pods are refused until the ServiceAccount controller has made `default`
+        try:
+            core.read_namespaced_service_account("default", name)
+            break
+        except client.ApiException as error:
+            if error.status != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    yield name
+    try:
+        core.delete_namespace(name, propagation_policy="Background")
+    except client.ApiException as error:
+        if error.status != 404:
+            raise
+    finally:
+        api_client.close()

@@ -1,0 +1,22 @@
+"""The pinned versions of everything the local control plane is built from: the one place to change them."""
+
+KUBERNETES_VERSION = "v1.36.3"
+# The staging modules of k8s.io/kubernetes (k8s.io/api, k8s.io/client-go, ...) are published as v0.<minor>.<patch>.
+KUBERNETES_STAGING_VERSION = "v0.36.3"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+
+KUBERNETES_MODULE = "k8s.io/kubernetes"
+ETCD_MODULE = "go.etcd.io/etcd/server/v3"
+KWOK_MODULE = "sigs.k8s.io/kwok"
+
+# The Go toolchain these versions build with (their go.mod files say `go 1.26.0`).
+GO_MINIMUM = (1, 26)
+
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+BINARIES = ("etcd", *KUBERNETES_COMMANDS, "kwok")
+
+
+def cache_dir_name() -> str:
+    """Name of the versioned directory in the cache; a version bump builds into a new one."""
+    return f"k8s-{KUBERNETES_VERSION}-etcd-{ETCD_VERSION}-kwok-{KWOK_VERSION}"
