@@ -58,6 +58,14 @@ class Job(models.Model):
     pending_reason = models.TextField(_("pending reason"), blank=True)
     last_error = models.TextField(_("last error"), blank=True)
     submit_attempts = models.PositiveIntegerField(default=0)
+    cluster_created_at = models.DateTimeField(_("created in the cluster"), null=True, blank=True)
+    anti_affinity_group = models.CharField(
+        _("spread from jobs of group"),
+        max_length=63,
+        blank=True,
+        help_text=_("Jobs of the same group prefer different nodes (pod anti-affinity)."),
+    )
+    pod_annotations = models.JSONField(_("pod annotations"), default=dict, blank=True)
     spilled = models.BooleanField(_("moved to soft placement"), default=False)
     resubmitted_from = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
@@ -127,3 +135,56 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state} -> {self.to_state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class PodQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "PodQuerySet":
+        return self.filter(team__in=Team.objects.visible_to(user))
+
+
+class Pod(models.Model):
+    """A pod that holds or wants GPUs (or that the portal created), as last seen by sync.
+
+    Rows exist while the pod exists in the cluster; its GPU time is kept in billing.UsageInterval.
+    """
+
+    uid = models.CharField(max_length=64, unique=True)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="pods")
+    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="pods")
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="pods")
+    node_name = models.CharField(max_length=253, blank=True)
+    gpus = models.PositiveIntegerField(default=0)
+    phase = models.CharField(max_length=20)
+    scheduled = models.BooleanField(default=False)
+    pending_reason = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    bound_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    seen_at = models.DateTimeField(auto_now=True)
+
+    objects = PodQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [
+            models.Index(fields=["phase", "scheduled"], name="jobs_pod_phase_scheduled"),
+            models.Index(fields=["node_name"], name="jobs_pod_node"),
+            models.Index(fields=["pool", "phase"], name="jobs_pod_pool_phase"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class SyncState(models.Model):
+    """Where the cluster sync stopped reading a resource: it resumes its watch from `resource_version`."""
+
+    resource = models.CharField(max_length=40, unique=True)
+    resource_version = models.CharField(max_length=40, blank=True)
+    listed_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.resource}@{self.resource_version}"

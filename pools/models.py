@@ -159,6 +159,7 @@ class Node(models.Model):
     gpu_capacity = models.PositiveIntegerField(_("GPU capacity"), default=0)
     gpu_allocatable = models.PositiveIntegerField(_("GPU allocatable"), default=0)
     ready = models.BooleanField(_("ready"), default=False)
+    missing_taints = models.JSONField(_("missing pool taints"), default=list, blank=True)
     unschedulable = models.BooleanField(_("cordoned"), default=False)
     last_seen_at = models.DateTimeField(_("last seen"), null=True, blank=True)
 
@@ -315,3 +316,26 @@ class NamespaceLimits(models.Model):
             errors["container_default_request_memory_mib"] = _("The default memory request is above the default limit.")
         if errors:
             raise ValidationError(errors)
+
+
+class TeamNamespace(models.Model):
+    """Whether the team namespace in the cluster matches the portal's quotas and limits.
+
+    Every change to a team's quotas or limits bumps `desired_version`; the reconcile task copies it into
+    `applied_version` once the ResourceQuota and LimitRange it rendered are in the cluster. "Applied" therefore
+    means applied_version == desired_version.
+    """
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="namespace_state")
+    desired_version = models.PositiveIntegerField(default=1)
+    applied_version = models.PositiveIntegerField(default=0)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"namespace of {self.team}"
+
+    @property
+    def is_applied(self) -> bool:
+        return self.applied_version >= self.desired_version

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from portal import audit
 from portal.models import Team
 
+from . import namespaces
 from .models import NamespaceLimits, Pool, Quota, Reservation
 
 
@@ -160,6 +161,7 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     quota.full_clean()
     quota.save()
     audit.record(actor=user, action="quota.set", instance=quota, before=before, after=audit.snapshot(quota))
+    namespaces.mark_changed(team)
     return quota
 
 
@@ -178,6 +180,7 @@ def set_namespace_limits(*, team: Team, user=None, **values) -> NamespaceLimits:
         setattr(limits, name, value)
     limits.full_clean()
     limits.save()
+    namespaces.mark_changed(team)
     audit.record(
         actor=user, action="namespace_limits.set", instance=limits, before=before, after=audit.snapshot(limits)
     )

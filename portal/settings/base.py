@@ -160,3 +160,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
 }
+# Submission of an admitted job to the cluster: attempts before it is Failed, and the backoff base in seconds.
+JOB_SUBMIT_MAX_ATTEMPTS = env.int("RESERVOIR_JOB_SUBMIT_MAX_ATTEMPTS", default=8)
+JOB_SUBMIT_BACKOFF_SECONDS = env.float("RESERVOIR_JOB_SUBMIT_BACKOFF_SECONDS", default=2.0)

@@ -1,0 +1,84 @@
+"""Which cluster failures are worth retrying.
+
+Transient: the apiserver could not be reached, timed out, throttled us (429) or failed on its side (5xx).
+Everything else the apiserver answered (400, 403, 404, 409, 422) is a verdict on the request: retrying it cannot
+help, so it is reported at once.
+"""
+
+import random
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+T = TypeVar("T")
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class ClusterError(Exception):
+    """A request the apiserver refused; `status` is its HTTP status (0 when it never answered)."""
+
+    def __init__(self, message: str, *, status: int = 0, transient: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.transient = transient
+
+
+class TransientClusterError(ClusterError):
+    def __init__(self, message: str, *, status: int = 0):
+        super().__init__(message, status=status, transient=True)
+
+
+def is_transient(error: BaseException) -> bool:
+    if isinstance(error, ClusterError):
+        return error.transient
+    if isinstance(error, ApiException):
+        return error.status in TRANSIENT_STATUSES or error.status == 0
+    return isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError | OSError)
+
+
+def describe(error: BaseException) -> str:
+    """A short sentence for people: what went wrong with the cluster call."""
+    if isinstance(error, ApiException):
+        reason = error.reason or ""
+        body = error.body if isinstance(error.body, str) else ""
+        message = ""
+        if body:
+            try:
+                import json
+
+                message = json.loads(body).get("message", "")
+            except ValueError:
+                message = body[:300]
+        return f"apiserver answered {error.status} {reason}: {message}".strip().rstrip(":")
+    if isinstance(error, urllib3.exceptions.MaxRetryError | urllib3.exceptions.NewConnectionError | ConnectionError):
+        return f"apiserver unreachable: {error.__class__.__name__}"
+    if isinstance(error, urllib3.exceptions.TimeoutError | TimeoutError):
+        return "apiserver did not answer in time"
+    return f"{error.__class__.__name__}: {error}"
+
+
+def translate(error: BaseException) -> ClusterError:
+    status = error.status if isinstance(error, ApiException) else 0
+    if is_transient(error):
+        return TransientClusterError(describe(error), status=status)
+    return ClusterError(describe(error), status=status)
+
+
+def backoff_seconds(attempt: int, *, base: float = 1.0, cap: float = 60.0) -> float:
+    """Exponential backoff with full jitter: attempt 0 waits up to `base`, doubling up to `cap`."""
+    return random.uniform(0, min(cap, base * (2**attempt)))
+
+
+def with_retries(call: Callable[[], T], *, attempts: int = 5, base: float = 0.5, cap: float = 10.0) -> T:
+    """Run `call`, retrying transient failures with backoff; a non-transient failure is raised at once."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except Exception as error:  # noqa: BLE001 - sorted by is_transient below
+            if not is_transient(error) or attempt == attempts - 1:
+                raise translate(error) from error
+            time.sleep(backoff_seconds(attempt, base=base, cap=cap))
+    raise AssertionError("unreachable")

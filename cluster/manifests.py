@@ -1,0 +1,305 @@
+"""Pure rendering of the objects the portal owns in a cluster: a job's batch/v1 Job, and a team namespace with
+its ResourceQuota and LimitRange (seed 003). No I/O and no Django models: plain data in, plain dicts out.
+
+Placement (PRODUCT.md):
+- strict: required node affinity to the home pool's labels, and the home pool's tolerations only;
+- soft: required affinity to home ∪ spill pools (one node-selector term per pool, OR'ed), preferred affinity of
+  weight 100 to the home pool, tolerations of every one of those pools;
+- spill-after N minutes is rendered as strict until the portal moves it, then as soft.
+The standard affinity is always written; the seed-000 annotations are added for clusters whose scheduler reads
+them.
+"""
+
+from dataclasses import dataclass, field
+
+GPU_RESOURCE = "nvidia.com/gpu"
+LABEL_TEAM = "reservoir.io/team"
+LABEL_POOL = "reservoir.io/pool"
+LABEL_JOB_ID = "reservoir.io/job-id"
+LABEL_ANTI_AFFINITY = "reservoir.io/anti-affinity-group"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "reservoir"
+EBCLOUD_NODE_POOL = "scheduling.eks.ebcloud.com/node-pool"
+EBCLOUD_ALLOW_SOFT = "scheduling.eks.ebcloud.com/allow-soft-placement"
+RESOURCE_QUOTA_NAME = "reservoir-quota"
+LIMIT_RANGE_NAME = "reservoir-limits"
+PRIORITY_CLASSES = {0: "reservoir-low", 50: "reservoir-normal", 100: "reservoir-high"}
+PRIORITY_VALUES = {"reservoir-low": 1000, "reservoir-normal": 5000, "reservoir-high": 10000}
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    """What scheduling needs to know of a pool: its slug, node labels and taints."""
+
+    slug: str
+    node_selector: dict[str, str]
+    taints: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobManifestSpec:
+    name: str
+    namespace: str
+    job_id: int
+    team_slug: str
+    image: str
+    gpus: int
+    cpu_millicores: int
+    memory_mib: int
+    home_pool: PoolTarget
+    soft: bool = False
+    spill_pools: tuple[PoolTarget, ...] = ()
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    priority: int = 50
+    max_run_seconds: int = 24 * 3600
+    backoff_limit: int = 0
+    ttl_seconds_after_finished: int = 24 * 3600
+    anti_affinity_group: str = ""
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+    ebcloud_annotations: bool = False
+    suspend: bool = False
+
+
+def cpu_quantity(millicores: int) -> str:
+    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+
+
+def memory_quantity(mib: int) -> str:
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def priority_class_name(priority: int) -> str:
+    """The PriorityClass of a portal priority (the closest one at or below it)."""
+    eligible = [value for value in PRIORITY_CLASSES if value <= priority]
+    return PRIORITY_CLASSES[max(eligible) if eligible else min(PRIORITY_CLASSES)]
+
+
+def node_selector_term(pool: PoolTarget) -> dict:
+    return {
+        "matchExpressions": [
+            {"key": key, "operator": "In", "values": [value]} for key, value in sorted(pool.node_selector.items())
+        ]
+    }
+
+
+def tolerations_for(pools: list[PoolTarget]) -> list[dict]:
+    seen: set[tuple] = set()
+    tolerations = []
+    for pool in pools:
+        for taint in pool.taints:
+            effect = taint.get("effect", "NoSchedule")
+            key = (taint["key"], taint.get("value", ""), effect)
+            if key in seen:
+                continue
+            seen.add(key)
+            toleration = {"key": taint["key"], "operator": "Equal", "value": taint.get("value", ""), "effect": effect}
+            if not toleration["value"]:
+                toleration = {"key": taint["key"], "operator": "Exists", "effect": effect}
+            tolerations.append(toleration)
+    return tolerations
+
+
+def affinity_for(spec: JobManifestSpec) -> dict:
+    if not spec.soft:
+        affinity = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [node_selector_term(spec.home_pool)]
+                }
+            }
+        }
+    else:
+        pools = [spec.home_pool, *spec.spill_pools]
+        affinity = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [node_selector_term(pool) for pool in pools]
+                },
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "preference": node_selector_term(spec.home_pool)}
+                ],
+            }
+        }
+    if spec.anti_affinity_group:
+        affinity["podAntiAffinity"] = {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {LABEL_ANTI_AFFINITY: spec.anti_affinity_group}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    return affinity
+
+
+def scheduling_directives(spec: JobManifestSpec) -> dict:
+    """The parts of the pod template that placement decides (what spill-after patches on a suspended Job)."""
+    pools = [spec.home_pool, *spec.spill_pools] if spec.soft else [spec.home_pool]
+    return {"affinity": affinity_for(spec), "tolerations": tolerations_for(pools)}
+
+
+def ebcloud_annotations(spec: JobManifestSpec) -> dict[str, str]:
+    pool_value = spec.home_pool.node_selector.get(EBCLOUD_NODE_POOL, spec.home_pool.slug)
+    return {EBCLOUD_NODE_POOL: pool_value, EBCLOUD_ALLOW_SOFT: "true" if spec.soft else "false"}
+
+
+def job_labels(spec: JobManifestSpec) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_TEAM: spec.team_slug,
+        LABEL_POOL: spec.home_pool.slug,
+        LABEL_JOB_ID: str(spec.job_id),
+    }
+
+
+def render_job(spec: JobManifestSpec) -> dict:
+    """The batch/v1 Job for `spec` (requests equal limits, so the pod is Guaranteed for its GPUs)."""
+    labels = job_labels(spec)
+    pod_labels = dict(labels)
+    if spec.anti_affinity_group:
+        pod_labels[LABEL_ANTI_AFFINITY] = spec.anti_affinity_group
+    annotations = ebcloud_annotations(spec) if spec.ebcloud_annotations else {}
+    resources = {
+        GPU_RESOURCE: str(spec.gpus),
+        "cpu": cpu_quantity(spec.cpu_millicores),
+        "memory": memory_quantity(spec.memory_mib),
+    }
+    container = {
+        "name": "main",
+        "image": spec.image,
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    if spec.env:
+        container["env"] = [{"name": key, "value": str(value)} for key, value in sorted(spec.env.items())]
+    pod_spec = {
+        "restartPolicy": "Never",
+        "priorityClassName": priority_class_name(spec.priority),
+        "containers": [container],
+        **scheduling_directives(spec),
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            "labels": labels,
+            "annotations": dict(annotations),
+        },
+        "spec": {
+            "suspend": spec.suspend,
+            "backoffLimit": spec.backoff_limit,
+            "activeDeadlineSeconds": spec.max_run_seconds,
+            "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": {**annotations, **spec.pod_annotations}},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+@dataclass(frozen=True)
+class NamespaceSpec:
+    """A team namespace and the limits seed 003 puts on it. GPU total is the sum of the team's pool quotas."""
+
+    namespace: str
+    team_slug: str
+    gpus: int
+    requests_cpu_millicores: int
+    requests_memory_mib: int
+    max_pods: int
+    container_max_gpus: int
+    container_max_cpu_millicores: int
+    container_max_memory_mib: int
+    container_min_cpu_millicores: int
+    container_min_memory_mib: int
+    container_default_cpu_millicores: int
+    container_default_memory_mib: int
+    container_default_request_cpu_millicores: int
+    container_default_request_memory_mib: int
+
+
+def _owned_metadata(name: str, spec: NamespaceSpec, namespace: str | None = None) -> dict:
+    metadata = {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TEAM: spec.team_slug}}
+    if namespace:
+        metadata["namespace"] = namespace
+    return metadata
+
+
+def render_namespace(spec: NamespaceSpec) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _owned_metadata(spec.namespace, spec)}
+
+
+def render_resource_quota(spec: NamespaceSpec) -> dict:
+    """Seed 003's ResourceQuota. Extended resources take only the `requests.` form in a quota (GPUs are never
+    overcommitted, so requests equal limits)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": _owned_metadata(RESOURCE_QUOTA_NAME, spec, spec.namespace),
+        "spec": {
+            "hard": {
+                f"requests.{GPU_RESOURCE}": str(spec.gpus),
+                "requests.cpu": cpu_quantity(spec.requests_cpu_millicores),
+                "requests.memory": memory_quantity(spec.requests_memory_mib),
+                "pods": str(spec.max_pods),
+            }
+        },
+    }
+
+
+def render_limit_range(spec: NamespaceSpec) -> dict:
+    """Seed 003's LimitRange: per-container max (GPUs, cpu, memory), min, default limit and default request."""
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": _owned_metadata(LIMIT_RANGE_NAME, spec, spec.namespace),
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "max": {
+                        GPU_RESOURCE: str(spec.container_max_gpus),
+                        "cpu": cpu_quantity(spec.container_max_cpu_millicores),
+                        "memory": memory_quantity(spec.container_max_memory_mib),
+                    },
+                    "min": {
+                        "cpu": cpu_quantity(spec.container_min_cpu_millicores),
+                        "memory": memory_quantity(spec.container_min_memory_mib),
+                    },
+                    "default": {
+                        "cpu": cpu_quantity(spec.container_default_cpu_millicores),
+                        "memory": memory_quantity(spec.container_default_memory_mib),
+                    },
+                    "defaultRequest": {
+                        "cpu": cpu_quantity(spec.container_default_request_cpu_millicores),
+                        "memory": memory_quantity(spec.container_default_request_memory_mib),
+                    },
+                }
+            ]
+        },
+    }
+
+
+def render_priority_classes() -> list[dict]:
+    return [
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+            "value": value,
+            "globalDefault": False,
+            "description": f"Reservoir jobs of {name.split('-')[1]} priority",
+        }
+        for name, value in PRIORITY_VALUES.items()
+    ]

@@ -1,0 +1,149 @@
+"""List-then-watch over raw JSON, the way informers do it.
+
+`ListWatch.run()` lists a resource (in pages) and hands every object to `on_relist`, then watches from the
+list's resourceVersion, handing each ADDED/MODIFIED/DELETED event to `on_event`. Bookmarks advance the
+resourceVersion without objects. A resourceVersion the apiserver has compacted away (410 Gone) means events were
+missed: list again. Transient failures back off and resume from the last version seen. The version is given
+to `save_version` so that a restarted process resumes where it stopped instead of listing everything again.
+
+Objects stay plain dicts: deserialising tens of thousands of pods into client models costs more than the
+listing itself.
+"""
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from .errors import backoff_seconds, is_transient
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 500
+
+
+class Gone(Exception):
+    """The resourceVersion to watch from is too old (HTTP 410): relist."""
+
+
+@dataclass
+class ListWatch:
+    name: str
+    list_call: Callable  # e.g. CoreV1Api().list_pod_for_all_namespaces
+    on_relist: Callable[[list[dict], str], None]
+    on_event: Callable[[str, dict], None]
+    save_version: Callable[[str], None] = lambda version: None
+    stop: threading.Event | None = None
+    watch_timeout_seconds: int = 240
+    list_kwargs: dict | None = None
+
+    def __post_init__(self):
+        self.stop = self.stop or threading.Event()
+        self.list_kwargs = self.list_kwargs or {}
+
+    def list_all(self) -> tuple[list[dict], str]:
+        items: list[dict] = []
+        token = None
+        while True:
+            kwargs = dict(self.list_kwargs, limit=PAGE_SIZE, _preload_content=False, _request_timeout=(5, 120))
+            if token:
+                kwargs["_continue"] = token
+            response = self.list_call(**kwargs)
+            try:
+                body = json.loads(response.data)
+            finally:
+                response.release_conn()
+            items.extend(body.get("items") or [])
+            token = (body.get("metadata") or {}).get("continue")
+            if not token:
+                return items, body["metadata"]["resourceVersion"]
+
+    def relist(self) -> str:
+        items, version = self.list_all()
+        self.on_relist(items, version)
+        self.save_version(version)
+        log.info("%s: listed %d objects at resourceVersion %s", self.name, len(items), version)
+        return version
+
+    def watch_from(self, version: str) -> str:
+        """Watch until the server closes the stream; return the last resourceVersion seen."""
+        response = self.list_call(
+            **self.list_kwargs,
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.watch_timeout_seconds,
+            _preload_content=False,
+            _request_timeout=(5, self.watch_timeout_seconds + 30),
+        )
+        try:
+            for line in iter_resp_lines(response):
+                if self.stop.is_set():
+                    break
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Gone(obj.get("message", "gone"))
+                    raise ApiException(status=obj.get("code", 500), reason=obj.get("message", "watch error"))
+                new_version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                if kind != "BOOKMARK":
+                    self.on_event(kind, obj)
+                if new_version != version:
+                    version = new_version
+                    self.save_version(version)
+        finally:
+            response.close()
+            response.release_conn()
+        return version
+
+    def run(self, *, start_version: str | None = None) -> None:
+        version = start_version
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                if not version:
+                    version = self.relist()
+                version = self.watch_from(version)
+                failures = 0
+            except Gone:
+                log.info("%s: resourceVersion %s is gone; listing again", self.name, version)
+                version = None
+            except ApiException as error:
+                if error.status == 410:
+                    version = None
+                    continue
+                if not is_transient(error):
+                    log.exception("%s: watch refused", self.name)
+                failures += 1
+                self.stop.wait(backoff_seconds(failures, base=0.5, cap=30))
+            except Exception:  # noqa: BLE001 - connection failures: back off and resume from `version`
+                failures += 1
+                log.warning("%s: watch interrupted (attempt %d); resuming", self.name, failures, exc_info=True)
+                self.stop.wait(backoff_seconds(failures, base=0.5, cap=30))
+        log.info("%s: stopped", self.name)
+
+
+def run_forever(watches: list[ListWatch], *, versions: dict[str, str | None]) -> list[threading.Thread]:
+    threads = []
+    for watch in watches:
+        thread = threading.Thread(
+            target=watch.run,
+            kwargs={"start_version": versions.get(watch.name)},
+            name=f"watch-{watch.name}",
+            daemon=True,
+        )
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
+def sleep_until(stop: threading.Event, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not stop.is_set() and time.monotonic() < end:
+        stop.wait(min(1.0, end - time.monotonic()))

@@ -1,0 +1,88 @@
+"""`manage.py sync_cluster`: the long-lived process that mirrors nodes, GPU pods and the portal's Jobs."""
+
+import logging
+import signal
+import threading
+
+from django.core.management.base import BaseCommand
+from django.db import close_old_connections
+
+from cluster import client
+from cluster.manifests import LABEL_MANAGED_BY, MANAGED_BY
+from cluster.watch import ListWatch, run_forever
+from jobs.sync import ClusterSync
+
+log = logging.getLogger("jobs.sync")
+
+
+def _guarded(handler):
+    """Run a DB-writing handler; on failure drop the connection so the retry gets a fresh one."""
+
+    def run(*args):
+        try:
+            return handler(*args)
+        except Exception:
+            close_old_connections()
+            from django.db import connection
+
+            connection.close()
+            raise
+
+    return run
+
+
+def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
+    core, batch = client.core(), client.batch()
+    return [
+        ListWatch(
+            name="nodes",
+            list_call=core.list_node,
+            on_relist=_guarded(sync.relist_nodes),
+            on_event=_guarded(sync.node_event),
+            save_version=_guarded(lambda v: sync.save_version("nodes", v)),
+            stop=stop,
+        ),
+        ListWatch(
+            name="pods",
+            list_call=core.list_pod_for_all_namespaces,
+            on_relist=_guarded(sync.relist_pods),
+            on_event=_guarded(sync.pod_event),
+            save_version=_guarded(lambda v: sync.save_version("pods", v)),
+            stop=stop,
+        ),
+        ListWatch(
+            name="jobs",
+            list_call=batch.list_job_for_all_namespaces,
+            list_kwargs={"label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"},
+            on_relist=_guarded(sync.relist_jobs),
+            on_event=_guarded(sync.job_event),
+            save_version=_guarded(lambda v: sync.save_version("jobs", v)),
+            stop=stop,
+        ),
+    ]
+
+
+class Command(BaseCommand):
+    help = "Mirror the cluster's nodes, GPU pods and the portal's Jobs into the database (list, then watch)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--relist", action="store_true", help="List everything again instead of resuming.")
+
+    def handle(self, *args, relist: bool = False, **options):
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+        sync = ClusterSync()
+        watches = build_watches(sync, stop)
+        versions = {} if relist else {w.name: sync.load_version(w.name) for w in watches}
+        # Nodes first, so pods can be attributed to pools by the node they run on.
+        if not versions.get("nodes"):
+            watches[0].relist()
+            versions["nodes"] = sync.load_version("nodes")
+        self.stdout.write(f"sync_cluster: watching nodes, pods, jobs (resuming from {versions or 'a fresh list'})")
+        threads = run_forever(watches, versions=versions)
+        while not stop.is_set():
+            stop.wait(1.0)
+        for thread in threads:
+            thread.join(timeout=10)
+        self.stdout.write("sync_cluster: stopped")

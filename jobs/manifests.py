@@ -1,0 +1,45 @@
+"""From a Job row to the inputs of cluster.manifests (the rendering itself is pure and lives there)."""
+
+from django.conf import settings
+
+from cluster.manifests import JobManifestSpec, PoolTarget, render_job
+
+from .choices import Placement
+from .models import Job
+
+
+def pool_target(pool) -> PoolTarget:
+    return PoolTarget(slug=pool.slug, node_selector=dict(pool.node_selector), taints=tuple(pool.taints))
+
+
+def manifest_spec(job: Job, *, soft: bool | None = None, suspend: bool = False) -> JobManifestSpec:
+    """The manifest inputs of `job`. Spill-after jobs render strict until moved (`job.spilled`)."""
+    if soft is None:
+        soft = job.placement == Placement.SOFT or (job.placement == Placement.SPILL_AFTER and job.spilled)
+    spill_pools = tuple(pool_target(pool) for pool in job.pool.spill_pools.order_by("slug")) if soft else ()
+    return JobManifestSpec(
+        name=job.job_name,
+        namespace=job.team.namespace,
+        job_id=job.pk,
+        team_slug=job.team.slug,
+        image=job.image,
+        gpus=job.gpus,
+        cpu_millicores=job.cpu_millicores,
+        memory_mib=job.memory_mib,
+        home_pool=pool_target(job.pool),
+        soft=soft,
+        spill_pools=spill_pools,
+        command=tuple(job.command),
+        args=tuple(job.args),
+        env=dict(job.env),
+        priority=job.priority,
+        max_run_seconds=job.max_run_minutes * 60,
+        anti_affinity_group=job.anti_affinity_group,
+        pod_annotations=dict(job.pod_annotations),
+        ebcloud_annotations=settings.KUBE_WRITE_EBCLOUD_ANNOTATIONS,
+        suspend=suspend,
+    )
+
+
+def render(job: Job, **kwargs) -> dict:
+    return render_job(manifest_spec(job, **kwargs))

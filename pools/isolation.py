@@ -1,0 +1,57 @@
+"""Pool isolation: nodes that match a pool's selector but lack its taints are reported (stored on the Node row and
+logged) and, when the pool says so, tainted. Nodes outside every pool are never touched."""
+
+import logging
+
+from django.db import transaction
+
+from cluster import resources
+
+from .models import Node, Pool
+
+log = logging.getLogger(__name__)
+
+
+def _has(taints: list[dict], wanted: dict) -> bool:
+    effect = wanted.get("effect", "NoSchedule")
+    return any(
+        t.get("key") == wanted["key"]
+        and (t.get("value") or "") == (wanted.get("value") or "")
+        and t.get("effect") == effect
+        for t in taints
+    )
+
+
+def pool_for(labels: dict, pools: list[Pool]) -> Pool | None:
+    """The first pool (by slug) whose selector matches; pools should not overlap, and slug order makes it stable."""
+    for pool in pools:
+        if pool.matches(labels):
+            return pool
+    return None
+
+
+def reconcile_taints() -> dict:
+    pools = list(Pool.objects.order_by("slug"))
+    reported, applied = [], []
+    for node in resources.list_nodes().items:
+        labels = node.metadata.labels or {}
+        pool = pool_for(labels, pools)
+        if pool is None:
+            continue
+        current = [{"key": t.key, "value": t.value or "", "effect": t.effect} for t in (node.spec.taints or [])]
+        missing = [
+            {"key": t["key"], "value": t.get("value", ""), "effect": t.get("effect", "NoSchedule")}
+            for t in pool.taints
+            if not _has(current, t)
+        ]
+        if missing and pool.apply_taints:
+            resources.patch_node_taints(node.metadata.name, current + missing)
+            log.warning("node %s of pool %s lacked taints %s: applied", node.metadata.name, pool.slug, missing)
+            applied.append(node.metadata.name)
+            missing = []
+        elif missing:
+            log.warning("node %s of pool %s lacks taints %s", node.metadata.name, pool.slug, missing)
+            reported.append(node.metadata.name)
+        with transaction.atomic():
+            Node.objects.filter(name=node.metadata.name).update(missing_taints=missing)
+    return {"reported": reported, "applied": applied}

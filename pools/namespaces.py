@@ -1,0 +1,79 @@
+"""Team namespaces: render the desired ResourceQuota and LimitRange from the portal's rows, and put them in the
+cluster. A hand edit in the cluster is put back and written to the audit log."""
+
+import logging
+
+from django.db import transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from cluster import resources
+from cluster.errors import ClusterError
+from cluster.manifests import NamespaceSpec, render_limit_range, render_namespace, render_resource_quota
+from portal import audit
+from portal.models import Team
+
+from .models import NamespaceLimits, Quota, TeamNamespace
+
+log = logging.getLogger(__name__)
+
+
+def desired_spec(team: Team) -> NamespaceSpec:
+    limits = NamespaceLimits.objects.filter(team=team).first() or NamespaceLimits(team=team)
+    gpus = Quota.objects.filter(team=team).aggregate(total=Sum("max_gpus"))["total"] or 0
+    fields = {
+        name: getattr(limits, name)
+        for name in NamespaceSpec.__dataclass_fields__
+        if name not in ("namespace", "team_slug", "gpus")
+    }
+    return NamespaceSpec(namespace=team.namespace, team_slug=team.slug, gpus=gpus, **fields)
+
+
+def mark_changed(team: Team) -> None:
+    """Record that the team's quotas or limits changed, and reconcile once the change is committed."""
+    from .tasks import reconcile_team_namespace
+
+    state, created = TeamNamespace.objects.get_or_create(team=team)
+    if not created:
+        TeamNamespace.objects.filter(pk=state.pk).update(desired_version=F("desired_version") + 1)
+    transaction.on_commit(lambda: reconcile_team_namespace.delay(team.pk))
+
+
+def reconcile(team: Team) -> dict:
+    """Make the cluster hold the team's namespace, ResourceQuota and LimitRange as the portal says.
+
+    Returns what was done per object ("created", "corrected" or "unchanged"). Raises ClusterError on failure
+    (after recording it on the TeamNamespace row)."""
+    state, _ = TeamNamespace.objects.get_or_create(team=team)
+    version = state.desired_version
+    spec = desired_spec(team)
+    outcome = {}
+    try:
+        resources.ensure_priority_classes()
+        for kind, manifest, apply in (
+            ("Namespace", render_namespace(spec), resources.ensure_namespace),
+            ("ResourceQuota", render_resource_quota(spec), resources.apply_resource_quota),
+            ("LimitRange", render_limit_range(spec), resources.apply_limit_range),
+        ):
+            result = apply(manifest)
+            outcome[kind] = "created" if result.created else "corrected" if result.corrected else "unchanged"
+            if result.corrected:
+                log.warning(
+                    "team %s: %s in %s differed from the portal and was put back", team.slug, kind, spec.namespace
+                )
+                audit.record(
+                    actor=None,
+                    action=f"namespace.{kind.lower()}_put_back",
+                    instance=team,
+                    before=result.before,
+                    after={"spec": manifest.get("spec", manifest["metadata"])},
+                )
+    except ClusterError as error:
+        TeamNamespace.objects.filter(pk=state.pk).update(last_error=str(error), last_checked_at=timezone.now())
+        raise
+    now = timezone.now()
+    TeamNamespace.objects.filter(pk=state.pk, applied_version__lt=version).update(
+        applied_version=version, applied_at=now
+    )
+    TeamNamespace.objects.filter(pk=state.pk).update(last_error="", last_checked_at=now)
+    return outcome

@@ -1,0 +1,110 @@
+"""Occupancy and fragmentation of pools, computed in one SQL query from synced state.
+
+Per node: allocatable GPUs (0 unless Ready and schedulable) minus the GPUs of pods bound to it that have not
+terminated = free GPUs. A k-GPU job needs k free GPUs on one node, so the pool fits Σ ⌊free/k⌋ such jobs; the
+free GPUs left over, Σ free − k·fits(k), are *stranded* for size k: free, but useless to a k-GPU job.
+"""
+
+from dataclasses import dataclass, field
+
+from django.db import connection
+
+JOB_SIZES = (1, 2, 4, 8)
+
+_SQL = """
+WITH used AS (
+    SELECT node_name, SUM(gpus) AS gpus
+    FROM jobs_pod
+    WHERE scheduled AND phase IN ('Pending', 'Running') AND node_name <> ''
+    GROUP BY node_name
+), nodes AS (
+    SELECT n.pool_id,
+           n.ready,
+           n.gpu_allocatable AS allocatable,
+           COALESCE(u.gpus, 0) AS used,
+           CASE WHEN n.ready AND NOT n.unschedulable
+                THEN GREATEST(n.gpu_allocatable - COALESCE(u.gpus, 0), 0) ELSE 0 END AS free
+    FROM pools_node n
+    LEFT JOIN used u ON u.node_name = n.name
+    WHERE n.pool_id IS NOT NULL
+)
+SELECT pool_id,
+       COUNT(*) FILTER (WHERE ready) AS nodes_ready,
+       COUNT(*) FILTER (WHERE NOT ready) AS nodes_not_ready,
+       COALESCE(SUM(allocatable) FILTER (WHERE ready), 0) AS live_gpus,
+       COALESCE(SUM(used), 0) AS allocated,
+       COALESCE(SUM(free), 0) AS free,
+       COALESCE(MAX(free), 0) AS largest_free_block,
+       {fits}
+FROM nodes
+GROUP BY pool_id
+"""
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    pool_id: int
+    nodes_ready: int = 0
+    nodes_not_ready: int = 0
+    live_gpus: int = 0
+    allocated: int = 0
+    free: int = 0
+    largest_free_block: int = 0
+    fits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(JOB_SIZES, 0))
+
+    def stranded(self, size: int) -> int:
+        """Free GPUs that a job of `size` GPUs cannot use."""
+        return self.free - size * self.fits[size]
+
+    @property
+    def stranded_by_size(self) -> dict[int, int]:
+        return {size: self.stranded(size) for size in JOB_SIZES}
+
+
+def pool_occupancy(pool_ids: list[int] | None = None) -> dict[int, Occupancy]:
+    """Occupancy of every pool with nodes (pools without nodes are absent: callers default to zeros)."""
+    fits = ", ".join(f"COALESCE(SUM(free / {size}), 0) AS fits_{size}" for size in JOB_SIZES)
+    sql = _SQL.format(fits=fits)
+    params: list = []
+    if pool_ids is not None:
+        sql = sql.replace("WHERE n.pool_id IS NOT NULL", "WHERE n.pool_id = ANY(%s)")
+        params.append(list(pool_ids))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        columns = [c.name for c in cursor.description]
+        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    result = {}
+    for row in rows:
+        result[row["pool_id"]] = Occupancy(
+            pool_id=row["pool_id"],
+            nodes_ready=row["nodes_ready"],
+            nodes_not_ready=row["nodes_not_ready"],
+            live_gpus=int(row["live_gpus"]),
+            allocated=int(row["allocated"]),
+            free=int(row["free"]),
+            largest_free_block=int(row["largest_free_block"]),
+            fits={size: int(row[f"fits_{size}"]) for size in JOB_SIZES},
+        )
+    return result
+
+
+def fits_from_free(free_per_node: list[int], size: int) -> int:
+    """The same arithmetic in Python, for one job size (used by tests and the pending view's hints)."""
+    return sum(free // size for free in free_per_node)
+
+
+def node_free_gpus(pool_id: int) -> list[tuple[str, int, int, bool]]:
+    """(node, allocatable, used, ready) for each node of a pool, by name."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT n.name, n.gpu_allocatable, COALESCE(SUM(p.gpus), 0), n.ready AND NOT n.unschedulable
+            FROM pools_node n
+            LEFT JOIN jobs_pod p ON p.node_name = n.name AND p.scheduled AND p.phase IN ('Pending', 'Running')
+            WHERE n.pool_id = %s
+            GROUP BY n.id
+            ORDER BY n.name
+            """,
+            [pool_id],
+        )
+        return [(name, int(alloc), int(used), bool(ready)) for name, alloc, used, ready in cursor.fetchall()]

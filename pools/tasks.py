@@ -1,0 +1,58 @@
+"""Cluster reconcile tasks for pools and team namespaces (queue: cluster)."""
+
+import logging
+
+from celery import shared_task
+
+from cluster.errors import TransientClusterError
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(
+    name="pools.reconcile_team_namespace",
+    acks_late=True,
+    autoretry_for=(TransientClusterError,),
+    retry_backoff=2,
+    retry_backoff_max=120,
+    max_retries=8,
+)
+def reconcile_team_namespace(team_id: int) -> dict | None:
+    from portal.models import Team
+
+    from .namespaces import reconcile
+
+    team = Team.objects.filter(pk=team_id).first()
+    if team is None:
+        return None
+    return reconcile(team)
+
+
+@shared_task(name="pools.reconcile_all_namespaces", acks_late=True)
+def reconcile_all_namespaces() -> int:
+    """Periodic: put back any hand edit of a team's ResourceQuota or LimitRange."""
+    from portal.models import Team
+
+    from .namespaces import reconcile
+
+    count = 0
+    for team in Team.objects.order_by("pk"):
+        try:
+            reconcile(team)
+            count += 1
+        except Exception:  # noqa: BLE001 - one team's failure must not stop the others; it is logged and recorded
+            log.exception("reconcile of team %s failed", team.slug)
+    return count
+
+
+@shared_task(
+    name="pools.reconcile_node_taints",
+    acks_late=True,
+    autoretry_for=(TransientClusterError,),
+    retry_backoff=2,
+    max_retries=5,
+)
+def reconcile_node_taints() -> dict:
+    from .isolation import reconcile_taints
+
+    return reconcile_taints()
