@@ -6,12 +6,16 @@ holds its GPUs. The pod's UID is unique, so a sync that sees the same pod twice 
 relist) updates the one row instead of counting it again.
 """
 
+from django.conf import settings
+from django.contrib.postgres.indexes import GistIndex
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import F, Func, Q, Value
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
 from portal.models import Team
+
+from .choices import InvoiceStatus, LineKind
 
 
 class UsageIntervalQuerySet(models.QuerySet):
@@ -53,7 +57,210 @@ class UsageInterval(models.Model):
             models.Index(fields=["team", "pool", "started_at"], name="billing_interval_team_pool"),
             models.Index(fields=["pool", "started_at"], name="billing_interval_pool_start"),
             models.Index(fields=["ended_at"], name="billing_interval_ended"),
+            # Metering asks "which intervals overlap this day/month?"; a GiST index on the period answers it
+            # without scanning every interval that started before the window.
+            GistIndex(
+                Func(F("started_at"), F("ended_at"), Value("[)"), function="tstzrange"),
+                name="billing_interval_period",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.pod_name} · {self.gpus} GPUs on {self.node_name}"
+
+
+GPU_SECONDS = {"max_digits": 24, "decimal_places": 6}
+
+
+class DailyUsage(models.Model):
+    """Metered GPU-seconds of one team in one pool over one UTC day (a rollup of `UsageInterval`s).
+
+    Guarantees: the four figures are exact (microsecond timestamps make every GPU-second count a Decimal with at
+    most six places) and are recomputed for a whole day at once (`billing.services.recompute_days`: delete and
+    insert in one transaction), so recomputing a day always gives the same rows, and the sum of a month's days
+    equals the month metered from scratch. A (team, pool, day) without usage or reservation has no row.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="daily_usage")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="daily_usage")
+    day = models.DateField(_("day"))
+    reserved_gpu_seconds = models.DecimalField(_("reserved GPU-seconds (R)"), **GPU_SECONDS)
+    in_reservation_gpu_seconds = models.DecimalField(_("used in reservation GPU-seconds (U)"), **GPU_SECONDS)
+    overage_gpu_seconds = models.DecimalField(_("overage GPU-seconds (O)"), **GPU_SECONDS)
+    spill_gpu_seconds = models.DecimalField(_("spill GPU-seconds (S)"), **GPU_SECONDS)
+    computed_at = models.DateTimeField(_("computed at"))
+
+    class Meta:
+        ordering = ["day", "team", "pool"]
+        verbose_name_plural = "daily usage"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "pool", "day"], name="%(app_label)s_%(class)s_unique_team_pool_day"
+            ),
+            models.CheckConstraint(
+                condition=Q(reserved_gpu_seconds__gte=0)
+                & Q(in_reservation_gpu_seconds__gte=0)
+                & Q(overage_gpu_seconds__gte=0)
+                & Q(spill_gpu_seconds__gte=0),
+                name="%(app_label)s_%(class)s_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(in_reservation_gpu_seconds__lte=F("reserved_gpu_seconds")),
+                name="%(app_label)s_%(class)s_used_within_reserved",
+            ),
+        ]
+        indexes = [models.Index(fields=["day", "pool"], name="billing_daily_day_pool")]
+
+    def __str__(self) -> str:
+        return f"{self.team} · {self.pool} · {self.day}"
+
+
+class MeteredDay(models.Model):
+    """A UTC day whose rollups exist, and up to which moment they were metered.
+
+    A day is *complete* once it was metered with `now` at or after its end; an incomplete day (today, or one a
+    refresh has not reached) is metered again by the next refresh.
+    """
+
+    day = models.DateField(_("day"), unique=True)
+    metered_until = models.DateTimeField(_("metered until"))
+    computed_at = models.DateTimeField(_("computed at"))
+    complete = models.BooleanField(_("complete"), default=False)
+
+    class Meta:
+        ordering = ["day"]
+
+    def __str__(self) -> str:
+        return f"{self.day} ({'complete' if self.complete else 'partial'})"
+
+
+class StaleDay(models.Model):
+    """A day whose rollups no longer match the raw data.
+
+    Rows are written by database triggers (migration 0002) whenever a usage interval or a reservation that covers
+    the day is inserted, changed or deleted, in the same transaction as that change; whoever writes intervals need
+    not know about billing. `billing.services.refresh_usage` takes them and meters those days again.
+    """
+
+    day = models.DateField(_("day"), unique=True)
+
+    class Meta:
+        ordering = ["day"]
+
+    def __str__(self) -> str:
+        return str(self.day)
+
+
+class ClosedMonth(models.Model):
+    """A billing month that was closed: its invoices are final, later data goes to adjustment lines.
+
+    `needs_reconciling` is set when a day of the month is metered again after the close; the next refresh then
+    compares what the month costs now with what was invoiced and writes the difference onto the next invoice.
+    """
+
+    month = models.DateField(_("month"), unique=True, help_text=_("The first day of the month."))
+    closed_at = models.DateTimeField(_("closed at"))
+    closed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    needs_reconciling = models.BooleanField(_("needs reconciling"), default=False)
+
+    class Meta:
+        ordering = ["-month"]
+        constraints = [
+            models.CheckConstraint(condition=Q(month__day=1), name="%(app_label)s_%(class)s_month_starts_on_day_1"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m}"
+
+
+class InvoiceQuerySet(models.QuerySet):
+    def led_by(self, user) -> "InvoiceQuerySet":
+        """Invoices of the teams whose billing `user` may see (their led teams; all for an admin)."""
+        return self.filter(team__in=Team.objects.led_by(user))
+
+
+class Invoice(models.Model):
+    """What one team owes for one UTC month.
+
+    A draft while the month is open, rebuilt by every refresh from the rollups; closed when the month is closed.
+    Guarantees: one invoice per team and month (so closing twice cannot bill twice), and a closed invoice and its
+    lines never change again — database triggers (migration 0002) refuse any update or delete.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="invoices")
+    month = models.DateField(_("month"), help_text=_("The first day of the month."))
+    status = models.CharField(_("status"), max_length=10, choices=InvoiceStatus.choices, default=InvoiceStatus.DRAFT)
+    total = models.DecimalField(_("total"), max_digits=14, decimal_places=2, default=0)
+    metered_until = models.DateTimeField(_("metered until"))
+    computed_at = models.DateTimeField(_("computed at"))
+    closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
+
+    objects = InvoiceQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-month", "team__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month"], name="%(app_label)s_%(class)s_unique_team_month"),
+            models.CheckConstraint(condition=Q(month__day=1), name="%(app_label)s_%(class)s_month_starts_on_day_1"),
+            models.CheckConstraint(
+                condition=Q(status__in=InvoiceStatus.values), name="%(app_label)s_%(class)s_valid_status"
+            ),
+            models.CheckConstraint(
+                condition=Q(status=InvoiceStatus.DRAFT, closed_at__isnull=True)
+                | Q(status=InvoiceStatus.CLOSED, closed_at__isnull=False),
+                name="%(app_label)s_%(class)s_closed_has_closed_at",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} · {self.month:%Y-%m} ({self.get_status_display()})"
+
+    @property
+    def is_closed(self) -> bool:
+        return self.status == InvoiceStatus.CLOSED
+
+
+class InvoiceLine(models.Model):
+    """One charge on an invoice: a reservation fee, overage or spill in one pool, or an adjustment.
+
+    `key` names what the line charges for (e.g. `overage:pool:3`), so that the lines billed for a month can be
+    compared with what the month costs now; an adjustment line carries the month it corrects in
+    `adjusts_month` and the same key as the line it corrects.
+    """
+
+    invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
+    kind = models.CharField(_("kind"), max_length=20, choices=LineKind.choices)
+    key = models.CharField(_("key"), max_length=60)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    # No database constraint: the line keeps naming the reservation it billed even if that row is deleted later.
+    reservation = models.ForeignKey(
+        "pools.Reservation",
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="invoice_lines",
+    )
+    description = models.CharField(_("description"), max_length=200)
+    quantity = models.DecimalField(_("quantity"), max_digits=20, decimal_places=6)
+    unit = models.CharField(_("unit"), max_length=20)
+    unit_price = models.DecimalField(_("unit price"), max_digits=12, decimal_places=4)
+    amount = models.DecimalField(_("amount"), max_digits=14, decimal_places=2)
+    adjusts_month = models.DateField(_("adjusts month"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["invoice", "adjusts_month", "kind", "key"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=LineKind.values), name="%(app_label)s_%(class)s_valid_kind"),
+            models.CheckConstraint(
+                condition=Q(kind=LineKind.ADJUSTMENT, adjusts_month__isnull=False)
+                | (~Q(kind=LineKind.ADJUSTMENT) & Q(adjusts_month__isnull=True)),
+                name="%(app_label)s_%(class)s_adjustment_names_its_month",
+            ),
+        ]
+        indexes = [models.Index(fields=["adjusts_month", "key"], name="billing_line_adjusts")]
+
+    def __str__(self) -> str:
+        return f"{self.description}: {self.amount}"

@@ -101,3 +101,23 @@ class JobFactory(factory.django.DjangoModelFactory):
     image = "registry.example.com/train:1.0"
     command = ["python", "train.py"]
     gpus = 1
+
+
+# --- billing ---------------------------------------------------------------------------------------------------
+
+
+class UsageIntervalFactory(factory.django.DjangoModelFactory):
+    """A GPU pod's stay on a node; give `started_at` and `ended_at` (None = still running) explicitly in tests."""
+
+    class Meta:
+        model = "billing.UsageInterval"
+
+    pod_uid = factory.Sequence(lambda n: f"00000000-0000-4000-8000-{n:012d}")
+    team = factory.SubFactory(TeamFactory)
+    pool = factory.SubFactory(PoolFactory)
+    namespace = factory.LazyAttribute(lambda o: o.team.namespace if o.team else "kube-system")
+    pod_name = factory.Sequence(lambda n: f"pod-{n}")
+    node_name = factory.Sequence(lambda n: f"gpu-node-{n:03d}")
+    gpus = 1
+    started_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=1))
+    ended_at = None

@@ -1,0 +1,46 @@
+"""Money and quantities: exact rationals until the one rounding each invoice line gets.
+
+Rounding rule (documented on every invoice): a line's amount is computed exactly — from the exact GPU-seconds,
+the exact active fraction of the month and the unit price — and rounded once, to the cent, half up (0.005 → 0.01).
+An invoice total is the sum of its rounded lines. Quantities are shown to six decimal places, rounded the same way,
+but amounts are never computed from the rounded quantities.
+"""
+
+from decimal import Decimal
+from fractions import Fraction
+
+from .periods import SECONDS_PER_HOUR
+
+CENT_PLACES = 2
+QUANTITY_PLACES = 6
+
+
+def round_half_up(value: Fraction | Decimal | int, places: int) -> Decimal:
+    """`value` rounded to `places` decimal places, halves away from zero, computed exactly."""
+    scaled = Fraction(value) * 10**places
+    sign = -1 if scaled < 0 else 1
+    whole, remainder = divmod(abs(scaled.numerator), scaled.denominator)
+    if 2 * remainder >= scaled.denominator:
+        whole += 1
+    return Decimal(sign * whole).scaleb(-places)
+
+
+def to_cents(value: Fraction | Decimal | int) -> Decimal:
+    return round_half_up(value, CENT_PLACES)
+
+
+def hours(gpu_seconds: Decimal) -> Decimal:
+    """GPU-seconds as GPU-hours, to six decimal places (half up)."""
+    return round_half_up(Fraction(gpu_seconds) / Fraction(SECONDS_PER_HOUR), QUANTITY_PLACES)
+
+
+def hourly_cost(gpu_seconds: Decimal, price_per_gpu_hour: Decimal) -> Decimal:
+    """The cost of `gpu_seconds` at an hourly price, to the cent."""
+    return to_cents(Fraction(gpu_seconds) * Fraction(price_per_gpu_hour) / Fraction(SECONDS_PER_HOUR))
+
+
+def ratio(numerator: Decimal, denominator: Decimal, places: int = 4) -> Decimal | None:
+    """numerator / denominator rounded half up, or None when the denominator is zero."""
+    if not denominator:
+        return None
+    return round_half_up(Fraction(numerator) / Fraction(denominator), places)

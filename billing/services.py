@@ -1,0 +1,468 @@
+"""Writes of billing: daily rollups, draft invoices kept current, month close and adjustments.
+
+Every write takes one PostgreSQL advisory lock (`_lock`) for its transaction, so a periodic refresh and a month
+close never interleave. The flow:
+
+- `recompute_days` meters whole UTC days again from the raw intervals (delete and insert in one transaction).
+- `refresh_usage` — the periodic task — meters the days database triggers marked stale and the days not yet
+  complete, then `refresh_invoices` rebuilds the drafts of the open months and turns late changes to closed
+  months into adjustment lines on each team's next invoice.
+- `close_month` meters the month once more from scratch, rebuilds its drafts and closes them; a closed month is
+  recorded once (`ClosedMonth.month` is unique) so closing twice does nothing.
+"""
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+from django.db.models import Min, Q, Sum
+from django.utils.translation import gettext as _
+
+from pools.models import Pool, Reservation
+from portal import audit
+
+from . import metering
+from .choices import InvoiceStatus, LineKind
+from .models import ClosedMonth, DailyUsage, Invoice, InvoiceLine, MeteredDay, StaleDay, UsageInterval
+from .money import QUANTITY_PLACES, hourly_cost, hours, round_half_up, to_cents
+from .periods import days_of, format_month, midnight, month_bounds, month_of, next_month, seconds
+
+logger = logging.getLogger(__name__)
+
+# Any constant shared by the billing writers; pg_advisory_xact_lock takes a bigint.
+BILLING_LOCK_ID = 0x62696C6C  # "bill"
+DEFAULT_MAX_DAYS_PER_REFRESH = 62
+GPU_HOURS = "GPU-hours"
+GPU_MONTHS = "GPU-months"
+
+
+def _lock() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [BILLING_LOCK_ID])
+
+
+# --- rollups ------------------------------------------------------------------------------------------------------
+
+_INSERT_ROLLUPS = """
+INSERT INTO billing_dailyusage (team_id, pool_id, day, reserved_gpu_seconds, in_reservation_gpu_seconds,
+                                overage_gpu_seconds, spill_gpu_seconds, computed_at)
+SELECT team_id, pool_id, bucket, reserved, in_reservation, overage, spill, %(computed_at)s
+FROM ({metering}) metered
+WHERE reserved > 0 OR in_reservation > 0 OR overage > 0 OR spill > 0
+"""
+
+
+def _contiguous_runs(days: list[date]) -> list[tuple[date, date]]:
+    runs: list[tuple[date, date]] = []
+    for day in days:
+        if runs and runs[-1][1] + timedelta(days=1) == day:
+            runs[-1] = (runs[-1][0], day)
+        else:
+            runs.append((day, day))
+    return runs
+
+
+@transaction.atomic
+def recompute_days(*, days, now: datetime) -> list[date]:
+    """Meter each of `days` again from the raw intervals; returns the days metered.
+
+    Guarantees: a day's rollups are replaced whole in one transaction (readers see the old or the new day, never
+    half of it); the result depends only on the intervals, the reservations and `now`, so recomputing a day gives
+    the same rows. Days that have not started by `now` are skipped; today is metered up to `now` and stays
+    incomplete. Recomputing a day of a closed month flags that month for reconciling.
+    """
+    _lock()
+    wanted = sorted({day for day in days if midnight(day) < now})
+    sql = _INSERT_ROLLUPS.format(metering=metering.metering_sql(by_day=True))
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL work_mem = %s", [metering.METERING_WORK_MEM])
+        for first, last in _contiguous_runs(wanted):
+            start, end = midnight(first), min(midnight(last + timedelta(days=1)), now)
+            DailyUsage.objects.filter(day__gte=first, day__lte=last).delete()
+            cursor.execute(sql, {"start": start, "end": end, "now": now, "computed_at": now})
+    for day in wanted:
+        day_end = midnight(day + timedelta(days=1))
+        MeteredDay.objects.update_or_create(
+            day=day,
+            defaults={"metered_until": min(day_end, now), "computed_at": now, "complete": now >= day_end},
+        )
+    months = {month_of(day) for day in wanted}
+    ClosedMonth.objects.filter(month__in=months, needs_reconciling=False).update(needs_reconciling=True)
+    return wanted
+
+
+def first_open_month(*, now: datetime) -> date:
+    """The oldest month not closed yet: the month after the last close, else the month of the oldest data."""
+    current = month_of(now)
+    last_closed = ClosedMonth.objects.order_by("-month").values_list("month", flat=True).first()
+    if last_closed is not None:
+        return min(next_month(last_closed), current)
+    oldest = [
+        UsageInterval.objects.filter(team__isnull=False).aggregate(at=Min("started_at"))["at"],
+        Reservation.objects.aggregate(at=Min("starts_at"))["at"],
+    ]
+    oldest = [month_of(moment) for moment in oldest if moment is not None]
+    return min([*oldest, current])
+
+
+@dataclass
+class RefreshResult:
+    days: list[date] = field(default_factory=list)
+    invoices: int = 0
+    more_days_pending: bool = False
+
+
+@transaction.atomic
+def refresh_usage(*, now: datetime, max_days: int = DEFAULT_MAX_DAYS_PER_REFRESH) -> RefreshResult:
+    """Bring rollups and invoices up to `now`: the periodic task.
+
+    Meters again (oldest first, at most `max_days` per call so one run stays short) every day a trigger marked
+    stale and every day of the open months that is not complete, then rebuilds the draft invoices and writes
+    adjustments for closed months whose days changed. Safe to run at any time and any number of times.
+    """
+    _lock()
+    today = now.date()
+    open_from = first_open_month(now=now)
+    complete = set(MeteredDay.objects.filter(day__gte=open_from, complete=True).values_list("day", flat=True))
+    pending = {day for day in days_of(open_from, today) if day not in complete}
+    stale = set(StaleDay.objects.filter(day__lte=today).values_list("day", flat=True))
+    todo = sorted(pending | stale)
+    batch = todo[:max_days]
+    StaleDay.objects.filter(day__in=batch).delete()
+    result = RefreshResult(days=recompute_days(days=batch, now=now), more_days_pending=len(todo) > len(batch))
+    result.invoices = refresh_invoices(now=now)
+    return result
+
+
+# --- charges ------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One invoice line as computed now (not yet stored)."""
+
+    key: str
+    kind: str
+    pool_id: int | None
+    reservation_id: int | None
+    description: str
+    quantity: Decimal
+    unit: str
+    unit_price: Decimal
+    amount: Decimal
+
+
+def month_usage_seconds(*, month: date, team_ids: list[int] | None = None) -> dict[tuple[int, int], dict]:
+    """Σ of the month's daily rollups per (team id, pool id): exact GPU-seconds R, U, O and S."""
+    first = month
+    last = next_month(month) - timedelta(days=1)
+    rows = DailyUsage.objects.filter(day__gte=first, day__lte=last)
+    if team_ids is not None:
+        rows = rows.filter(team_id__in=team_ids)
+    totals = rows.values("team_id", "pool_id").annotate(
+        reserved=Sum("reserved_gpu_seconds"),
+        in_reservation=Sum("in_reservation_gpu_seconds"),
+        overage=Sum("overage_gpu_seconds"),
+        spill=Sum("spill_gpu_seconds"),
+    )
+    return {(row["team_id"], row["pool_id"]): row for row in totals}
+
+
+def reservation_fee(reservation: Reservation, *, month: date, until: datetime) -> tuple[Fraction, Decimal]:
+    """(GPU-months as an exact fraction, fee to the cent) of `reservation` in `month`, counted up to `until`.
+
+    Fee = monthly price at signing × GPUs × active minutes in the month / minutes in the month. Active minutes
+    are exact (a reservation that starts or ends mid-minute counts the fraction of that minute); the fee is
+    rounded once, to the cent, half up.
+    """
+    start, end = month_bounds(month)
+    active = max(Decimal(0), seconds(min(reservation.ends_at, end, until) - max(reservation.starts_at, start)))
+    fraction = Fraction(active) / Fraction(seconds(end - start))
+    gpu_months = reservation.gpus * fraction
+    return gpu_months, to_cents(gpu_months * Fraction(reservation.monthly_price_per_gpu))
+
+
+def month_charges(
+    *, month: date, now: datetime, team_ids: list[int] | None = None, prices: dict | None = None
+) -> dict[int, list[Charge]]:
+    """The charges of `month` per team id, from the rollups and the reservations, counted up to `now`.
+
+    Reservation fees per reservation; overage (reserved pools) and spill (elastic and shared pools) per pool at
+    the pool's hourly price — or, for a key found in `prices` ({(team id, key): unit price}), at that price
+    (adjustments keep the price the month was invoiced at).
+    """
+    prices = prices or {}
+    start, end = month_bounds(month)
+    until = min(end, now)
+    charges: dict[int, list[Charge]] = defaultdict(list)
+    reservations = Reservation.objects.overlapping(start, until).select_related("pool").order_by("starts_at", "id")
+    if team_ids is not None:
+        reservations = reservations.filter(team_id__in=team_ids)
+    for reservation in reservations:
+        gpu_months, fee = reservation_fee(reservation, month=month, until=until)
+        charges[reservation.team_id].append(
+            Charge(
+                key=f"fee:reservation:{reservation.pk}",
+                kind=LineKind.RESERVATION_FEE,
+                pool_id=reservation.pool_id,
+                reservation_id=reservation.pk,
+                description=_("Reservation of %(gpus)s GPUs in %(pool)s, %(start)s → %(end)s")
+                % {
+                    "gpus": reservation.gpus,
+                    "pool": reservation.pool.name,
+                    "start": f"{max(reservation.starts_at, start):%Y-%m-%d %H:%M}",
+                    "end": f"{min(reservation.ends_at, until):%Y-%m-%d %H:%M}",
+                },
+                quantity=round_half_up(gpu_months, QUANTITY_PLACES),
+                unit=GPU_MONTHS,
+                unit_price=reservation.monthly_price_per_gpu,
+                amount=fee,
+            )
+        )
+    usage = month_usage_seconds(month=month, team_ids=team_ids)
+    pools = Pool.objects.in_bulk({pool_id for _team, pool_id in usage})
+    for (team_id, pool_id), row in sorted(usage.items(), key=lambda item: (item[0][0], pools[item[0][1]].name)):
+        pool = pools[pool_id]
+        for kind, gpu_seconds, label in (
+            (LineKind.OVERAGE, row["overage"], _("Overage above the reservation in %(pool)s")),
+            (LineKind.SPILL, row["spill"], _("Spill into %(pool)s")),
+        ):
+            if not gpu_seconds:
+                continue
+            key = f"{kind}:pool:{pool_id}"
+            price = prices.get((team_id, key), pool.hourly_price_per_gpu)
+            charges[team_id].append(
+                Charge(
+                    key=key,
+                    kind=kind,
+                    pool_id=pool_id,
+                    reservation_id=None,
+                    description=label % {"pool": pool.name},
+                    quantity=hours(gpu_seconds),
+                    unit=GPU_HOURS,
+                    unit_price=price,
+                    amount=hourly_cost(gpu_seconds, price),
+                )
+            )
+    return dict(charges)
+
+
+# --- invoices -----------------------------------------------------------------------------------------------------
+
+
+def _line(invoice: Invoice, charge: Charge, *, adjusts_month: date | None = None) -> InvoiceLine:
+    return InvoiceLine(
+        invoice=invoice,
+        kind=LineKind.ADJUSTMENT if adjusts_month else charge.kind,
+        key=charge.key,
+        pool_id=charge.pool_id,
+        reservation_id=charge.reservation_id,
+        description=charge.description[:200],
+        quantity=charge.quantity,
+        unit=charge.unit,
+        unit_price=charge.unit_price,
+        amount=charge.amount,
+        adjusts_month=adjusts_month,
+    )
+
+
+def _draft(*, team_id: int, month: date, now: datetime) -> Invoice:
+    invoice, _created = Invoice.objects.select_for_update().get_or_create(
+        team_id=team_id,
+        month=month,
+        defaults={"metered_until": min(month_bounds(month)[1], now), "computed_at": now},
+    )
+    if invoice.is_closed:  # cannot happen for an open month; the database would refuse the writes anyway
+        raise ValidationError(_("The invoice of %(month)s is closed.") % {"month": format_month(month)})
+    return invoice
+
+
+def _update_total(invoice: Invoice, *, now: datetime) -> None:
+    invoice.total = invoice.lines.aggregate(total=Sum("amount"))["total"] or Decimal("0.00")
+    invoice.metered_until = min(month_bounds(invoice.month)[1], now)
+    invoice.computed_at = now
+    invoice.save(update_fields=["total", "metered_until", "computed_at"])
+
+
+def _rebuild_month_drafts(*, month: date, now: datetime) -> set[int]:
+    """Replace the regular (non-adjustment) lines of every draft of `month`; returns the team ids invoiced."""
+    charges = month_charges(month=month, now=now)
+    drafts = {invoice.team_id: invoice for invoice in Invoice.objects.filter(month=month, status=InvoiceStatus.DRAFT)}
+    for team_id in charges.keys() | drafts.keys():
+        invoice = drafts.get(team_id) or _draft(team_id=team_id, month=month, now=now)
+        invoice.lines.filter(adjusts_month__isnull=True).delete()
+        InvoiceLine.objects.bulk_create([_line(invoice, charge) for charge in charges.get(team_id, [])])
+        _update_total(invoice, now=now)
+    return set(charges)
+
+
+def _billed(*, month: date) -> dict[tuple[int, str], dict]:
+    """What has been invoiced for `month` per (team id, key): its own lines plus adjustments already closed."""
+    lines = InvoiceLine.objects.filter(
+        Q(invoice__month=month, adjusts_month__isnull=True)
+        | Q(adjusts_month=month, invoice__status=InvoiceStatus.CLOSED)
+    ).values("invoice__team_id", "key", "kind", "pool_id", "reservation_id", "unit", "unit_price", "description")
+    billed: dict[tuple[int, str], dict] = {}
+    for row in lines.annotate(amount_sum=Sum("amount"), quantity_sum=Sum("quantity")):
+        entry = billed.setdefault((row["invoice__team_id"], row["key"]), {**row, "amount": 0, "quantity": 0})
+        entry["amount"] += row["amount_sum"]
+        entry["quantity"] += row["quantity_sum"]
+        if row["kind"] != LineKind.ADJUSTMENT:
+            entry.update(kind=row["kind"], unit_price=row["unit_price"], description=row["description"])
+    return billed
+
+
+def _reconcile(*, closed: ClosedMonth, into_month: date, now: datetime) -> None:
+    """Write, on each team's draft of `into_month`, what `closed.month` costs now minus what was invoiced for it."""
+    month = closed.month
+    billed = _billed(month=month)
+    prices = {key: entry["unit_price"] for key, entry in billed.items() if entry["unit"] == GPU_HOURS}
+    current = {
+        (team_id, charge.key): charge
+        for team_id, team_charges in month_charges(month=month, now=now, prices=prices).items()
+        for charge in team_charges
+    }
+    adjustments: dict[int, list[Charge]] = defaultdict(list)
+    for team_id, key in sorted(current.keys() | billed.keys()):
+        now_charge = current.get((team_id, key))
+        was = billed.get((team_id, key), {"amount": Decimal(0), "quantity": Decimal(0)})
+        amount = (now_charge.amount if now_charge else Decimal(0)) - was["amount"]
+        quantity = (now_charge.quantity if now_charge else Decimal(0)) - was["quantity"]
+        if not amount and not quantity:
+            continue
+        template = now_charge or Charge(
+            key=key,
+            kind=was["kind"],
+            pool_id=was["pool_id"],
+            reservation_id=was["reservation_id"],
+            description=was["description"],
+            quantity=Decimal(0),
+            unit=was["unit"],
+            unit_price=was["unit_price"],
+            amount=Decimal(0),
+        )
+        adjustments[team_id].append(
+            Charge(
+                key=key,
+                kind=LineKind.ADJUSTMENT,
+                pool_id=template.pool_id,
+                reservation_id=template.reservation_id,
+                description=_("Correction for %(month)s: %(what)s")
+                % {"month": format_month(month), "what": template.description},
+                quantity=quantity,
+                unit=template.unit,
+                unit_price=template.unit_price,
+                amount=amount,
+            )
+        )
+    stale_drafts = Invoice.objects.filter(status=InvoiceStatus.DRAFT, lines__adjusts_month=month).distinct()
+    for invoice in stale_drafts:
+        invoice.lines.filter(adjusts_month=month).delete()
+        _update_total(invoice, now=now)
+    for team_id, team_adjustments in adjustments.items():
+        invoice = _draft(team_id=team_id, month=into_month, now=now)
+        InvoiceLine.objects.bulk_create([_line(invoice, charge, adjusts_month=month) for charge in team_adjustments])
+        _update_total(invoice, now=now)
+    closed.needs_reconciling = False
+    closed.save(update_fields=["needs_reconciling"])
+
+
+@transaction.atomic
+def refresh_invoices(*, now: datetime, months: list[date] | None = None) -> int:
+    """Rebuild the drafts of the open months (or of `months`) from the rollups and reconcile closed months.
+
+    Guarantees: only drafts are written (closed invoices are refused by the database too); a draft ends up with
+    exactly the month's current charges plus the adjustments for closed months that changed since they were
+    invoiced; a draft with neither is deleted. Returns the number of drafts kept.
+    """
+    _lock()
+    open_from = first_open_month(now=now)
+    if months is None:
+        months = []
+        month = open_from
+        while month <= month_of(now):
+            months.append(month)
+            month = next_month(month)
+    for closed in ClosedMonth.objects.filter(needs_reconciling=True).order_by("month"):
+        _reconcile(closed=closed, into_month=open_from, now=now)
+    for month in months:
+        _rebuild_month_drafts(month=month, now=now)
+    Invoice.objects.filter(status=InvoiceStatus.DRAFT, lines__isnull=True).delete()
+    return Invoice.objects.filter(status=InvoiceStatus.DRAFT).count()
+
+
+@dataclass
+class CloseResult:
+    month: date
+    closed_now: bool
+    invoices: int
+
+
+def close_month(*, month: date, now: datetime, user=None) -> CloseResult:
+    """Close `month`: meter it once more from the raw intervals, rebuild its drafts and freeze them.
+
+    Idempotent: a month already closed is left as it is (`closed_now` is False). Refuses a month that has not
+    ended by `now`, and a month while an earlier month still has draft invoices (months close in order).
+    Adjustments for earlier closed months that changed are reconciled first and frozen with this month.
+    """
+    month = month_of(month)
+    if ClosedMonth.objects.filter(month=month).exists():
+        return CloseResult(month=month, closed_now=False, invoices=Invoice.objects.filter(month=month).count())
+    if now < month_bounds(next_month(month))[0]:
+        raise ValidationError(_("%(month)s has not ended yet.") % {"month": format_month(month)})
+    return _close_month(month=month, now=now, user=user)
+
+
+@transaction.atomic
+def _close_month(*, month: date, now: datetime, user) -> CloseResult:
+    _lock()
+    closed = ClosedMonth.objects.filter(month=month).first()
+    if closed is not None:  # closed by someone else while we waited for the lock
+        return CloseResult(month=month, closed_now=False, invoices=Invoice.objects.filter(month=month).count())
+    earlier = _earlier_month_to_close(month=month, now=now)
+    if earlier is not None:
+        raise ValidationError(
+            _("Close %(earlier)s before %(month)s.") % {"earlier": format_month(earlier), "month": format_month(month)}
+        )
+    days = days_of(month, next_month(month) - timedelta(days=1))
+    StaleDay.objects.filter(day__in=days).delete()
+    recompute_days(days=days, now=now)
+    # Reconciled adjustments go onto this month's drafts: it is the oldest open month from now on.
+    for pending in ClosedMonth.objects.filter(needs_reconciling=True).order_by("month"):
+        _reconcile(closed=pending, into_month=month, now=now)
+    _rebuild_month_drafts(month=month, now=now)
+    Invoice.objects.filter(month=month, status=InvoiceStatus.DRAFT, lines__isnull=True).delete()
+    count = Invoice.objects.filter(month=month, status=InvoiceStatus.DRAFT).update(
+        status=InvoiceStatus.CLOSED, closed_at=now
+    )
+    closed = ClosedMonth.objects.create(month=month, closed_at=now, closed_by=_actor(user))
+    audit.record(
+        actor=user,
+        action="billing.close_month",
+        instance=closed,
+        before=None,
+        after={"month": format_month(month), "invoices": count},
+    )
+    logger.info("closed %s: %d invoices", format_month(month), count)
+    return CloseResult(month=month, closed_now=True, invoices=count)
+
+
+def _earlier_month_to_close(*, month: date, now: datetime) -> date | None:
+    """The oldest open month before `month` that has something to invoice, if any: months close in order."""
+    drafts = Invoice.objects.filter(month__lt=month, status=InvoiceStatus.DRAFT).order_by("month")
+    earliest_draft = drafts.values_list("month", flat=True).first()
+    candidate = first_open_month(now=now)
+    while candidate < month:
+        if candidate == earliest_draft or month_charges(month=candidate, now=now):
+            return candidate
+        candidate = next_month(candidate)
+    return None
+
+
+def _actor(user):
+    return user if user is not None and user.is_authenticated else None
