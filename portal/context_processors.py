@@ -16,6 +16,8 @@ def navigation(request) -> dict:
         {"label": _("Overview"), "url": reverse("portal:home"), "key": "home"},
         {"label": _("Pools"), "url": reverse("pools:pool_list"), "key": "pools"},
     ]
+    if is_lead:
+        items.append({"label": _("Billing"), "url": reverse("billing:home"), "key": "billing"})
     if is_admin:
         items.append({"label": _("Admin"), "url": reverse("admin:index"), "key": "admin"})
     return {"nav_items": items, "nav_is_admin": is_admin, "nav_is_lead": is_lead}

@@ -1,0 +1,94 @@
+from django.contrib import admin, messages
+from django.db import transaction
+
+from . import tasks
+from .models import ClosedMonth, DailyUsage, Invoice, InvoiceLine, UsageInterval
+from .periods import format_month
+
+
+@admin.register(UsageInterval)
+class UsageIntervalAdmin(admin.ModelAdmin):
+    list_display = ["pod_name", "team", "pool", "gpus", "started_at", "ended_at", "node_name"]
+    list_filter = ["pool", "team"]
+    search_fields = ["pod_name", "pod_uid", "node_name"]
+    list_select_related = ["team", "pool"]
+    date_hierarchy = "started_at"
+
+    def has_change_permission(self, request, obj=None):
+        return False  # written by the cluster sync only
+
+
+class InvoiceLineInline(admin.TabularInline):
+    model = InvoiceLine
+    fields = ["kind", "description", "quantity", "unit", "unit_price", "amount", "adjusts_month"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Invoice)
+class InvoiceAdmin(admin.ModelAdmin):
+    """Invoices are written by billing services only; the action closes the selected invoices' months."""
+
+    list_display = ["team", "month", "status", "total", "metered_until", "closed_at"]
+    list_filter = ["status", "month", "team"]
+    list_select_related = ["team"]
+    inlines = [InvoiceLineInline]
+    actions = ["close_months"]
+    readonly_fields = ["team", "month", "status", "total", "metered_until", "computed_at", "closed_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Close the month of the selected invoices (freezes every team's invoice)")
+    def close_months(self, request, queryset):
+        months = sorted(set(queryset.values_list("month", flat=True)))
+        for month in months:
+            transaction.on_commit(
+                lambda month=month: tasks.close_month.delay(format_month(month), user_id=request.user.pk)
+            )
+        self.message_user(
+            request,
+            f"Closing {', '.join(format_month(m) for m in months)}: the billing queue meters and freezes them.",
+            messages.INFO,
+        )
+
+
+@admin.register(ClosedMonth)
+class ClosedMonthAdmin(admin.ModelAdmin):
+    list_display = ["month", "closed_at", "closed_by", "needs_reconciling"]
+    readonly_fields = ["month", "closed_at", "closed_by", "needs_reconciling"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(DailyUsage)
+class DailyUsageAdmin(admin.ModelAdmin):
+    list_display = [
+        "day",
+        "team",
+        "pool",
+        "reserved_gpu_seconds",
+        "in_reservation_gpu_seconds",
+        "overage_gpu_seconds",
+        "spill_gpu_seconds",
+    ]
+    list_filter = ["pool", "team"]
+    list_select_related = ["team", "pool"]
+    date_hierarchy = "day"
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_add_permission(self, request):
+        return False

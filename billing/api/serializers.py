@@ -1,0 +1,37 @@
+from rest_framework import serializers
+
+from ..models import Invoice, InvoiceLine
+
+
+class UsageSerializer(serializers.Serializer):
+    """Month figures of one team in one pool, from the daily rollups. GPU-hours; ratios between 0 and 1."""
+
+    team = serializers.CharField()
+    pool = serializers.CharField()
+    pool_kind = serializers.CharField()
+    month = serializers.CharField(help_text="YYYY-MM (UTC)")
+    reserved_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    in_reservation_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    overage_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    spill_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    idle_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    utilisation = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True)
+    spill_ratio = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True)
+
+
+class InvoiceLineSerializer(serializers.ModelSerializer):
+    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = InvoiceLine
+        fields = ["kind", "description", "pool", "quantity", "unit", "unit_price", "amount", "adjusts_month"]
+
+
+class InvoiceSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    month = serializers.DateField(format="%Y-%m")
+    lines = InvoiceLineSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Invoice
+        fields = ["id", "team", "month", "status", "total", "metered_until", "closed_at", "lines"]

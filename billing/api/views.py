@@ -1,0 +1,77 @@
+"""Read-only billing API: monthly usage from the rollups and invoices, scoped to the teams a user leads."""
+
+import django_filters
+from django.http import Http404
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import viewsets
+from rest_framework.response import Response
+
+from portal.models import Team
+
+from .. import selectors
+from ..choices import InvoiceStatus
+from ..models import Invoice
+from ..periods import month_of, parse_month
+from .serializers import InvoiceSerializer, UsageSerializer
+
+MONTH_PARAMETER = OpenApiParameter(
+    "month", OpenApiTypes.STR, description="YYYY-MM (UTC); default: the current month", pattern=r"^\d{4}-\d{2}$"
+)
+
+
+def _month(request):
+    value = request.query_params.get("month")
+    if value is None:
+        return month_of(timezone.now())
+    month = parse_month(value)
+    if month is None:
+        raise Http404("month must be YYYY-MM")
+    return month
+
+
+class UsageViewSet(viewsets.ViewSet):
+    """GPU-hours reserved, used in the reservation, overage, spill and idle, per team and pool and month."""
+
+    lookup_field = "slug"
+    lookup_value_regex = r"[a-z0-9-]+"
+
+    @extend_schema(parameters=[MONTH_PARAMETER], responses=UsageSerializer(many=True))
+    def list(self, request):
+        teams = Team.objects.led_by(request.user)
+        rows = selectors.usage_rows(teams=teams, month=_month(request))
+        return Response(UsageSerializer(rows, many=True).data)
+
+    @extend_schema(parameters=[MONTH_PARAMETER], responses=UsageSerializer(many=True))
+    def retrieve(self, request, slug=None):
+        team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
+        rows = selectors.usage_rows(teams=[team], month=_month(request))
+        return Response(UsageSerializer(rows, many=True).data)
+
+
+class InvoiceFilter(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug")
+    status = django_filters.ChoiceFilter(choices=InvoiceStatus.choices)
+    month = django_filters.DateFilter(field_name="month", input_formats=["%Y-%m"])
+
+    class Meta:
+        model = Invoice
+        fields = ["team", "status", "month"]
+
+
+class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
+    """Invoices (drafts of open months and closed ones) of the teams the user leads, with their lines."""
+
+    serializer_class = InvoiceSerializer
+    filterset_class = InvoiceFilter
+    ordering_fields = ["month", "total"]
+
+    def get_queryset(self):
+        return (
+            Invoice.objects.led_by(self.request.user)
+            .select_related("team")
+            .prefetch_related("lines__pool")
+            .order_by("-month", "team__slug")
+        )

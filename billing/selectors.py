@@ -1,0 +1,328 @@
+"""Reads of billing: month figures from the daily rollups (never the raw intervals), reports for pages and API.
+
+Every figure is computed here, in Decimal: GPU-hours to six places, utilisation and ratios to four, money to the
+cent. Templates only place them (STYLE.md, convention 11).
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+from django.db.models import Max, Min, Sum
+
+from pools.choices import PoolKind
+from pools.models import Pool
+from portal.models import Team
+
+from . import services
+from .choices import InvoiceStatus
+from .models import DailyUsage, Invoice, MeteredDay
+from .money import hours, ratio, round_half_up, to_cents
+from .periods import month_bounds, month_of, next_month, seconds
+
+ZERO = Decimal(0)
+
+
+@dataclass
+class Figures:
+    """R, U, O and S of one scope (a pool, a team, a day) in exact GPU-seconds, with the derived figures."""
+
+    reserved: Decimal = ZERO
+    in_reservation: Decimal = ZERO
+    overage: Decimal = ZERO
+    spill: Decimal = ZERO
+
+    def add(self, other: "Figures") -> None:
+        self.reserved += other.reserved
+        self.in_reservation += other.in_reservation
+        self.overage += other.overage
+        self.spill += other.spill
+
+    @property
+    def idle(self) -> Decimal:
+        return self.reserved - self.in_reservation
+
+    @property
+    def used(self) -> Decimal:
+        return self.in_reservation + self.overage + self.spill
+
+    def as_hours(self) -> dict:
+        """Every figure in GPU-hours (6 places), utilisation U / R and spill ratio S / usage (4 places, or None)."""
+        return {
+            "reserved_gpu_hours": hours(self.reserved),
+            "in_reservation_gpu_hours": hours(self.in_reservation),
+            "overage_gpu_hours": hours(self.overage),
+            "spill_gpu_hours": hours(self.spill),
+            "idle_gpu_hours": hours(self.idle),
+            "utilisation": ratio(self.in_reservation, self.reserved),
+            "utilisation_percent": percent(ratio(self.in_reservation, self.reserved)),
+            "spill_ratio": ratio(self.spill, self.used),
+            "spill_ratio_percent": percent(ratio(self.spill, self.used)),
+        }
+
+
+def percent(value: Decimal | None) -> Decimal | None:
+    """A ratio as a percentage to one decimal place (half up), or None."""
+    return None if value is None else round_half_up(value * 100, 1)
+
+
+def _figures(row) -> Figures:
+    return Figures(row["reserved"], row["in_reservation"], row["overage"], row["spill"])
+
+
+def _month_rows(month: date):
+    return DailyUsage.objects.filter(day__gte=month, day__lt=next_month(month))
+
+
+def metered_until(month: date) -> datetime | None:
+    """Up to when the month's rollups are metered (the earliest day's metered moment if one lags behind)."""
+    days = MeteredDay.objects.filter(day__gte=month, day__lt=next_month(month))
+    latest = days.aggregate(at=Max("metered_until"))["at"]
+    incomplete = days.filter(complete=False).aggregate(at=Min("metered_until"))["at"]
+    return incomplete or latest
+
+
+@dataclass
+class TeamMonth:
+    team: Team
+    month: date
+    pools: list[dict]
+    totals: dict
+    daily: list[dict]
+    lines: list
+    total: Decimal
+    invoice: Invoice | None
+    metered_until: datetime | None
+    chart: dict = field(default_factory=dict)
+
+    @property
+    def is_closed(self) -> bool:
+        return self.invoice is not None and self.invoice.is_closed
+
+
+def team_month(*, team: Team, month: date, now: datetime) -> TeamMonth:
+    """Everything the team billing page and exports show for one team and month, from rollups and invoices."""
+    rows = _month_rows(month).filter(team=team)
+    per_pool = rows.values("pool_id").annotate(
+        reserved=Sum("reserved_gpu_seconds"),
+        in_reservation=Sum("in_reservation_gpu_seconds"),
+        overage=Sum("overage_gpu_seconds"),
+        spill=Sum("spill_gpu_seconds"),
+    )
+    pools = Pool.objects.in_bulk([row["pool_id"] for row in per_pool])
+    totals = Figures()
+    pool_rows = []
+    for row in sorted(per_pool, key=lambda row: pools[row["pool_id"]].name):
+        figures = _figures(row)
+        totals.add(figures)
+        pool = pools[row["pool_id"]]
+        pool_rows.append({"pool": pool, "kind": pool.kind, **figures.as_hours()})
+    per_day = {
+        row["day"]: _figures(row)
+        for row in rows.values("day").annotate(
+            reserved=Sum("reserved_gpu_seconds"),
+            in_reservation=Sum("in_reservation_gpu_seconds"),
+            overage=Sum("overage_gpu_seconds"),
+            spill=Sum("spill_gpu_seconds"),
+        )
+    }
+    daily = []
+    day = month
+    while day < next_month(month):
+        figures = per_day.get(day, Figures())
+        daily.append(
+            {"day": day, **figures.as_hours(), "used_gpu_hours": hours(figures.in_reservation + figures.overage)}
+        )
+        day += timedelta(days=1)
+    invoice = Invoice.objects.filter(team=team, month=month).first()
+    if invoice is not None:
+        lines = list(invoice.lines.select_related("pool").order_by("adjusts_month", "kind", "key"))
+        total = invoice.total
+    else:
+        lines = services.month_charges(month=month, now=now, team_ids=[team.pk]).get(team.pk, [])
+        total = sum((line.amount for line in lines), Decimal("0.00"))
+    return TeamMonth(
+        team=team,
+        month=month,
+        pools=pool_rows,
+        totals=totals.as_hours(),
+        daily=daily,
+        lines=lines,
+        total=total,
+        invoice=invoice,
+        metered_until=invoice.metered_until if invoice and invoice.is_closed else metered_until(month),
+        chart=daily_chart(daily),
+    )
+
+
+# The chart is an inline SVG; its geometry is computed here so that the template only places numbers.
+CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 720, 220, 28
+
+
+def daily_chart(daily: list[dict]) -> dict:
+    """Bars of used (in reservation + overage) and spilled GPU-hours per day, and a step line of reserved."""
+    peak = max([max(d["reserved_gpu_hours"], d["used_gpu_hours"] + d["spill_gpu_hours"]) for d in daily] + [Decimal(1)])
+    plot_h = CHART_HEIGHT - 2 * CHART_PAD
+    slot = Fraction(CHART_WIDTH - 2 * CHART_PAD, max(len(daily), 1))
+
+    def y(value: Decimal) -> Decimal:
+        return round_half_up(CHART_HEIGHT - CHART_PAD - Fraction(value) / Fraction(peak) * plot_h, 1)
+
+    def scaled(value: Decimal) -> Decimal:
+        return round_half_up(Fraction(value) / Fraction(peak) * plot_h, 1)
+
+    bars, reserved_points = [], []
+    for index, d in enumerate(daily):
+        x = CHART_PAD + slot * index
+        used_h, spill_h = scaled(d["used_gpu_hours"]), scaled(d["spill_gpu_hours"])
+        base = Decimal(CHART_HEIGHT - CHART_PAD)
+        bars.append(
+            {
+                "x": round_half_up(x + slot / 8, 1),
+                "width": round_half_up(slot * 3 / 4, 1),
+                "used_y": base - used_h,
+                "used_height": used_h,
+                "spill_y": base - used_h - spill_h,
+                "spill_height": spill_h,
+                "label": f"{d['day']:%d}",
+                "label_x": round_half_up(x + slot / 2, 1),
+                "title": f"{d['day']:%Y-%m-%d}: reserved {d['reserved_gpu_hours']:.2f}, "
+                f"used {d['used_gpu_hours']:.2f}, spilled {d['spill_gpu_hours']:.2f} GPU-hours",
+                "show_label": index % 5 == 0,
+            }
+        )
+        reserved_points.append(f"{round_half_up(x, 1)},{y(d['reserved_gpu_hours'])}")
+        reserved_points.append(f"{round_half_up(x + slot, 1)},{y(d['reserved_gpu_hours'])}")
+    return {
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "bars": bars,
+        "reserved_points": " ".join(reserved_points),
+        "axis_y": CHART_HEIGHT - CHART_PAD,
+        "label_y": CHART_HEIGHT - 8,
+        "peak": peak.quantize(Decimal("0.01")),
+        "peak_y": CHART_PAD,
+        "pad": CHART_PAD,
+        "right": CHART_WIDTH - CHART_PAD,
+    }
+
+
+def months_for(team: Team, *, now: datetime) -> list[date]:
+    """Months with something to show for `team`, newest first, always including the current month."""
+    first = (
+        DailyUsage.objects.filter(team=team).aggregate(day=Min("day"))["day"],
+        Invoice.objects.filter(team=team).aggregate(month=Min("month"))["month"],
+    )
+    current = month_of(now)
+    start = min([month_of(value) for value in first if value is not None] + [current])
+    months = []
+    while start <= current:
+        months.append(start)
+        start = next_month(start)
+    return months[::-1]
+
+
+def months_for_all(*, now: datetime) -> list[date]:
+    """Months with rollups of any team, newest first, always including the current month."""
+    first = DailyUsage.objects.aggregate(day=Min("day"))["day"]
+    current = month_of(now)
+    start = min(month_of(first), current) if first else current
+    months = []
+    while start <= current:
+        months.append(start)
+        start = next_month(start)
+    return months[::-1]
+
+
+def closed_invoices(team: Team):
+    return Invoice.objects.filter(team=team, status=InvoiceStatus.CLOSED).order_by("-month")
+
+
+def usage_rows(*, teams, month: date) -> list[dict]:
+    """Month figures per team and pool for the API: one dict per (team, pool) with rollups in the month."""
+    rows = (
+        _month_rows(month)
+        .filter(team__in=teams)
+        .values("team_id", "team__slug", "pool_id", "pool__slug", "pool__kind")
+        .annotate(
+            reserved=Sum("reserved_gpu_seconds"),
+            in_reservation=Sum("in_reservation_gpu_seconds"),
+            overage=Sum("overage_gpu_seconds"),
+            spill=Sum("spill_gpu_seconds"),
+        )
+        .order_by("team__slug", "pool__slug")
+    )
+    return [
+        {
+            "team": row["team__slug"],
+            "pool": row["pool__slug"],
+            "pool_kind": row["pool__kind"],
+            "month": f"{month:%Y-%m}",
+            **_figures(row).as_hours(),
+        }
+        for row in rows
+    ]
+
+
+def pool_month(*, month: date, now: datetime) -> list[dict]:
+    """The admin's pool view: per pool, contracted GPU-hours against GPU-hours used across teams (utilisation),
+    idle contracted GPU-hours and what they cost, and per team R, U, O, S, idle and spill ratio."""
+    start, end = month_bounds(month)
+    until = min(end, now)
+    elapsed = seconds(until - start) if until > start else ZERO
+    month_seconds = seconds(end - start)
+    per_team_pool = (
+        _month_rows(month)
+        .values("team_id", "pool_id")
+        .annotate(
+            reserved=Sum("reserved_gpu_seconds"),
+            in_reservation=Sum("in_reservation_gpu_seconds"),
+            overage=Sum("overage_gpu_seconds"),
+            spill=Sum("spill_gpu_seconds"),
+        )
+    )
+    by_pool: dict[int, list] = defaultdict(list)
+    team_usage: dict[int, Figures] = defaultdict(Figures)
+    for row in per_team_pool:
+        figures = _figures(row)
+        by_pool[row["pool_id"]].append((row["team_id"], figures))
+        team_usage[row["team_id"]].add(figures)
+    teams = Team.objects.in_bulk({team_id for rows in by_pool.values() for team_id, _f in rows})
+    report = []
+    for pool in Pool.objects.order_by("name"):
+        pool_total = Figures()
+        team_rows = []
+        for team_id, figures in sorted(by_pool.get(pool.pk, []), key=lambda item: teams[item[0]].name):
+            pool_total.add(figures)
+            team_rows.append(
+                {
+                    "team": teams[team_id],
+                    **figures.as_hours(),
+                    "team_spill_ratio": ratio(team_usage[team_id].spill, team_usage[team_id].used),
+                    "team_spill_ratio_percent": percent(ratio(team_usage[team_id].spill, team_usage[team_id].used)),
+                }
+            )
+        used = pool_total.in_reservation + pool_total.overage + pool_total.spill
+        contracted = (pool.contracted_gpus or 0) * elapsed if pool.kind == PoolKind.RESERVED else ZERO
+        idle = max(contracted - used, ZERO)
+        idle_cost = (
+            to_cents(Fraction(idle) * Fraction(pool.monthly_price_per_gpu) / Fraction(month_seconds))
+            if contracted
+            else None
+        )
+        report.append(
+            {
+                "pool": pool,
+                "contracted_gpu_hours": hours(contracted) if contracted else None,
+                "used_gpu_hours": hours(used),
+                "reserved_gpu_hours": hours(pool_total.reserved),
+                "utilisation": ratio(used, contracted) if contracted else None,
+                "utilisation_percent": percent(ratio(used, contracted)) if contracted else None,
+                "idle_gpu_hours": hours(idle) if contracted else None,
+                "idle_cost": idle_cost,
+                "teams": team_rows,
+            }
+        )
+    return report

@@ -1,0 +1,157 @@
+"""Billing pages: the team lead's month view with exports and invoices, and the admin's pool view.
+
+Scope: a lead sees the teams they lead (`Team.objects.led_by`), a platform admin every team; anything else is a
+404, for pages, fragments and exports alike.
+"""
+
+import csv
+import json
+
+from django.contrib.auth.decorators import login_required
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+
+from portal.htmx import render_page_or_partial
+from portal.models import Team
+
+from . import selectors
+from .forms import MonthForm
+from .models import Invoice
+from .periods import format_month, parse_month
+
+
+def _led_team(request, slug: str) -> Team:
+    return get_object_or_404(Team.objects.led_by(request.user), slug=slug)
+
+
+def _month_or_404(value: str):
+    month = parse_month(value)
+    if month is None:
+        raise Http404("no such month")
+    return month
+
+
+@login_required
+def billing_home(request):
+    team = Team.objects.led_by(request.user).order_by("name").first()
+    if team is None:
+        raise Http404("no team whose billing you may see")
+    return redirect("billing:team_billing", slug=team.slug)
+
+
+@login_required
+def team_billing(request, slug: str):
+    team = _led_team(request, slug)
+    now = timezone.now()
+    form = MonthForm(request.GET or None, months=selectors.months_for(team, now=now))
+    month = form.chosen()
+    context = {
+        "team": team,
+        "teams": Team.objects.led_by(request.user).order_by("name"),
+        "form": form,
+        "month": month,
+        "month_slug": format_month(month),
+        "report": selectors.team_month(team=team, month=month, now=now),
+        "closed_invoices": selectors.closed_invoices(team),
+    }
+    return render_page_or_partial(request, "billing/team_billing.html", "billing/partials/team_month.html", context)
+
+
+def _export(team: Team, month) -> dict:
+    report = selectors.team_month(team=team, month=month, now=timezone.now())
+    return {
+        "team": team.slug,
+        "month": format_month(month),
+        "status": report.invoice.status if report.invoice else "draft",
+        "metered_until": report.metered_until,
+        "units": {"figures": "GPU-hours", "utilisation": "U / R", "money": "amount in the pools' currency"},
+        "totals": report.totals,
+        "pools": [{**{k: v for k, v in row.items() if k != "pool"}, "pool": row["pool"].slug} for row in report.pools],
+        "daily": [{**row, "day": row["day"].isoformat()} for row in report.daily],
+        "lines": [
+            {
+                "kind": line.kind,
+                "description": line.description,
+                "quantity": line.quantity,
+                "unit": line.unit,
+                "unit_price": line.unit_price,
+                "amount": line.amount,
+                "adjusts_month": format_month(line.adjusts_month) if getattr(line, "adjusts_month", None) else None,
+            }
+            for line in report.lines
+        ],
+        "total": report.total,
+    }
+
+
+@login_required
+def team_usage_json(request, slug: str, month: str):
+    team = _led_team(request, slug)
+    data = _export(team, _month_or_404(month))
+    response = HttpResponse(json.dumps(data, cls=DjangoJSONEncoder, indent=2), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{team.slug}-{month}-usage.json"'
+    return response
+
+
+CSV_COLUMNS = [
+    "day",
+    "reserved_gpu_hours",
+    "in_reservation_gpu_hours",
+    "overage_gpu_hours",
+    "spill_gpu_hours",
+    "idle_gpu_hours",
+    "utilisation",
+]
+
+
+@login_required
+def team_usage_csv(request, slug: str, month: str):
+    """One row per day, then the cost lines: what a lead hands to finance."""
+    team = _led_team(request, slug)
+    data = _export(team, _month_or_404(month))
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{team.slug}-{month}-usage.csv"'
+    writer = csv.writer(response)
+    writer.writerow(["team", "month", *CSV_COLUMNS])
+    for row in data["daily"]:
+        writer.writerow([team.slug, data["month"], *[row[column] for column in CSV_COLUMNS]])
+    writer.writerow([team.slug, data["month"], "month total", *[data["totals"][column] for column in CSV_COLUMNS[1:]]])
+    writer.writerow([])
+    writer.writerow(["kind", "description", "quantity", "unit", "unit_price", "amount", "adjusts_month"])
+    for line in data["lines"]:
+        writer.writerow(
+            [line[key] for key in ("kind", "description", "quantity", "unit", "unit_price", "amount")]
+            + [line["adjusts_month"] or ""]
+        )
+    writer.writerow(["total", "", "", "", "", data["total"], ""])
+    return response
+
+
+@login_required
+def invoice_detail(request, slug: str, month: str):
+    team = _led_team(request, slug)
+    invoice = get_object_or_404(Invoice.objects.led_by(request.user), team=team, month=_month_or_404(month))
+    return render(
+        request,
+        "billing/invoice_detail.html",
+        {"team": team, "invoice": invoice, "lines": invoice.lines.select_related("pool")},
+    )
+
+
+@login_required
+def pool_usage(request):
+    if not request.user.is_admin:
+        raise Http404("platform admins only")
+    now = timezone.now()
+    months = selectors.months_for_all(now=now)
+    form = MonthForm(request.GET or None, months=months)
+    month = form.chosen()
+    context = {
+        "form": form,
+        "month": month,
+        "pools": selectors.pool_month(month=month, now=now),
+        "metered_until": selectors.metered_until(month),
+    }
+    return render_page_or_partial(request, "billing/pool_usage.html", "billing/partials/pool_month.html", context)

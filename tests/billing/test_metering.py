@@ -1,0 +1,117 @@
+"""Metering by example: the PRODUCT.md formulas on cases a person can check by hand."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+
+from billing import metering, services
+from billing.models import DailyUsage
+from billing.money import hourly_cost, hours, round_half_up, to_cents
+from billing.periods import month_bounds
+from tests.billing.conftest import at
+
+MARCH = at(1).date()
+HOUR = Decimal(3600)
+
+
+def month_figures(now, **kwargs):
+    start, end = month_bounds(MARCH)
+    rows = metering.meter(start=start, end=min(end, now), now=now, **kwargs)
+    return {(row.team_id, row.pool_id): (row.reserved, row.in_reservation, row.overage, row.spill) for row in rows}
+
+
+def test_usage_above_the_reservation_is_overage_and_below_is_in_reservation(team, reserved_pool, reservation, pod):
+    # 4 GPUs reserved; from 10:00 to 12:00, two pods of 3 GPUs overlap for one hour (11:00-12:00) → 6 GPUs.
+    pod(at(2, 10), at(2, 12), gpus=3)
+    pod(at(2, 11), at(2, 13), gpus=3)
+    figures = month_figures(at(1, month=4))[(team.pk, reserved_pool.pk)]
+    reserved, in_reservation, overage, spill = figures
+    assert reserved == 4 * 31 * 24 * HOUR
+    # 10-11: 3 used; 11-12: 6 used → 4 in, 2 over; 12-13: 3 used.
+    assert in_reservation == (3 + 4 + 3) * HOUR
+    assert overage == 2 * HOUR
+    assert spill == 0
+
+
+def test_usage_in_an_elastic_pool_is_spill(team, elastic_pool, reservation, pod):
+    pod(at(5, 8), at(5, 9, 30), gpus=2, pool=elastic_pool)
+    assert month_figures(at(1, month=4))[(team.pk, elastic_pool.pk)] == (0, 0, 0, Decimal(3 * 3600))
+
+
+def test_open_intervals_count_until_now_and_intervals_are_clipped_to_the_month(team, reserved_pool, pod):
+    pod(at(28, 0, month=2), at(1, 2), gpus=1)  # crosses into March: 2 hours count
+    pod(at(31, 23), None, gpus=2)  # still running at "now" = April 1st 01:00: clipped at the month's end
+    pod(at(10, 0), at(10, 0), gpus=8)  # zero length: nothing
+    figures = month_figures(at(1, 1, month=4))[(team.pk, reserved_pool.pk)]
+    assert figures == (0, 0, (2 + 2) * HOUR, 0)
+    now = at(31, 23, 30)  # mid-way: the open pod has run 30 minutes
+    assert month_figures(now)[(team.pk, reserved_pool.pk)] == (0, 0, 2 * HOUR + 2 * 1800, 0)
+
+
+def test_metering_refuses_a_period_ending_after_now(db):
+    with pytest.raises(ValueError, match="after now"):
+        metering.meter(start=at(1), end=at(2), now=at(1, 12))
+
+
+def test_reservation_fee_is_pro_rated_to_the_minute(team, reserved_pool):
+    from tests.factories import ReservationFactory
+
+    # 2 GPUs from March 16th 12:00 to April 10th: 15.5 days of March's 31 → exactly half the month.
+    reservation = ReservationFactory(
+        team=team, pool=reserved_pool, gpus=2, starts_at=at(16, 12), ends_at=at(10, month=4)
+    )
+    gpu_months, fee = services.reservation_fee(reservation, month=MARCH, until=at(1, month=4))
+    assert gpu_months == 1
+    assert fee == Decimal("9800.00")
+    # One minute less: 2 × 9800 × (22319 / 44640) = 9799.560931… → 9799.56
+    reservation.starts_at = at(16, 12, 1)
+    _months, fee = services.reservation_fee(reservation, month=MARCH, until=at(1, month=4))
+    assert fee == Decimal("9799.56")
+
+
+def test_rounding_is_half_up_to_the_cent():
+    assert to_cents(Decimal("0.005")) == Decimal("0.01")
+    assert to_cents(Decimal("0.0049999")) == Decimal("0.00")
+    assert to_cents(Decimal("2.675")) == Decimal("2.68")  # a float would make this 2.67
+    assert round_half_up(Decimal("-0.005"), 2) == Decimal("-0.01")
+    # 1 GPU-second at 18.0000 per GPU-hour is 0.005 exactly → 0.01
+    assert hourly_cost(Decimal(1), Decimal("18.0000")) == Decimal("0.01")
+    assert hours(Decimal(1)) == Decimal("0.000278")
+
+
+def test_a_day_recomputed_gives_the_same_rows(team, reserved_pool, reservation, pod):
+    pod(at(3, 22), at(4, 3), gpus=6)
+    now = at(10)
+    days = [at(3).date(), at(4).date()]
+    services.recompute_days(days=days, now=now)
+    first = list(
+        DailyUsage.objects.order_by("day").values_list("day", "in_reservation_gpu_seconds", "overage_gpu_seconds")
+    )
+    assert first == [(days[0], 2 * 4 * HOUR, 2 * 2 * HOUR), (days[1], 3 * 4 * HOUR, 3 * 2 * HOUR)]
+    services.recompute_days(days=days, now=now)
+    assert (
+        list(DailyUsage.objects.order_by("day").values_list("day", "in_reservation_gpu_seconds", "overage_gpu_seconds"))
+        == first
+    )
+
+
+def test_intervals_without_a_team_are_not_billed(reserved_pool, pod, team):
+    pod(at(2), at(3), gpus=1).__class__.objects.update(team=None)
+    assert month_figures(at(1, month=4)) == {}
+
+
+def test_team_filter_meters_only_those_teams(team, other_team, reserved_pool, pod):
+    pod(at(2), at(2, 1), gpus=1)
+    pod(at(2), at(2, 1), gpus=1, for_team=other_team)
+    assert set(month_figures(at(1, month=4), team_ids=[other_team.pk])) == {(other_team.pk, reserved_pool.pk)}
+    assert month_figures(at(1, month=4), team_ids=[]) == {}
+
+
+def test_the_day_split_follows_utc_midnights(team, reserved_pool, pod):
+    pod(at(1, 23, 30) - timedelta(days=0), at(2, 0, 45), gpus=1)
+    services.recompute_days(days=[at(1).date(), at(2).date()], now=at(5))
+    assert list(DailyUsage.objects.order_by("day").values_list("overage_gpu_seconds", flat=True)) == [
+        Decimal(1800),
+        Decimal(2700),
+    ]
