@@ -1,4 +1,5 @@
-"""The cluster's PKI: a CA, the API server's serving certificate, an admin client certificate, service account keys.
+"""The cluster's PKI: a CA, the API server's serving certificate, an admin client certificate, a front-proxy CA and
+client certificate (for aggregated APIs), service account keys.
 
 Everything lives in the state directory and is made once; later `up`s reuse it, so a KUBECONFIG someone exported
 keeps its credentials (only the port may change). ECDSA P-256 keeps generation instant; the service account key is
@@ -20,6 +21,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 ADMIN_USER = "reservoir-admin"
+FRONT_PROXY_CLIENT = "front-proxy-client"
 VALIDITY = datetime.timedelta(days=3650)
 
 
@@ -54,6 +56,18 @@ class PKI:
         return self.directory / "admin.key"
 
     @property
+    def front_proxy_ca_cert(self) -> Path:
+        return self.directory / "front-proxy-ca.crt"
+
+    @property
+    def front_proxy_client_cert(self) -> Path:
+        return self.directory / "front-proxy-client.crt"
+
+    @property
+    def front_proxy_client_key(self) -> Path:
+        return self.directory / "front-proxy-client.key"
+
+    @property
     def service_account_key(self) -> Path:
         return self.directory / "sa.key"
 
@@ -69,6 +83,9 @@ class PKI:
             self.apiserver_key,
             self.admin_cert,
             self.admin_key,
+            self.front_proxy_ca_cert,
+            self.front_proxy_client_cert,
+            self.front_proxy_client_key,
             self.service_account_key,
             self.service_account_public_key,
         ]
@@ -138,17 +155,11 @@ def _leaf(
     return key, builder.sign(ca_key, hashes.SHA256())
 
 
-def ensure_pki(directory: Path) -> PKI:
-    """Create the CA, certificates and keys in ``directory`` unless they are all there already."""
-    pki = PKI(directory)
-    if pki.exists():
-        return pki
-    directory.mkdir(parents=True, exist_ok=True)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "reservoir-devcluster-ca")])
-    ca_cert = (
-        _builder(ca_name, ca_name, ca_key.public_key())
+def _certificate_authority(common_name: str):
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        _builder(name, name, key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -164,9 +175,22 @@ def ensure_pki(directory: Path) -> PKI:
             ),
             critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
     )
+    return key, cert
+
+
+def ensure_pki(directory: Path) -> PKI:
+    """Create the CA, certificates and keys in ``directory`` unless they are all there already."""
+    pki = PKI(directory)
+    if pki.exists():
+        return pki
+    directory.mkdir(parents=True, exist_ok=True)
+
+    ca_key, ca_cert = _certificate_authority("reservoir-devcluster-ca")
+    # Requests the API server proxies to aggregated APIs are vouched for by a client certificate of a CA of its own.
+    front_proxy_ca_key, front_proxy_ca_cert = _certificate_authority("reservoir-devcluster-front-proxy-ca")
 
     serving_names = [
         "localhost",
@@ -195,12 +219,21 @@ def ensure_pki(directory: Path) -> PKI:
         ),
         [ExtendedKeyUsageOID.CLIENT_AUTH],
     )
+    front_proxy_client_key, front_proxy_client_cert = _leaf(
+        front_proxy_ca_cert,
+        front_proxy_ca_key,
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, FRONT_PROXY_CLIENT)]),
+        [ExtendedKeyUsageOID.CLIENT_AUTH],
+    )
     service_account_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
     _write_private(pki.ca_key, _key_pem(ca_key))
     _write_private(pki.apiserver_key, _key_pem(apiserver_key))
     _write_private(pki.admin_key, _key_pem(admin_key))
+    _write_private(pki.front_proxy_client_key, _key_pem(front_proxy_client_key))
     _write_private(pki.service_account_key, _key_pem(service_account_key))
+    pki.front_proxy_ca_cert.write_bytes(_cert_pem(front_proxy_ca_cert))
+    pki.front_proxy_client_cert.write_bytes(_cert_pem(front_proxy_client_cert))
     pki.service_account_public_key.write_bytes(
         service_account_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -208,6 +241,5 @@ def ensure_pki(directory: Path) -> PKI:
     )
     pki.apiserver_cert.write_bytes(_cert_pem(apiserver_cert))
     pki.admin_cert.write_bytes(_cert_pem(admin_cert))
-    # The CA certificate last: ``exists()`` is only true once everything else is written.
     pki.ca_cert.write_bytes(_cert_pem(ca_cert))
     return pki

@@ -12,6 +12,8 @@ sees the same cluster; the PKI is kept, so credentials someone exported stay val
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import http.client
 import json
 import os
@@ -196,6 +198,7 @@ class Cluster:
         self.state_dir = self.state_dir.expanduser().resolve()
         self.progress = progress or (lambda message: None)
         self.pki = certs.PKI(self.state_dir / "pki")
+        self._lock_depth = 0
 
     # -- paths -----------------------------------------------------------------------------------------------------
     @property
@@ -466,6 +469,13 @@ class Cluster:
                 f"--tls-cert-file={self.pki.apiserver_cert}",
                 f"--tls-private-key-file={self.pki.apiserver_key}",
                 f"--client-ca-file={self.pki.ca_cert}",
+                f"--requestheader-client-ca-file={self.pki.front_proxy_ca_cert}",
+                f"--requestheader-allowed-names={certs.FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={self.pki.front_proxy_client_cert}",
+                f"--proxy-client-key-file={self.pki.front_proxy_client_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={self.pki.service_account_public_key}",
                 f"--service-account-signing-key-file={self.pki.service_account_key}",
@@ -588,7 +598,10 @@ class Cluster:
             topology = topology_module.load(topology, scale_nodes=scale_nodes)
         elif scale_nodes:
             topology = topology.scaled(scale_nodes)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            return self._up(topology, build_if_missing)
+
+    def _up(self, topology: topology_module.Topology, build_if_missing: bool) -> bool:
         current = self.status(count_nodes=False)
         if current.healthy:
             self.progress(f"already up and healthy in {self.state_dir}")
@@ -618,11 +631,26 @@ class Cluster:
         self.progress(f"up in {time.monotonic() - started:.1f}s; {self.env()}")
         return True
 
-    def down(self, *, timeout: float = 15.0) -> list[str]:
-        """Stop the processes this state directory records, newest first; returns the names it stopped."""
-        stopped = []
-        records = self._records()
-        for record in reversed(records):
+    def down(self, *, timeout: float = 20.0) -> list[str]:
+        """Stop the processes this state directory records, and only those: first kwok, the scheduler and the
+        controller-manager, then the API server, then etcd (the API server's shutdown still talks to etcd).
+        Returns the names it stopped."""
+        with self._lock():
+            records = {record.name: record for record in self._records()}
+            waves = [
+                [name for name in records if name not in ("kube-apiserver", "etcd")],
+                ["kube-apiserver"],
+                ["etcd"],
+            ]
+            stopped: list[str] = []
+            for wave in waves:
+                stopped += self._stop([records[name] for name in wave if name in records], timeout)
+            self.state_file.unlink(missing_ok=True)
+            return stopped
+
+    def _stop(self, records: list[ProcessRecord], timeout: float) -> list[str]:
+        signalled = []
+        for record in records:
             process = record.process()
             if process is None:
                 continue
@@ -630,9 +658,9 @@ class Cluster:
                 process.send_signal(signal.SIGTERM)
             except psutil.NoSuchProcess:
                 continue
-            stopped.append((record, process))
+            signalled.append((record, process))
         deadline = time.monotonic() + timeout
-        for record, process in stopped:
+        for record, process in signalled:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except psutil.TimeoutExpired:
@@ -642,5 +670,28 @@ class Cluster:
             except psutil.NoSuchProcess:
                 pass
             self.progress(f"stopped {record.name} (pid {record.pid})")
-        self.state_file.unlink(missing_ok=True)
-        return [record.name for record, _ in stopped]
+        return [record.name for record, _ in signalled]
+
+    @contextlib.contextmanager
+    def _lock(self):
+        """One launcher at a time per state directory (re-entrant within this object): a second `up` waits for
+        the first instead of finding a half-started cluster and stopping it."""
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with (self.state_dir / ".lock").open("w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.progress(f"another launcher is working on {self.state_dir}; waiting for it")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
