@@ -38,13 +38,13 @@ class UsageViewSet(viewsets.ViewSet):
     lookup_field = "slug"
     lookup_value_regex = r"[a-z0-9-]+"
 
-    @extend_schema(parameters=[MONTH_PARAMETER], responses=UsageSerializer(many=True))
+    @extend_schema(operation_id="usage_list", parameters=[MONTH_PARAMETER], responses=UsageSerializer(many=True))
     def list(self, request):
         teams = Team.objects.led_by(request.user)
         rows = selectors.usage_rows(teams=teams, month=_month(request))
         return Response(UsageSerializer(rows, many=True).data)
 
-    @extend_schema(parameters=[MONTH_PARAMETER], responses=UsageSerializer(many=True))
+    @extend_schema(operation_id="usage_team_list", parameters=[MONTH_PARAMETER], responses=UsageSerializer(many=True))
     def retrieve(self, request, slug=None):
         team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
         rows = selectors.usage_rows(teams=[team], month=_month(request))

@@ -1,0 +1,295 @@
+"""Benchmark: metering one month of a full-size install, from scratch and from the daily rollups.
+
+Builds its own database (`<DATABASE_URL name>_bench`, migrated here), fills it in SQL with generate_series —
+TEAMS teams, POOLS pools (70 % reserved, the rest elastic and shared), reservations, and INTERVALS pod intervals
+spread over the month and a few days either side (some still open, some of zero length) — then measures:
+
+- floor: one `SELECT sum(...)` scan of the interval table, the least any metering must cost;
+- scratch: the month metered from the raw intervals (R, U, O, S per team and pool: `billing.metering.meter`);
+- rollups_build: every day of the month metered into `DailyUsage` (`billing.services.recompute_days`);
+- from_rollups: the month's figures and every team's cost lines from the rollups (`billing.services.month_charges`);
+- peak memory of this process and of the PostgreSQL backend (sampled), and the temporary bytes PostgreSQL wrote.
+
+It checks that the rollups add up to the month from scratch exactly. The JSON summary is the last line printed.
+
+    .venv/bin/python bench/metering.py                       # full size: 300 teams, 20 pools, 2,000,000 intervals
+    .venv/bin/python bench/metering.py --intervals 100000    # a quick check
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teams", type=int, default=300)
+    parser.add_argument("--pools", type=int, default=20)
+    parser.add_argument("--intervals", type=int, default=2_000_000)
+    parser.add_argument("--month", default="2026-10", help="YYYY-MM to meter")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each timed step; the best is reported")
+    parser.add_argument("--reuse", action="store_true", help="keep the data of a previous run of the same size")
+    return parser.parse_args()
+
+
+def bench_database_url() -> str:
+    base = os.environ.get("DATABASE_URL", "postgres://reservoir:reservoir@127.0.0.1:5432/reservoir")
+    parts = urlsplit(base)
+    name = parts.path.lstrip("/") + "_bench"
+    return urlunsplit(parts._replace(path="/" + name)), base, name
+
+
+def ensure_database(base_url: str, name: str) -> None:
+    import psycopg2
+
+    connection = psycopg2.connect(base_url)
+    connection.autocommit = True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if cursor.fetchone() is None:
+            cursor.execute(f'CREATE DATABASE "{name}"')
+    connection.close()
+
+
+class PeakSampler:
+    """Samples the resident memory of this process and of one PostgreSQL backend every 20 ms."""
+
+    def __init__(self, backend_pid: int):
+        import psutil
+
+        self.backend = psutil.Process(backend_pid)
+        self.backend_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):  # sampling is best effort
+                self.backend_peak = max(self.backend_peak, self.backend.memory_info().rss)
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+LOAD_SQL = """
+INSERT INTO portal_team (slug, name, description, created_at)
+SELECT 'bench-team-' || n, 'Bench team ' || n, '', now() FROM generate_series(1, %(teams)s) n;
+
+INSERT INTO pools_pool (slug, name, kind, gpu_model, node_selector, taints, apply_taints, contracted_gpus,
+                        monthly_price_per_gpu, hourly_price_per_gpu, min_nodes, max_nodes, created_at, updated_at)
+SELECT 'bench-pool-' || n, 'Bench pool ' || n,
+       CASE WHEN n <= ceil(%(pools)s * 0.7) THEN 'reserved' WHEN n %% 2 = 0 THEN 'elastic' ELSE 'shared' END,
+       'NVIDIA-A800-SXM4-80GB', jsonb_build_object('node-role', 'bench-' || n), '[]'::jsonb, false,
+       CASE WHEN n <= ceil(%(pools)s * 0.7) THEN 2048 END,
+       9800.00, (6 + n %% 5 * 3.25)::numeric(12, 4), 0, 256, now(), now()
+FROM generate_series(1, %(pools)s) n;
+
+-- Each team reserves in two reserved pools: one for the whole month, one starting or ending mid-month.
+INSERT INTO pools_reservation (team_id, pool_id, gpus, starts_at, ends_at, monthly_price_per_gpu, created_at)
+SELECT t.id, p.id, 1 + (t.id %% 4) * 4,
+       CASE WHEN k = 0 THEN %(start)s - interval '40 days'
+            ELSE %(start)s + (t.id %% 20) * interval '1 day' + interval '7 hours' END,
+       CASE WHEN k = 0 THEN %(end)s + interval '40 days' ELSE %(end)s - (t.id %% 7) * interval '1 day' END,
+       9800.00, now()
+FROM portal_team t
+CROSS JOIN generate_series(0, 1) k
+JOIN LATERAL (
+    SELECT id FROM pools_pool WHERE kind = 'reserved' ORDER BY id
+    OFFSET ((t.id * 3 + k * 5) %% ceil(%(pools)s * 0.7)::int) LIMIT 1
+) p ON true
+WHERE t.slug LIKE 'bench-team-%%';
+
+-- Intervals: a team mostly uses its home pools; starts spread over the month and 3 days either side; durations
+-- from a minute to about two days; 1 %% still open, 0.5 %% of zero length.
+WITH teams AS (SELECT array_agg(id ORDER BY id) AS ids FROM portal_team WHERE slug LIKE 'bench-team-%%'),
+     pools AS (SELECT array_agg(id ORDER BY id) AS ids, count(*) AS n FROM pools_pool WHERE slug LIKE 'bench-pool-%%'),
+     draws AS (
+         SELECT n, random() AS r1, random() AS r2, random() AS r3, random() AS r4, random() AS r5
+         FROM generate_series(1, %(intervals)s) n
+     )
+INSERT INTO billing_usageinterval
+    (pod_uid, namespace, pod_name, team_id, pool_id, node_name, gpus, started_at, ended_at)
+SELECT 'bench-' || d.n, 'team-bench', 'pod-' || d.n,
+       teams.ids[1 + (d.n %% array_length(teams.ids, 1))],
+       pools.ids[1 + ((d.n %% array_length(teams.ids, 1)) * 3 + (d.r1 * 3)::int
+                      + CASE WHEN d.r1 > 0.85 THEN 11 ELSE 0 END) %% pools.n],
+       'node-' || (d.n %% 2000),
+       (ARRAY[1, 1, 2, 4, 8])[1 + floor(d.r2 * 5)::int],
+       starts.at,
+       CASE WHEN d.r4 < 0.01 THEN NULL
+            WHEN d.r4 < 0.015 THEN starts.at
+            ELSE starts.at + make_interval(secs => 60 + (-ln(1 - d.r5 * 0.9999)) * 5 * 3600) END
+FROM draws d, teams, pools,
+     LATERAL (SELECT %(start)s - interval '3 days' + d.r3 * (%(end)s - %(start)s + interval '6 days') AS at) starts;
+"""
+
+
+def load(cursor, *, teams: int, pools: int, intervals: int, start, end) -> float:
+    began = time.perf_counter()
+    cursor.execute(
+        "TRUNCATE billing_invoiceline, billing_invoice, billing_closedmonth, billing_dailyusage, billing_meteredday, "
+        "billing_staleday, billing_usageinterval, pools_reservation, pools_quota, pools_node, pools_pool_spill_pools, "
+        "pools_pool, portal_membership, portal_team CASCADE"
+    )
+    # Bulk load: the stale-day triggers are for live writes; the benchmark meters every day itself.
+    cursor.execute("ALTER TABLE billing_usageinterval DISABLE TRIGGER billing_interval_marks_stale_days")
+    cursor.execute("ALTER TABLE pools_reservation DISABLE TRIGGER billing_reservation_marks_stale_days")
+    cursor.execute(LOAD_SQL, {"teams": teams, "pools": pools, "intervals": intervals, "start": start, "end": end})
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # run the deferred foreign-key checks before re-enabling
+    cursor.execute("ALTER TABLE billing_usageinterval ENABLE TRIGGER billing_interval_marks_stale_days")
+    cursor.execute("ALTER TABLE pools_reservation ENABLE TRIGGER billing_reservation_marks_stale_days")
+    return time.perf_counter() - began
+
+
+def best_of(repeat: int, function):
+    times, result = [], None
+    for _ in range(repeat):
+        began = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - began)
+    return min(times), times, result
+
+
+def main():
+    args = parse_args()
+    url, base, name = bench_database_url()
+    ensure_database(base, name)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only")
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, transaction
+
+    from billing import metering, services
+    from billing.models import DailyUsage, UsageInterval
+    from billing.periods import days_of, month_bounds, next_month, parse_month
+
+    call_command("migrate", verbosity=0)
+    month = parse_month(args.month)
+    start, end = month_bounds(month)
+    now = datetime(end.year, end.month, 2, 6, tzinfo=UTC)  # the month has ended: everything counts to its end
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        present = UsageInterval.objects.filter(pod_uid__startswith="bench-").count()
+        load_seconds = None
+        if not (args.reuse and present == args.intervals):
+            print(f"loading {args.intervals:,} intervals, {args.teams} teams, {args.pools} pools …", flush=True)
+            with transaction.atomic():
+                load_seconds = load(
+                    cursor, teams=args.teams, pools=args.pools, intervals=args.intervals, start=start, end=end
+                )
+            cursor.execute("VACUUM ANALYZE billing_usageinterval")
+            cursor.execute("ANALYZE pools_reservation")
+        cursor.execute("SELECT pg_backend_pid()")
+        backend_pid = cursor.fetchone()[0]
+        cursor.execute("SELECT pg_total_relation_size('billing_usageinterval')")
+        table_bytes = cursor.fetchone()[0]
+
+    def floor():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT sum(gpus * extract(epoch FROM coalesce(ended_at, %s) - started_at)) FROM billing_usageinterval",
+                [now],
+            )
+            return cursor.fetchone()[0]
+
+    def temp_bytes() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT temp_bytes FROM pg_stat_database WHERE datname = current_database()")
+            return cursor.fetchone()[0]
+
+    def scratch():
+        return metering.meter(start=start, end=end, now=now)
+
+    def build_rollups():
+        return services.recompute_days(days=days_of(month, next_month(month) - timedelta(days=1)), now=now)
+
+    def from_rollups():
+        with transaction.atomic():
+            usage = services.month_usage_seconds(month=month)
+            charges = services.month_charges(month=month, now=now)
+        return usage, charges
+
+    print("timing …", flush=True)
+    floor_best, floor_runs, _ = best_of(args.repeat, floor)
+    temp_before = temp_bytes()
+    with PeakSampler(backend_pid) as sampler:
+        scratch_best, scratch_runs, scratch_rows = best_of(args.repeat, scratch)
+    scratch_backend_peak = sampler.backend_peak
+    scratch_temp = (temp_bytes() - temp_before) // max(args.repeat, 1)
+    with PeakSampler(backend_pid) as sampler:
+        build_best, build_runs, _ = best_of(1, build_rollups)
+    build_backend_peak = sampler.backend_peak
+    with PeakSampler(backend_pid) as sampler:
+        rollup_best, rollup_runs, (usage, charges) = best_of(args.repeat, from_rollups)
+    rollup_backend_peak = sampler.backend_peak
+
+    # The rollups must add up to the month from scratch, exactly.
+    expected = {
+        (row.team_id, row.pool_id): (row.reserved, row.in_reservation, row.overage, row.spill)
+        for row in scratch_rows
+        if any((row.reserved, row.in_reservation, row.overage, row.spill))
+    }
+    got = {key: (row["reserved"], row["in_reservation"], row["overage"], row["spill"]) for key, row in usage.items()}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*), count(*) FILTER (WHERE ended_at IS NULL) FROM billing_usageinterval")
+        interval_count, open_count = cursor.fetchone()
+    summary = {
+        "benchmark": "metering",
+        "month": args.month,
+        "teams": args.teams,
+        "pools": args.pools,
+        "intervals": interval_count,
+        "open_intervals": open_count,
+        "team_pool_pairs": len(expected),
+        "rollup_rows": DailyUsage.objects.count(),
+        "invoice_lines": sum(len(lines) for lines in charges.values()),
+        "interval_table_mb": round(table_bytes / 2**20, 1),
+        "load_seconds": round(load_seconds, 2) if load_seconds is not None else None,
+        "floor_sum_scan_seconds": round(floor_best, 3),
+        "scratch_seconds": round(scratch_best, 3),
+        "scratch_runs_seconds": [round(t, 3) for t in scratch_runs],
+        "scratch_ratio_to_floor": round(scratch_best / floor_best, 1),
+        "rollups_build_month_seconds": round(build_best, 3),
+        "from_rollups_seconds": round(rollup_best, 4),
+        "from_rollups_runs_seconds": [round(t, 4) for t in rollup_runs],
+        "from_rollups_ratio_to_floor": round(rollup_best / floor_best, 3),
+        "rollups_equal_scratch": got == expected,
+        "peak_rss_python_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_postgres_backend_mb": {
+            "scratch": round(scratch_backend_peak / 2**20, 1),
+            "rollups_build": round(build_backend_peak / 2**20, 1),
+            "from_rollups": round(rollup_backend_peak / 2**20, 1),
+        },
+        "postgres_temp_mb_per_scratch_run": round(scratch_temp / 2**20, 1),
+        "work_mem": metering.METERING_WORK_MEM,
+        "targets": {"scratch_seconds": 30, "from_rollups_seconds": 1},
+        "targets_met": scratch_best < 30 and rollup_best < 1,
+    }
+    print(json.dumps(summary))
+    return 0 if summary["rollups_equal_scratch"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
