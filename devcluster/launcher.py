@@ -481,6 +481,8 @@ class Cluster:
                 f"--service-account-signing-key-file={self.pki.service_account_key}",
                 f"--service-cluster-ip-range={certs.SERVICE_CLUSTER_IP_RANGE}",
                 "--authorization-mode=Node,RBAC",
+                # Fake nodes answer on 127.0.0.1 (kwok's server); never resolve their names through DNS.
+                "--kubelet-preferred-address-types=InternalIP",
                 "--endpoint-reconciler-type=none",  # the `kubernetes` Endpoints may not hold a loopback address
                 "--allow-privileged=true",
                 "--profiling=false",

@@ -178,3 +178,12 @@ def test_no_binary_is_tracked_in_the_repository():
         ["git", "ls-files", "devcluster"], capture_output=True, text=True, cwd=Path(launcher.REPO_ROOT)
     ).stdout.split()
     assert not any(Path(name).name in versions.BINARIES for name in tracked)
+
+
+def test_up_without_binaries_and_without_the_proxy_fails_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESERVOIR_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GOPROXY", "off")
+    cluster = launcher.Cluster(tmp_path / "state")
+    with pytest.raises(build.BuildError, match=r"cannot fetch Go module go\.etcd\.io/etcd/server/v3@"):
+        cluster.up()
+    assert not cluster.status().running
