@@ -31,7 +31,7 @@ TARGETS = {"up_seconds": 20.0, "nodes_ready_seconds": 60.0}
 def rss_by_component(cluster: launcher.Cluster) -> dict[str, float]:
     """Resident memory in MiB of each process the cluster's state records."""
     result = {}
-    for record in cluster._records():
+    for record in cluster.records():
         process = record.process()
         if process is not None:
             result[record.name] = round(process.memory_info().rss / 2**20, 1)

@@ -228,7 +228,7 @@ class Cluster:
         temporary.write_text(json.dumps(state, indent=2) + "\n")
         temporary.replace(self.state_file)
 
-    def _records(self, state: dict[str, Any] | None = None) -> list[ProcessRecord]:
+    def records(self, state: dict[str, Any] | None = None) -> list[ProcessRecord]:
         state = self._read_state() if state is None else state
         return [ProcessRecord(**record) for record in state.get("processes", [])]
 
@@ -282,7 +282,7 @@ class Cluster:
     def status(self, *, count_nodes: bool = True) -> ClusterStatus:
         state = self._read_state()
         result = ClusterStatus(self.state_dir)
-        for record in self._records(state):
+        for record in self.records(state):
             alive = record.process() is not None
             healthy, detail = self._check_health(record) if alive else (False, "not running")
             result.components.append(
@@ -638,7 +638,7 @@ class Cluster:
         controller-manager, then the API server, then etcd (the API server's shutdown still talks to etcd).
         Returns the names it stopped."""
         with self._lock():
-            records = {record.name: record for record in self._records()}
+            records = {record.name: record for record in self.records()}
             waves = [
                 [name for name in records if name not in ("kube-apiserver", "etcd")],
                 ["kube-apiserver"],

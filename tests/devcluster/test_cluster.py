@@ -142,14 +142,11 @@ def test_job_with_training_affinity_and_toleration_lands_only_on_training_nodes(
         job_manifest("train", gpus=1, pool="training", parallelism=4, annotations={DELAY_ANNOTATION: "10m"}),
     )
 
-    pods = wait_for(
-        lambda: (
-            [p for p in job_pods(core, kube_namespace, "train") if p.status.phase == "Running"]
-            if sum(p.status.phase == "Running" for p in job_pods(core, kube_namespace, "train")) == 4
-            else None
-        ),
-        what="4 training pods Running",
-    )
+    def all_running():
+        pods = job_pods(core, kube_namespace, "train")
+        return pods if len(pods) == 4 and all(pod.status.phase == "Running" for pod in pods) else None
+
+    pods = wait_for(all_running, what="4 training pods Running")
 
     training_nodes = {node.metadata.name for node in core.list_node(label_selector="node-role=training").items}
     assert training_nodes == {"gpu-node-10", "gpu-node-11"}
