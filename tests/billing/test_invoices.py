@@ -158,3 +158,33 @@ def test_refresh_task_is_idempotent(team, reservation, pod):
         tasks.refresh_usage.delay()
     assert list(InvoiceLine.objects.values_list("kind", "amount", "quantity").order_by("kind")) == first
     assert Invoice.objects.count() == 1
+
+
+def test_a_sync_style_upsert_that_ends_a_pod_marks_only_the_days_after_its_end(team, reserved_pool, pod):
+    from billing.models import UsageInterval
+
+    running = pod(at(2, 10), None, gpus=2)
+    StaleDay.objects.all().delete()
+    ended = UsageInterval(
+        pod_uid=running.pod_uid,
+        namespace=running.namespace,
+        pod_name=running.pod_name,
+        team=team,
+        pool=reserved_pool,
+        node_name=running.node_name,
+        gpus=2,
+        started_at=at(2, 10),
+        ended_at=at(28, 9),
+    )
+    # What jobs/sync does: INSERT … ON CONFLICT (pod_uid) DO UPDATE.
+    UsageInterval.objects.bulk_create(
+        [ended], update_conflicts=True, unique_fields=["pod_uid"], update_fields=["ended_at"]
+    )
+    stale = set(StaleDay.objects.values_list("day", flat=True))
+    assert at(28).date() in stale
+    assert at(27).date() not in stale  # it was running then either way: those days stay valid
+    StaleDay.objects.all().delete()
+    UsageInterval.objects.bulk_create(  # a replay that changes nothing marks nothing
+        [ended], update_conflicts=True, unique_fields=["pod_uid"], update_fields=["ended_at"]
+    )
+    assert not StaleDay.objects.exists()
