@@ -43,7 +43,7 @@ def test_lead_sees_the_month_with_units_chart_costs_and_exports(client, lead, me
     assert response.status_code == 200
     body = response.content.decode()
     assert "Billing of Alpha" in body
-    # Half of March: 4 GPUs × 15.5 days = 1488 GPU-hours reserved; used in reservation 2×4 + 2 = 10... see below.
+    # Half of March: 4 GPUs × 15.5 days × 24 h = 1488 GPU-hours reserved.
     assert "1488.00 GPU-h" in body  # R
     assert "4.00 GPU-h" in body  # overage
     assert "2.00 GPU-h" in body  # spill
