@@ -18,14 +18,11 @@ import http.client
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +31,15 @@ import yaml
 
 from devcluster import build, certs
 from devcluster import topology as topology_module
+from devcluster.processes import (
+    ApiConnection,
+    ClusterStatus,
+    ComponentStatus,
+    ProcessRecord,
+    free_port,
+    node_usable,
+    tail,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state" / "devcluster"
@@ -42,146 +48,10 @@ STATE_FILE = "cluster.json"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # Fake pod IPs come from here; nothing ever sends traffic to them (there is no pod network).
 POD_CIDR = "10.64.0.0/10"
-# Taints a node carries until the controller-manager has seen it Ready.
-NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 class ClusterError(RuntimeError):
     """The cluster could not be started or is not healthy; the message says which component and why."""
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-@dataclass
-class ProcessRecord:
-    """One process the launcher started."""
-
-    name: str
-    pid: int
-    create_time: float
-    binary: str
-    port: int
-    health_url: str
-    log: str
-
-    def process(self) -> psutil.Process | None:
-        """The live process, or None when the pid is gone or now belongs to someone else."""
-        try:
-            process = psutil.Process(self.pid)
-            if abs(process.create_time() - self.create_time) > 1.0:
-                return None
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return None
-            cmdline = process.cmdline()
-            if not cmdline or cmdline[0] != self.binary:
-                return None
-            return process
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            return None
-
-
-@dataclass
-class ComponentStatus:
-    name: str
-    running: bool
-    healthy: bool
-    pid: int | None = None
-    port: int | None = None
-    log: str | None = None
-    detail: str = ""
-
-
-@dataclass
-class ClusterStatus:
-    state_dir: Path
-    components: list[ComponentStatus] = field(default_factory=list)
-    nodes_total: int | None = None
-    nodes_ready: int | None = None
-
-    @property
-    def healthy(self) -> bool:
-        return bool(self.components) and all(component.healthy for component in self.components)
-
-    @property
-    def running(self) -> list[ComponentStatus]:
-        return [component for component in self.components if component.running]
-
-    def describe(self) -> str:
-        lines = [f"state directory: {self.state_dir}"]
-        if not self.components:
-            lines.append("not started")
-        for component in self.components:
-            if component.running:
-                state = "healthy" if component.healthy else f"UNHEALTHY ({component.detail})"
-                lines.append(f"  {component.name:<24} pid {component.pid:<8} port {component.port:<6} {state}")
-            else:
-                lines.append(f"  {component.name:<24} not running")
-        if self.nodes_total is not None:
-            lines.append(f"nodes: {self.nodes_ready}/{self.nodes_total} Ready")
-        lines.append("cluster: " + ("healthy" if self.healthy else "NOT healthy"))
-        return "\n".join(lines)
-
-
-class ApiConnection:
-    """A minimal JSON client for the API server over the admin client certificate (one connection per thread).
-
-    The launcher uses it instead of the kubernetes package: it starts in milliseconds and does not turn 1,000
-    nodes into model objects."""
-
-    def __init__(self, port: int, pki: certs.PKI, timeout: float = 30.0):
-        self.port = port
-        self.timeout = timeout
-        self.context = ssl.create_default_context(cafile=str(pki.ca_cert))
-        self.context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
-        self._local = threading.local()
-
-    def _connection(self) -> http.client.HTTPSConnection:
-        connection = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=self.timeout)
-            self._local.connection = connection
-        return connection
-
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        payload = json.dumps(body).encode() if body is not None else None
-        headers = {"Accept": "application/json"}
-        if payload is not None:
-            headers["Content-Type"] = "application/json"
-        for attempt in range(2):
-            connection = self._connection()
-            try:
-                connection.request(method, path, body=payload, headers=headers)
-                response = connection.getresponse()
-                data = response.read()
-                break
-            except (http.client.HTTPException, OSError):
-                connection.close()
-                self._local.connection = None
-                if attempt:
-                    raise
-        try:
-            decoded = json.loads(data) if data else None
-        except json.JSONDecodeError:
-            decoded = data.decode(errors="replace")
-        return response.status, decoded
-
-
-def _node_usable(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    ready = any(item.get("type") == "Ready" and item.get("status") == "True" for item in conditions)
-    taints = node.get("spec", {}).get("taints") or []
-    return ready and not any(taint.get("key") in NOT_READY_TAINTS for taint in taints)
 
 
 class Cluster:
@@ -294,7 +164,7 @@ class Cluster:
                 if code == 200:
                     nodes = body.get("items", [])
                     result.nodes_total = len(nodes)
-                    result.nodes_ready = sum(1 for node in nodes if _node_usable(node))
+                    result.nodes_ready = sum(1 for node in nodes if node_usable(node))
             except (OSError, http.client.HTTPException):
                 pass
         return result
@@ -328,7 +198,7 @@ class Cluster:
             for record in list(pending):
                 if record.process() is None:
                     raise ClusterError(
-                        f"{record.name} exited while starting; last lines of {record.log}:\n{_tail(Path(record.log))}"
+                        f"{record.name} exited while starting; last lines of {record.log}:\n{tail(Path(record.log))}"
                     )
                 healthy, detail = self._check_health(record)
                 if healthy:
@@ -342,7 +212,7 @@ class Cluster:
                 record = pending[0]
                 raise ClusterError(
                     f"{record.name} not healthy after {timeout:.0f}s ({last_detail.get(record.name)}); "
-                    f"last lines of {record.log}:\n{_tail(Path(record.log))}"
+                    f"last lines of {record.log}:\n{tail(Path(record.log))}"
                 )
             time.sleep(0.1)
 
@@ -416,7 +286,7 @@ class Cluster:
         return path
 
     def _start_processes(self, binaries: Path) -> None:
-        ports = {name: _free_port() for name in (*COMPONENTS, "etcd-peer")}
+        ports = {name: free_port() for name in (*COMPONENTS, "etcd-peer")}
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self._write_kubeconfig(ports["kube-apiserver"])
         etcd_data = self.state_dir / "etcd"
@@ -570,7 +440,7 @@ class Cluster:
         last_report = 0.0
         while True:
             code, body = api.request("GET", "/api/v1/nodes")
-            usable = {node["metadata"]["name"] for node in body.get("items", []) if _node_usable(node)}
+            usable = {node["metadata"]["name"] for node in body.get("items", []) if node_usable(node)}
             ready = len(names & usable)
             now = time.monotonic()
             if ready == len(names):

@@ -1,0 +1,154 @@
+"""The pieces the launcher is made of: a record of each process it started (and how to tell it is still that
+process), the status it reports, and a small JSON client for the API server."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from devcluster import certs
+
+# Taints a node carries until the controller-manager has seen it Ready.
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class ProcessRecord:
+    """One process the launcher started."""
+
+    name: str
+    pid: int
+    create_time: float
+    binary: str
+    port: int
+    health_url: str
+    log: str
+
+    def process(self) -> psutil.Process | None:
+        """The live process, or None when the pid is gone or now belongs to someone else."""
+        try:
+            process = psutil.Process(self.pid)
+            if abs(process.create_time() - self.create_time) > 1.0:
+                return None
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return None
+            cmdline = process.cmdline()
+            if not cmdline or cmdline[0] != self.binary:
+                return None
+            return process
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+
+
+@dataclass
+class ComponentStatus:
+    name: str
+    running: bool
+    healthy: bool
+    pid: int | None = None
+    port: int | None = None
+    log: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class ClusterStatus:
+    state_dir: Path
+    components: list[ComponentStatus] = field(default_factory=list)
+    nodes_total: int | None = None
+    nodes_ready: int | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self.components) and all(component.healthy for component in self.components)
+
+    @property
+    def running(self) -> list[ComponentStatus]:
+        return [component for component in self.components if component.running]
+
+    def describe(self) -> str:
+        lines = [f"state directory: {self.state_dir}"]
+        if not self.components:
+            lines.append("not started")
+        for component in self.components:
+            if component.running:
+                state = "healthy" if component.healthy else f"UNHEALTHY ({component.detail})"
+                lines.append(f"  {component.name:<24} pid {component.pid:<8} port {component.port:<6} {state}")
+            else:
+                lines.append(f"  {component.name:<24} not running")
+        if self.nodes_total is not None:
+            lines.append(f"nodes: {self.nodes_ready}/{self.nodes_total} Ready")
+        lines.append("cluster: " + ("healthy" if self.healthy else "NOT healthy"))
+        return "\n".join(lines)
+
+
+class ApiConnection:
+    """A minimal JSON client for the API server over the admin client certificate (one connection per thread).
+
+    The launcher uses it instead of the kubernetes package: it starts in milliseconds and does not turn 1,000
+    nodes into model objects."""
+
+    def __init__(self, port: int, pki: certs.PKI, timeout: float = 30.0):
+        self.port = port
+        self.timeout = timeout
+        self.context = ssl.create_default_context(cafile=str(pki.ca_cert))
+        self.context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPSConnection("127.0.0.1", self.port, context=self.context, timeout=self.timeout)
+            self._local.connection = connection
+        return connection
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        payload = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": "application/json"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        for attempt in range(2):
+            connection = self._connection()
+            try:
+                connection.request(method, path, body=payload, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                break
+            except (http.client.HTTPException, OSError):
+                connection.close()
+                self._local.connection = None
+                if attempt:
+                    raise
+        try:
+            decoded = json.loads(data) if data else None
+        except json.JSONDecodeError:
+            decoded = data.decode(errors="replace")
+        return response.status, decoded
+
+
+def node_usable(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    ready = any(item.get("type") == "Ready" and item.get("status") == "True" for item in conditions)
+    taints = node.get("spec", {}).get("taints") or []
+    return ready and not any(taint.get("key") in NOT_READY_TAINTS for taint in taints)
