@@ -72,8 +72,12 @@ def backoff_seconds(attempt: int, *, base: float = 1.0, cap: float = 60.0) -> fl
     return random.uniform(0, min(cap, base * (2**attempt)))
 
 
-def with_retries(call: Callable[[], T], *, attempts: int = 5, base: float = 0.5, cap: float = 10.0) -> T:
+def with_retries(call: Callable[[], T], *, attempts: int | None = None, base: float = 0.5, cap: float = 10.0) -> T:
     """Run `call`, retrying transient failures with backoff; a non-transient failure is raised at once."""
+    if attempts is None:
+        from django.conf import settings
+
+        attempts = settings.KUBE_CALL_ATTEMPTS
     for attempt in range(attempts):
         try:
             return call()

@@ -277,11 +277,15 @@ def render_limit_range(spec: NamespaceSpec) -> dict:
                         "cpu": cpu_quantity(spec.container_min_cpu_millicores),
                         "memory": memory_quantity(spec.container_min_memory_mib),
                     },
+                    # Without an explicit default, Kubernetes defaults a container's limit to the max: every
+                    # container that names no GPUs would be given container_max_gpus of them.
                     "default": {
+                        GPU_RESOURCE: "0",
                         "cpu": cpu_quantity(spec.container_default_cpu_millicores),
                         "memory": memory_quantity(spec.container_default_memory_mib),
                     },
                     "defaultRequest": {
+                        GPU_RESOURCE: "0",
                         "cpu": cpu_quantity(spec.container_default_request_cpu_millicores),
                         "memory": memory_quantity(spec.container_default_request_memory_mib),
                     },

@@ -13,7 +13,6 @@ listing itself.
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,6 +44,18 @@ class ListWatch:
     def __post_init__(self):
         self.stop = self.stop or threading.Event()
         self.list_kwargs = self.list_kwargs or {}
+        self._response = None
+
+    def close(self) -> None:
+        """Stop now: set the stop flag and cut the open watch stream, if any."""
+        self.stop.set()
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()  # unblocks the reading thread (urllib3 >= 2.3)
+                response.close()
+            except Exception:  # noqa: BLE001 - closing a half-dead stream may fail; we are stopping anyway
+                log.debug("%s: closing the watch stream failed", self.name, exc_info=True)
 
     def list_all(self) -> tuple[list[dict], str]:
         items: list[dict] = []
@@ -81,6 +92,7 @@ class ListWatch:
             _preload_content=False,
             _request_timeout=(5, self.watch_timeout_seconds + 30),
         )
+        self._response = response
         try:
             for line in iter_resp_lines(response):
                 if self.stop.is_set():
@@ -98,6 +110,7 @@ class ListWatch:
                     version = new_version
                     self.save_version(version)
         finally:
+            self._response = None
             response.close()
             response.release_conn()
         return version
@@ -129,21 +142,22 @@ class ListWatch:
         log.info("%s: stopped", self.name)
 
 
-def run_forever(watches: list[ListWatch], *, versions: dict[str, str | None]) -> list[threading.Thread]:
+def run_forever(
+    watches: list[ListWatch], *, versions: dict[str, str | None], on_exit: Callable[[], None] | None = None
+) -> list[threading.Thread]:
+    """Run each watch in a thread of its own; `on_exit` runs in each thread as it ends (e.g. to close its
+    database connection)."""
+
+    def target(watch: ListWatch) -> None:
+        try:
+            watch.run(start_version=versions.get(watch.name))
+        finally:
+            if on_exit is not None:
+                on_exit()
+
     threads = []
     for watch in watches:
-        thread = threading.Thread(
-            target=watch.run,
-            kwargs={"start_version": versions.get(watch.name)},
-            name=f"watch-{watch.name}",
-            daemon=True,
-        )
+        thread = threading.Thread(target=target, args=(watch,), name=f"watch-{watch.name}", daemon=True)
         thread.start()
         threads.append(thread)
     return threads
-
-
-def sleep_until(stop: threading.Event, seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while not stop.is_set() and time.monotonic() < end:
-        stop.wait(min(1.0, end - time.monotonic()))

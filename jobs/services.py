@@ -252,7 +252,9 @@ def observe(*, job_id: int, observation: Observation) -> bool:
         job.pending_reason = observation.pending_reason
         fields.append("pending_reason")
     if job.state != observation.state and observation.state in TRANSITIONS[job.state]:
-        job.transition_to(observation.state, message=observation.message, at=observation.at).save()
+        # Cluster times have second precision: never record a step before the one it follows.
+        at = max(observation.at or timezone.now(), job.state_changed_at)
+        job.transition_to(observation.state, message=observation.message, at=at).save()
         changed = True
         if job.state in FINAL_STATES:
             _after_release(job)

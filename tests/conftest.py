@@ -1,9 +1,11 @@
-"""Shared fixtures: a user of each role around one team, and the Django test client logged in as each."""
+"""Shared fixtures: a user of each role around one team; the cluster fixtures come from the plugins below."""
 
 import pytest
 
 from portal.choices import Role
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
+
+pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit"]
 
 
 @pytest.fixture

@@ -163,3 +163,5 @@ LOGGING = {
 # Submission of an admitted job to the cluster: attempts before it is Failed, and the backoff base in seconds.
 JOB_SUBMIT_MAX_ATTEMPTS = env.int("RESERVOIR_JOB_SUBMIT_MAX_ATTEMPTS", default=8)
 JOB_SUBMIT_BACKOFF_SECONDS = env.float("RESERVOIR_JOB_SUBMIT_BACKOFF_SECONDS", default=2.0)
+# Attempts of one cluster call on transient failures (connection refused, timeouts, 429, 5xx) before giving up.
+KUBE_CALL_ATTEMPTS = env.int("RESERVOIR_KUBE_CALL_ATTEMPTS", default=4)

@@ -187,5 +187,6 @@ def test_limit_range_is_seed_003s():
     assert limits["type"] == "Container"
     assert limits["max"] == {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi"}
     assert limits["min"] == {"cpu": "500m", "memory": "1Gi"}
-    assert limits["default"] == {"cpu": "2", "memory": "8Gi"}
-    assert limits["defaultRequest"] == {"cpu": "1", "memory": "4Gi"}
+    # GPUs default to 0: otherwise Kubernetes would give every container that names none the max.
+    assert limits["default"] == {"nvidia.com/gpu": "0", "cpu": "2", "memory": "8Gi"}
+    assert limits["defaultRequest"] == {"nvidia.com/gpu": "0", "cpu": "1", "memory": "4Gi"}

@@ -5,7 +5,7 @@ import signal
 import threading
 
 from django.core.management.base import BaseCommand
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from cluster import client
 from cluster.manifests import LABEL_MANAGED_BY, MANAGED_BY
@@ -23,8 +23,6 @@ def _guarded(handler):
             return handler(*args)
         except Exception:
             close_old_connections()
-            from django.db import connection
-
             connection.close()
             raise
 
@@ -80,9 +78,11 @@ class Command(BaseCommand):
             watches[0].relist()
             versions["nodes"] = sync.load_version("nodes")
         self.stdout.write(f"sync_cluster: watching nodes, pods, jobs (resuming from {versions or 'a fresh list'})")
-        threads = run_forever(watches, versions=versions)
+        threads = run_forever(watches, versions=versions, on_exit=connection.close)
         while not stop.is_set():
             stop.wait(1.0)
+        for watch in watches:
+            watch.close()
         for thread in threads:
             thread.join(timeout=10)
         self.stdout.write("sync_cluster: stopped")

@@ -1,0 +1,111 @@
+"""Helpers for tests that run the portal against the real local cluster: the portal pointed at it, a sync
+running in threads of the test process, a team with its namespace cleaned up afterwards, bounded waits."""
+
+import io
+import threading
+import time
+import uuid
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from cluster import client
+from jobs.management.commands.sync_cluster import build_watches
+from jobs.models import Job
+from jobs.sync import ClusterSync
+from pools import services as pool_services
+from portal.choices import Role
+from portal.models import Team
+from tests.factories import MembershipFactory, UserFactory
+
+KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
+def wait_for(predicate, *, timeout: float = 40.0, interval: float = 0.2, what: str = "condition"):
+    """Poll `predicate` until it returns something truthy; fail the test with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def job_state(job_id: int) -> str:
+    return Job.objects.get(pk=job_id).state
+
+
+class SyncRunner:
+    """`manage.py sync_cluster` in threads of the test process, stoppable and restartable."""
+
+    def __init__(self):
+        self.stop_event = None
+        self.watches = []
+        self.threads = []
+
+    def start(self, *, resume: bool = True) -> None:
+        from cluster.watch import run_forever
+
+        sync = ClusterSync()
+        self.stop_event = threading.Event()
+        self.watches = build_watches(sync, self.stop_event)
+        versions = {w.name: sync.load_version(w.name) for w in self.watches} if resume else {}
+        if not versions.get("nodes"):
+            self.watches[0].relist()
+            versions["nodes"] = sync.load_version("nodes")
+        self.threads = run_forever(self.watches, versions=versions, on_exit=connection.close)
+
+    def stop(self) -> None:
+        for watch in self.watches:
+            watch.close()
+        for thread in self.threads:
+            thread.join(timeout=15)
+        self.threads = []
+
+
+@pytest.fixture
+def portal_cluster(kube_cluster, settings):
+    """The portal's cluster client pointed at the test cluster, and the demo pools that match its nodes."""
+    settings.KUBECONFIG = str(kube_cluster.kubeconfig_path)
+    settings.KUBE_CALL_ATTEMPTS = 3
+    client.reset()
+    call_command("seed_demo", stdout=io.StringIO())
+    yield kube_cluster
+    client.reset()
+
+
+@pytest.fixture
+def cluster_sync(portal_cluster):
+    runner = SyncRunner()
+    runner.start(resume=False)
+    yield runner
+    runner.stop()
+
+
+@pytest.fixture
+def cluster_team(portal_cluster):
+    """A fresh team (own namespace) with a researcher; its namespace and pods are deleted afterwards."""
+    team = Team.objects.create(slug=f"it-{uuid.uuid4().hex[:6]}", name="Integration")
+    user = UserFactory(username=f"{team.slug}-researcher")
+    MembershipFactory(team=team, user=user, role=Role.RESEARCHER)
+    team.researcher = user
+    yield team
+    core = client.core()
+    try:
+        core.delete_collection_namespaced_pod(team.namespace, grace_period_seconds=0)
+        core.delete_namespace(team.namespace, propagation_policy="Background")
+    except Exception:  # noqa: BLE001 - never created: nothing to clean
+        return
+    # Free the GPUs before the next test: wait until the namespace's pods are gone.
+    wait_for(
+        lambda: not core.list_namespaced_pod(team.namespace).items,
+        timeout=60,
+        what=f"pods of {team.namespace} to be deleted",
+    )
+
+
+def set_quota(team, pool, gpus):
+    return pool_services.set_quota(team=team, pool=pool, max_gpus=gpus)

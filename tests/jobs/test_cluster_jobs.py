@@ -1,0 +1,220 @@
+"""The portal and the real cluster: submission, placement, queueing, cancel, spill-after and sync.
+
+Runs against the local control plane (real apiserver, scheduler and Job controller; KWOK plays the GPU nodes).
+Celery runs tasks eagerly in the test process after commit, as a worker would.
+"""
+
+from datetime import timedelta
+
+import pytest
+
+from billing.models import UsageInterval
+from cluster import client, resources
+from jobs import services
+from jobs.choices import JobState, Placement
+from jobs.models import Job, Pod
+from jobs.specs import JobSpec
+from jobs.spill import spill_due_jobs
+from jobs.tasks import submit_job_to_cluster
+from pools.models import Pool
+from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+
+
+def submit(team, pool_slug, *, gpus, runs_for="10m", name=None, **kwargs):
+    pool = Pool.objects.get(slug=pool_slug)
+    spec = JobSpec(
+        name=name or f"job-{gpus}g",
+        image="registry.example.com/research/train:1.0",
+        gpus=gpus,
+        command=["python", "train.py"],
+        pod_annotations={KWOK_DELAY: runs_for},
+        **kwargs,
+    )
+    return services.submit_job(team=team, pool=pool, user=team.researcher, spec=spec)
+
+
+def wait_state(job, state, timeout=40):
+    wait_for(lambda: job_state(job.pk) == state, timeout=timeout, what=f"job #{job.pk} to be {state}")
+    return Job.objects.get(pk=job.pk)
+
+
+def fill_training(team):
+    """Two 8-GPU jobs take both training nodes (2 × 8 A100s)."""
+    jobs = [submit(team, "training", gpus=8, name=f"filler-{i}") for i in range(2)]
+    for job in jobs:
+        wait_state(job, JobState.RUNNING)
+    return jobs
+
+
+def test_a_strict_job_lands_in_its_pool_and_its_interval_is_recorded(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    job = submit(cluster_team, "reserved-a800", gpus=4, runs_for="2s")
+    job = wait_state(job, JobState.SUCCEEDED)
+    assert job.node_name.startswith("reserved-a800-")
+    states = [e.to_state for e in job.events.exclude(to_state="")]
+    assert states[:2] == [JobState.QUEUED, JobState.SUBMITTED]
+    assert JobState.RUNNING in states and states[-1] == JobState.SUCCEEDED
+    interval = wait_for(
+        lambda: UsageInterval.objects.filter(job=job, ended_at__isnull=False).first(), what="the closed usage interval"
+    )
+    assert (interval.gpus, interval.pool.slug, interval.team_id) == (4, "reserved-a800", cluster_team.pk)
+    assert interval.ended_at - interval.started_at >= timedelta(seconds=2)
+
+
+def test_a_strict_job_on_a_full_pool_stays_pending_with_the_schedulers_reason(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="training"), 24)
+    fill_training(cluster_team)
+    job = submit(cluster_team, "training", gpus=8, name="waits")
+    job = wait_state(job, JobState.PENDING)
+    job = wait_for(
+        lambda: Job.objects.filter(pk=job.pk, pending_reason__contains="nvidia.com/gpu").first(),
+        what="the scheduler's reason",
+    )
+    assert "Insufficient nvidia.com/gpu" in job.pending_reason
+    pod = Pod.objects.get(job=job)
+    assert not pod.scheduled and pod.node_name == ""
+    assert "Insufficient nvidia.com/gpu" in pod.pending_reason
+
+
+def test_a_soft_job_spills_to_the_elastic_pool_and_is_attributed_there(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="training"), 24)
+    fill_training(cluster_team)
+    job = submit(cluster_team, "training", gpus=4, name="spills", placement=Placement.SOFT)
+    job = wait_state(job, JobState.RUNNING)
+    assert job.node_name == "gpu-node-20"
+    interval = wait_for(lambda: UsageInterval.objects.filter(job=job).first(), what="the usage interval")
+    assert interval.pool.slug == "elastic"
+
+
+def test_spill_after_moves_a_still_unschedulable_strict_job_to_soft(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="training"), 24)
+    fill_training(cluster_team)
+    job = submit(cluster_team, "training", gpus=4, name="mixed", placement=Placement.SPILL_AFTER, spill_after_minutes=1)
+    wait_state(job, JobState.PENDING)
+    wait_for(lambda: Pod.objects.filter(job=job, scheduled=False).exists(), what="the unschedulable pod")
+    assert spill_due_jobs() == []  # not yet: it has waited less than a minute
+    # Let the minute pass (the wait is what is simulated; the cluster side below is real).
+    Job.objects.filter(pk=job.pk).update(
+        cluster_created_at=Job.objects.get(pk=job.pk).cluster_created_at - timedelta(minutes=2)
+    )
+    assert spill_due_jobs() == [job.pk]
+    job = wait_state(job, JobState.RUNNING)
+    assert job.node_name == "gpu-node-20"
+    assert job.spilled
+    assert job.events.filter(message__contains="moved to soft placement").exists()
+    k8s_job = resources.read_job(cluster_team.namespace, job.job_name)
+    terms = k8s_job.spec.template.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    assert len(terms.node_selector_terms) == 2
+    assert k8s_job.spec.suspend is False
+
+
+def test_queued_jobs_wait_for_quota_and_are_admitted_by_themselves(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    first = submit(cluster_team, "reserved-a800", gpus=8, name="first", runs_for="3s")
+    second = submit(cluster_team, "reserved-a800", gpus=8, name="second", runs_for="1s")
+    assert Job.objects.get(pk=second.pk).state == JobState.QUEUED
+    assert services.queue_position(Job.objects.get(pk=second.pk)) == 1
+    wait_state(first, JobState.SUCCEEDED)
+    second = wait_state(second, JobState.SUCCEEDED)
+    admitted = second.events.get(to_state=JobState.SUBMITTED)
+    assert admitted.at >= Job.objects.get(pk=first.pk).finished_at
+
+
+def test_cancel_deletes_the_job_and_its_pods(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    job = wait_state(submit(cluster_team, "reserved-a800", gpus=2, name="cancel-me"), JobState.RUNNING)
+    services.cancel_job(job=job, user=cluster_team.researcher)
+    assert job_state(job.pk) == JobState.CANCELLED
+    wait_for(lambda: resources.read_job(cluster_team.namespace, job.job_name) is None, what="the Job to go")
+    core = client.core()
+    wait_for(
+        lambda: (
+            not core.list_namespaced_pod(cluster_team.namespace, label_selector=f"reservoir.io/job-id={job.pk}").items
+        ),
+        what="the pods to go",
+    )
+    interval = wait_for(
+        lambda: UsageInterval.objects.filter(job=job, ended_at__isnull=False).first(), what="the interval to close"
+    )
+    assert interval.gpus == 2
+    assert job_state(job.pk) == JobState.CANCELLED  # the pod's deletion did not move it
+
+
+def test_a_sync_restart_mid_stream_loses_and_double_counts_nothing(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    short = [submit(cluster_team, "reserved-a800", gpus=1, name=f"short-{i}", runs_for="3s") for i in range(2)]
+    long = submit(cluster_team, "reserved-a800", gpus=1, name="long", runs_for="10m")
+    for job in [*short, long]:
+        wait_state(job, JobState.RUNNING)
+    cluster_sync.stop()
+    # While sync is down the short jobs finish in the cluster.
+    batch = client.batch()
+    wait_for(
+        lambda: all(
+            (batch.read_namespaced_job(j.job_name, cluster_team.namespace).status.succeeded or 0) == 1 for j in short
+        ),
+        what="the short jobs to complete in the cluster",
+    )
+    assert all(job_state(j.pk) == JobState.RUNNING for j in short)  # nobody watched
+    cluster_sync.start(resume=True)
+    for job in short:
+        wait_state(job, JobState.SUCCEEDED)
+    assert job_state(long.pk) == JobState.RUNNING
+    closed = wait_for(
+        lambda: (
+            list(UsageInterval.objects.filter(job__in=short, ended_at__isnull=False))
+            if UsageInterval.objects.filter(job__in=short, ended_at__isnull=False).count() == 2
+            else None
+        ),
+        what="both short intervals closed",
+    )
+    core = client.core()
+    for interval in closed:
+        pod = core.read_namespaced_pod(interval.pod_name, cluster_team.namespace)
+        finished = pod.status.container_statuses[0].state.terminated.finished_at
+        assert interval.ended_at == finished  # the cluster's time, not when sync looked
+    before = sorted(UsageInterval.objects.filter(team=cluster_team).values_list("pod_uid", "started_at", "ended_at"))
+    assert len(before) == 3
+    # A full relist (as after 410 Gone) rewrites the same rows: nothing counted twice.
+    cluster_sync.stop()
+    cluster_sync.start(resume=False)
+    wait_for(lambda: True, timeout=1)
+    after = sorted(UsageInterval.objects.filter(team=cluster_team).values_list("pod_uid", "started_at", "ended_at"))
+    assert after == before
+
+
+def test_an_unreachable_apiserver_is_retried_then_the_job_fails_with_the_reason(
+    portal_cluster, cluster_team, settings, tmp_path, monkeypatch
+):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    broken = tmp_path / "kubeconfig"
+    broken.write_text(
+        portal_cluster.kubeconfig_path.read_text().replace(f"127.0.0.1:{_port(portal_cluster)}", "127.0.0.1:9")
+    )
+    settings.KUBECONFIG = str(broken)
+    settings.KUBE_CALL_ATTEMPTS = 1
+    settings.JOB_SUBMIT_MAX_ATTEMPTS = 3
+    settings.JOB_SUBMIT_BACKOFF_SECONDS = 0
+    client.reset()
+    sent = []
+    monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", sent.append)
+    job = submit(cluster_team, "reserved-a800", gpus=1, name="unlucky")
+    assert sent == [job.pk]
+    # As a worker would: the task retries itself (no countdown here) until its budget is spent. Eager retries
+    # re-raise Retry to the caller when eager exceptions propagate; a worker reschedules instead.
+    monkeypatch.setitem(submit_job_to_cluster.app.conf, "task_eager_propagates", False)
+    submit_job_to_cluster.apply(args=[job.pk])
+    job = Job.objects.get(pk=job.pk)
+    assert job.state == JobState.FAILED
+    assert "unreachable" in job.last_error
+    retries = job.events.filter(message__contains="retrying")
+    assert retries.count() == 2  # attempts 1 and 2 were retried, attempt 3 gave up
+
+
+def _port(kube_cluster) -> int:
+    import re
+
+    match = re.search(r"server: https://127\.0\.0\.1:(\d+)", kube_cluster.kubeconfig_path.read_text())
+    return int(match.group(1))
