@@ -503,6 +503,31 @@ class Cluster:
         self.progress(f"up in {time.monotonic() - started:.1f}s; {self.env()}")
         return True
 
+    def restart_component(self, name: str, *, timeout: float = 120.0) -> None:
+        """Stop one running component and start it again with the same command line and port (its data, e.g.
+        etcd's, is kept): for tests of how the portal lives through an apiserver restart."""
+        state = self._read_state()
+        for entry in state.get("processes", []):
+            if entry["name"] != name:
+                continue
+            record = ProcessRecord(**entry)
+            process = record.process()
+            if process is None:
+                raise ClusterError(f"{name} is not running")
+            argv = process.cmdline()
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except psutil.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+            new = self._spawn(name, argv, record.port, record.health_url)
+            entry.update(new.__dict__)
+            self._write_state(state)
+            self._wait_healthy([new], timeout=timeout)
+            return
+        raise ClusterError(f"no component named {name} in {self.state_file}")
+
     def down(self, *, timeout: float = 20.0) -> list[str]:
         """Stop the processes this state directory records, and only those: first kwok, the scheduler and the
         controller-manager, then the API server, then etcd (the API server's shutdown still talks to etcd).
