@@ -17,8 +17,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ApplyResult:
     created: bool = False
-    corrected: bool = False  # existed but differed from what the portal wants: put back
-    before: dict | None = None
+    corrected: bool = False  # existed but differed from what the portal wants: replaced
+    before: dict | list | None = None  # the compared part as it was in the cluster
+    after: dict | list | None = None  # the compared part as the portal wants it
 
 
 def _is(status: int, error: Exception) -> bool:
@@ -35,13 +36,14 @@ def ensure_namespace(manifest: dict) -> ApplyResult:
         if not _is(404, error):
             raise
         with_retries(lambda: core.create_namespace(manifest))
-        return ApplyResult(created=True)
+        return ApplyResult(created=True, after={"labels": manifest["metadata"]["labels"]})
     labels = existing.metadata.labels or {}
     wanted = manifest["metadata"]["labels"]
-    if any(labels.get(key) != value for key, value in wanted.items()):
+    current = {"labels": {key: labels.get(key) for key in wanted}}
+    if current["labels"] != wanted:
         with_retries(lambda: core.patch_namespace(name, {"metadata": {"labels": wanted}}))
-        return ApplyResult(corrected=True, before={"labels": labels})
-    return ApplyResult()
+        return ApplyResult(corrected=True, before=current, after={"labels": wanted})
+    return ApplyResult(before=current, after={"labels": wanted})
 
 
 def _apply_namespaced(manifest: dict, *, read, create, replace, compare) -> ApplyResult:
@@ -53,15 +55,15 @@ def _apply_namespaced(manifest: dict, *, read, create, replace, compare) -> Appl
         if not _is(404, error):
             raise
         with_retries(lambda: create(namespace, manifest))
-        return ApplyResult(created=True)
+        return ApplyResult(created=True, after=compare(manifest))
     current = compare(existing)
     wanted = compare(manifest)
     if current == wanted:
-        return ApplyResult()
+        return ApplyResult(before=current, after=wanted)
     body = dict(manifest)
     body["metadata"] = {**manifest["metadata"], "resourceVersion": existing.metadata.resource_version}
     with_retries(lambda: replace(name, namespace, body))
-    return ApplyResult(corrected=True, before=current)
+    return ApplyResult(corrected=True, before=current, after=wanted)
 
 
 def _spec(obj) -> dict:

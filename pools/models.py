@@ -332,6 +332,8 @@ class TeamNamespace(models.Model):
     applied_at = models.DateTimeField(null=True, blank=True)
     last_checked_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # What the portal last wrote, per kind: a cluster object that differs from it was edited by hand.
+    applied_spec = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return f"namespace of {self.team}"

@@ -48,6 +48,7 @@ def reconcile(team: Team) -> dict:
     version = state.desired_version
     spec = desired_spec(team)
     outcome = {}
+    applied = dict(state.applied_spec or {})
     try:
         resources.ensure_priority_classes()
         for kind, manifest, apply in (
@@ -57,17 +58,21 @@ def reconcile(team: Team) -> dict:
         ):
             result = apply(manifest)
             outcome[kind] = "created" if result.created else "corrected" if result.corrected else "unchanged"
-            if result.corrected:
+            # Drift is a difference from what the portal itself last wrote; a change of the portal's own rows is
+            # an update, not a hand edit.
+            last = applied.get(kind)
+            if result.corrected and last is not None and result.before != last:
                 log.warning(
-                    "team %s: %s in %s differed from the portal and was put back", team.slug, kind, spec.namespace
+                    "team %s: %s in %s was edited in the cluster and was put back", team.slug, kind, spec.namespace
                 )
                 audit.record(
                     actor=None,
                     action=f"namespace.{kind.lower()}_put_back",
                     instance=team,
                     before=result.before,
-                    after={"spec": manifest.get("spec", manifest["metadata"])},
+                    after=result.after,
                 )
+            applied[kind] = result.after
     except ClusterError as error:
         TeamNamespace.objects.filter(pk=state.pk).update(last_error=str(error), last_checked_at=timezone.now())
         raise
@@ -75,5 +80,5 @@ def reconcile(team: Team) -> dict:
     TeamNamespace.objects.filter(pk=state.pk, applied_version__lt=version).update(
         applied_version=version, applied_at=now
     )
-    TeamNamespace.objects.filter(pk=state.pk).update(last_error="", last_checked_at=now)
+    TeamNamespace.objects.filter(pk=state.pk).update(last_error="", last_checked_at=now, applied_spec=applied)
     return outcome

@@ -4,6 +4,7 @@ Runs against the local control plane (real apiserver, scheduler and Job controll
 Celery runs tasks eagerly in the test process after commit, as a worker would.
 """
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -218,3 +219,87 @@ def _port(kube_cluster) -> int:
 
     match = re.search(r"server: https://127\.0\.0\.1:(\d+)", kube_cluster.kubeconfig_path.read_text())
     return int(match.group(1))
+
+
+def test_an_apiserver_restart_during_submission_ends_with_exactly_one_job(
+    portal_cluster, cluster_team, settings, monkeypatch
+):
+    from devcluster.launcher import Cluster
+
+    state_dir = portal_cluster.kubeconfig_path.parent
+    if not (state_dir / "cluster.json").exists():
+        pytest.fail(f"this test restarts the apiserver of a devcluster; {state_dir} is not one")
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    reconcile_now(cluster_team)
+    sent = []
+    monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", sent.append)
+    monkeypatch.setitem(submit_job_to_cluster.app.conf, "task_eager_propagates", False)
+    settings.KUBE_CALL_ATTEMPTS = 8
+    job = submit(cluster_team, "reserved-a800", gpus=1, name="through-restart")
+
+    restart = threading.Thread(target=lambda: Cluster(state_dir).restart_component("kube-apiserver"))
+    restart.start()
+    submit_job_to_cluster.apply(args=[job.pk])  # runs while the apiserver goes down and comes back
+    restart.join(timeout=180)
+    wait_for(lambda: _readyz(), timeout=60, what="the restarted apiserver")
+    if Job.objects.get(pk=job.pk).cluster_created_at is None:
+        submit_job_to_cluster.apply(args=[job.pk])  # the worker's next retry
+    assert job_state(job.pk) == JobState.SUBMITTED
+    assert Job.objects.get(pk=job.pk).cluster_created_at is not None
+    assert _portal_jobs(cluster_team, job) == 1
+
+    # The worker dies after creating the Job but before recording it: the redelivered task finds it there.
+    Job.objects.filter(pk=job.pk).update(cluster_created_at=None)
+    assert submit_job_to_cluster.apply(args=[job.pk]).result == "already there"
+    assert _portal_jobs(cluster_team, job) == 1
+    assert submit_job_to_cluster.apply(args=[job.pk]).result == "nothing to do"
+
+
+def _readyz() -> bool:
+    try:
+        client.api_client().call_api("/readyz", "GET", _preload_content=False, _request_timeout=2)
+        return True
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+def _portal_jobs(team, job) -> int:
+    items = client.batch().list_namespaced_job(team.namespace, label_selector=f"reservoir.io/job-id={job.pk}").items
+    return len(items)
+
+
+def reconcile_now(team):
+    from pools.namespaces import reconcile
+
+    reconcile(team)
+
+
+def test_rendered_manifests_are_accepted_by_the_real_apiserver(portal_cluster, cluster_team, settings):
+    """Server-side dry run of every placement variant, with the seed-000 annotations on."""
+    from jobs.manifests import render
+
+    settings.KUBE_WRITE_EBCLOUD_ANNOTATIONS = True
+    set_quota(cluster_team, Pool.objects.get(slug="training"), 8)
+    reconcile_now(cluster_team)
+    pool = Pool.objects.get(slug="training")
+    for placement, extra in (
+        (Placement.STRICT, {}),
+        (Placement.SOFT, {}),
+        (Placement.SPILL_AFTER, {"spill_after_minutes": 5}),
+    ):
+        job = Job.objects.create(
+            team=cluster_team,
+            pool=pool,
+            submitted_by=cluster_team.researcher,
+            name=f"dry-{placement.replace('_', '-')}",
+            image="registry.example.com/a/b:1",
+            gpus=2,
+            placement=placement,
+            anti_affinity_group="spread",
+            **extra,
+        )
+        for soft in (False, True):
+            manifest = render(job, soft=soft)
+            created = client.batch().create_namespaced_job(cluster_team.namespace, manifest, dry_run="All")
+            assert created.metadata.annotations["scheduling.eks.ebcloud.com/allow-soft-placement"] == str(soft).lower()
+            assert created.spec.template.spec.priority_class_name == "reservoir-normal"

@@ -1,0 +1,94 @@
+"""Team namespaces and pool isolation against the real cluster."""
+
+import uuid
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from cluster import client
+from pools import isolation, namespaces
+from pools.models import Node, Pool, TeamNamespace
+from portal.models import AuditEntry
+from tests.clusterkit import set_quota, wait_for
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+
+
+def test_quota_changes_reach_the_namespace_and_hand_edits_are_put_back(portal_cluster, cluster_team):
+    # set_quota reconciles after commit (eagerly in tests): namespace, ResourceQuota and LimitRange exist.
+    set_quota(cluster_team, Pool.objects.get(slug="training"), 6)
+    set_quota(cluster_team, Pool.objects.get(slug="elastic"), 2)
+    core = client.core()
+    quota = core.read_namespaced_resource_quota("reservoir-quota", cluster_team.namespace)
+    assert quota.spec.hard["requests.nvidia.com/gpu"] == "8"
+    limits = core.read_namespaced_limit_range("reservoir-limits", cluster_team.namespace)
+    assert limits.spec.limits[0].max["nvidia.com/gpu"] == "8"
+    state = TeamNamespace.objects.get(team=cluster_team)
+    assert state.is_applied and state.applied_at is not None
+    # Reconciling again changes nothing (what the server defaults is not mistaken for drift).
+    assert namespaces.reconcile(cluster_team) == {
+        "Namespace": "unchanged",
+        "ResourceQuota": "unchanged",
+        "LimitRange": "unchanged",
+    }
+    # Someone raises the quota by hand with kubectl: the next reconcile puts it back and says so.
+    quota.spec.hard["requests.nvidia.com/gpu"] = "99"
+    core.replace_namespaced_resource_quota("reservoir-quota", cluster_team.namespace, quota)
+    assert namespaces.reconcile(cluster_team)["ResourceQuota"] == "corrected"
+    quota = core.read_namespaced_resource_quota("reservoir-quota", cluster_team.namespace)
+    assert quota.spec.hard["requests.nvidia.com/gpu"] == "8"
+    entry = AuditEntry.objects.get(action="namespace.resourcequota_put_back", object_id=str(cluster_team.pk))
+    assert entry.before["hard"]["requests.nvidia.com/gpu"] == "99"
+
+
+def test_the_namespace_quota_caps_work_submitted_around_the_portal(portal_cluster, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 2)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "around-the-portal"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": "3"}}}]},
+    }
+    with pytest.raises(ApiException) as error:
+        client.core().create_namespaced_pod(cluster_team.namespace, pod)
+    assert error.value.status == 403
+    assert "exceeded quota" in error.value.body
+
+
+@pytest.fixture
+def extra_nodes(portal_cluster):
+    core = client.core()
+    suffix = uuid.uuid4().hex[:5]
+    names = {"untainted": f"iso-inference-{suffix}", "stray": f"iso-stray-{suffix}"}
+    core.create_node(
+        {
+            "metadata": {
+                "name": names["untainted"],
+                "labels": {"node-role": "inference", "gpu-type": "t4", "workload-tier": "online"},
+            }
+        }
+    )
+    core.create_node({"metadata": {"name": names["stray"], "labels": {"node-role": "cpu"}}, "spec": {"taints": []}})
+    yield names
+    for name in names.values():
+        core.delete_node(name)
+
+
+def test_nodes_missing_their_pools_taint_are_reported_then_tainted(cluster_sync, extra_nodes):
+    core = client.core()
+    wait_for(lambda: Node.objects.filter(name=extra_nodes["untainted"]).exists(), what="the node row")
+    result = isolation.reconcile_taints()
+    assert extra_nodes["untainted"] in result["reported"]
+    assert extra_nodes["stray"] not in result["reported"] + result["applied"]
+    assert Node.objects.get(name=extra_nodes["untainted"]).missing_taints == [
+        {"key": "workload", "value": "inference", "effect": "NoSchedule"}
+    ]
+    assert not core.read_node(extra_nodes["untainted"]).spec.taints
+
+    Pool.objects.filter(slug="inference").update(apply_taints=True)
+    result = isolation.reconcile_taints()
+    assert result["applied"] == [extra_nodes["untainted"]]
+    taints = [(t.key, t.value, t.effect) for t in core.read_node(extra_nodes["untainted"]).spec.taints]
+    assert ("workload", "inference", "NoSchedule") in taints
+    assert not core.read_node(extra_nodes["stray"]).spec.taints  # outside every pool: never touched
+    assert Node.objects.get(name=extra_nodes["untainted"]).missing_taints == []
