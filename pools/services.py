@@ -140,6 +140,9 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
 
     if not isinstance(max_gpus, int) or isinstance(max_gpus, bool) or max_gpus < 0:
         raise ValidationError({"max_gpus": _("GPUs must be a whole number, zero or more.")})
+    # One quota change of a team at a time: two admins setting a quota that does not exist yet would otherwise
+    # both insert it. (NO KEY UPDATE leaves inserts of rows that reference the team, such as jobs, unblocked.)
+    Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
     quota = Quota.objects.select_for_update().filter(team=team, pool=pool).first()
     before = audit.snapshot(quota)
     reserved_now = sum(
@@ -154,6 +157,7 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
                 % {"team": team.name, "reserved": reserved_now, "pool": pool.name}
             }
         )
+    _check_jobs_fit(team=team, pool=pool, max_gpus=max_gpus)
     if quota is None:
         quota = Quota(team=team, pool=pool, max_gpus=max_gpus)
     else:
@@ -165,9 +169,39 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     return quota
 
 
+def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> None:
+    """Refuse a quota below the GPUs the team's admitted jobs hold in the pool now, naming those jobs.
+
+    The caller holds the Quota row lock, which admission takes too, so no job is admitted meanwhile."""
+    from jobs.choices import ADMITTED_STATES
+    from jobs.models import Job
+
+    jobs = list(
+        Job.objects.filter(team=team, pool=pool, state__in=ADMITTED_STATES)
+        .order_by("-gpus", "id")
+        .values_list("id", "name", "gpus", "state")
+    )
+    in_use = sum(gpus for _id, _name, gpus, _state in jobs)
+    if max_gpus >= in_use:
+        return
+    listed = ", ".join(f"#{job_id} {name} ({gpus} GPUs, {state})" for job_id, name, gpus, state in jobs[:20])
+    if len(jobs) > 20:
+        listed += _(" and %(more)d more") % {"more": len(jobs) - 20}
+    raise ValidationError(
+        {
+            "max_gpus": _(
+                "%(team)s's jobs use %(in_use)d GPUs of %(pool)s now, more than %(asked)d: %(jobs)s. "
+                "Cancel some of them or wait for them to finish first."
+            )
+            % {"team": team.name, "in_use": in_use, "pool": pool.name, "asked": max_gpus, "jobs": listed}
+        }
+    )
+
+
 @transaction.atomic
 def set_namespace_limits(*, team: Team, user=None, **values) -> NamespaceLimits:
     """Create or update the team namespace's limits; unknown field names are an error."""
+    Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
     limits = NamespaceLimits.objects.select_for_update().filter(team=team).first()
     before = audit.snapshot(limits)
     if limits is None:
@@ -185,3 +219,67 @@ def set_namespace_limits(*, team: Team, user=None, **values) -> NamespaceLimits:
         actor=user, action="namespace_limits.set", instance=limits, before=before, after=audit.snapshot(limits)
     )
     return limits
+
+
+def _pool_snapshot(pool: Pool) -> dict:
+    data = audit.snapshot(pool)
+    data["spill_pools"] = sorted(pool.spill_pools.values_list("slug", flat=True)) if pool.pk else []
+    return data
+
+
+@transaction.atomic
+def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -> Pool:
+    """Create `pool` (no pk) or save its changes; `spill_pools`, when given, replaces the pools it may spill into.
+
+    A reserved pool's contract may not drop below what its reservations hold at their peak from now on."""
+    previous = Pool.objects.select_for_update().filter(pk=pool.pk).first() if pool.pk else None
+    before = _pool_snapshot(previous) if previous else None
+    pool.full_clean()
+    if spill_pools is not None and any(other.pk == pool.pk for other in spill_pools if pool.pk):
+        raise ValidationError({"spill_pools": _("A pool cannot spill into itself.")})
+    if previous is not None and pool.is_reserved and pool.contracted_gpus is not None:
+        from django.utils import timezone
+
+        now = timezone.now()
+        rows = Reservation.objects.filter(pool=pool, ends_at__gt=now).values_list("starts_at", "ends_at", "gpus")
+        peak = peak_gpus(
+            [Period(*row) for row in rows], within_start=now, within_end=datetime.max.replace(tzinfo=now.tzinfo)
+        )
+        if pool.contracted_gpus < peak:
+            raise ValidationError(
+                {
+                    "contracted_gpus": _(
+                        "Reservations hold up to %(peak)d GPUs of %(pool)s from now on: the contract cannot be smaller."
+                    )
+                    % {"peak": peak, "pool": pool.name}
+                }
+            )
+    pool.save()
+    if spill_pools is not None:
+        pool.spill_pools.set(spill_pools)
+    audit.record(
+        actor=user,
+        action="pool.update" if previous else "pool.create",
+        instance=pool,
+        before=before,
+        after=_pool_snapshot(pool),
+    )
+    return pool
+
+
+@transaction.atomic
+def delete_pool(*, pool: Pool, user=None) -> None:
+    """Delete a pool nothing refers to (jobs and reservations are history and contracts: never lost silently)."""
+    from django.db.models import ProtectedError
+
+    before = _pool_snapshot(pool)
+    pk = pool.pk
+    try:
+        with transaction.atomic():
+            pool.delete()
+    except ProtectedError:
+        raise ValidationError(
+            _("%(pool)s has jobs or reservations and cannot be deleted.") % {"pool": pool.name}
+        ) from None
+    pool.pk = pk
+    audit.record(actor=user, action="pool.delete", instance=pool, before=before, after=None)

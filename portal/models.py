@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
 from .choices import Role
@@ -115,3 +115,56 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor or 'system'} {self.action} {self.object_repr}"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def active(self) -> "ApiTokenQuerySet":
+        from django.utils import timezone
+
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+
+
+class ApiToken(models.Model):
+    """A secret that lets a program act as `user` in the REST API, created and revoked by platform admins.
+
+    Only the SHA-256 of the secret is stored: the secret is shown once, when the token is made. A token has
+    exactly its user's permissions; a revoked or expired token authenticates nobody.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(_("name"), max_length=100, help_text=_("What the token is for, e.g. 'CI quota sync'."))
+    prefix = models.CharField(
+        _("prefix"), max_length=12, help_text=_("The secret's first characters, to recognise it.")
+    )
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(expires_at__isnull=True) | Q(expires_at__gt=F("created_at")),
+                name="%(app_label)s_%(class)s_expires_after_created",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…) for {self.user}"
+
+    @property
+    def is_active(self) -> bool:
+        from django.utils import timezone
+
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())

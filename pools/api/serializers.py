@@ -1,10 +1,27 @@
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from ..models import Pool
+from portal.api.base import FullCleanMixin, GpuField
+from portal.api.serializers import TeamSlugField
+
+from ..models import NamespaceLimits, Node, Pool, Quota, Reservation, TeamNamespace
+from ..occupancy import JOB_SIZES
 
 
-class PoolSerializer(serializers.ModelSerializer):
-    spill_pools = serializers.SlugRelatedField(many=True, read_only=True, slug_field="slug")
+class PoolSlugField(serializers.SlugRelatedField):
+    default_error_messages = {"does_not_exist": _("Unknown pool '{value}'.")}
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="slug", **kwargs)
+
+
+class PoolSerializer(FullCleanMixin, serializers.ModelSerializer):
+    spill_pools = PoolSlugField(many=True, queryset=Pool.objects.all(), required=False)
+    contracted_gpus = GpuField(allow_null=True, required=False)
+    min_nodes = serializers.IntegerField(min_value=0, max_value=100_000, required=False)
+    max_nodes = serializers.IntegerField(min_value=0, max_value=100_000, required=False)
 
     class Meta:
         model = Pool
@@ -16,6 +33,7 @@ class PoolSerializer(serializers.ModelSerializer):
             "gpu_model",
             "node_selector",
             "taints",
+            "apply_taints",
             "contracted_gpus",
             "monthly_price_per_gpu",
             "hourly_price_per_gpu",
@@ -23,3 +41,142 @@ class PoolSerializer(serializers.ModelSerializer):
             "max_nodes",
             "spill_pools",
         ]
+        read_only_fields = ["id"]
+        extra_kwargs = {
+            "monthly_price_per_gpu": {"min_value": 0},
+            "hourly_price_per_gpu": {"min_value": 0},
+        }
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "name",
+            "pool",
+            "labels",
+            "taints",
+            "missing_taints",
+            "gpu_capacity",
+            "gpu_allocatable",
+            "ready",
+            "unschedulable",
+            "last_seen_at",
+        ]
+
+
+class OccupancySerializer(serializers.Serializer):
+    """GPUs of one pool right now, from synced nodes and pods; `fits` and `stranded` are keyed by job size."""
+
+    pool = serializers.CharField()
+    contracted_gpus = serializers.IntegerField(allow_null=True)
+    live_gpus = serializers.IntegerField(help_text="Σ allocatable GPUs over Ready nodes")
+    allocated = serializers.IntegerField()
+    free = serializers.IntegerField()
+    nodes_ready = serializers.IntegerField()
+    nodes_not_ready = serializers.IntegerField()
+    largest_free_block = serializers.IntegerField()
+    fits = serializers.DictField(child=serializers.IntegerField(), help_text=f"jobs of {JOB_SIZES} GPUs that fit now")
+    stranded = serializers.DictField(
+        child=serializers.IntegerField(), help_text="free GPUs a job of that size can't use"
+    )
+
+
+class NamespaceStateSerializer(serializers.Serializer):
+    """Whether the team namespace's ResourceQuota and LimitRange in the cluster match the portal yet."""
+
+    applied = serializers.BooleanField(help_text="true once the cluster holds the latest change")
+    desired_version = serializers.IntegerField()
+    applied_version = serializers.IntegerField()
+    applied_at = serializers.DateTimeField(allow_null=True)
+    last_error = serializers.CharField(allow_blank=True)
+
+
+def namespace_state(team_id: int) -> dict:
+    state = TeamNamespace.objects.filter(team_id=team_id).first()
+    if state is None:
+        return {"applied": False, "desired_version": 0, "applied_version": 0, "applied_at": None, "last_error": ""}
+    return {
+        "applied": state.is_applied,
+        "desired_version": state.desired_version,
+        "applied_version": state.applied_version,
+        "applied_at": state.applied_at,
+        "last_error": state.last_error,
+    }
+
+
+class ReservationSerializer(serializers.ModelSerializer):
+    team = TeamSlugField(queryset=Reservation._meta.get_field("team").related_model.objects.all())
+    pool = PoolSlugField(queryset=Pool.objects.all())
+    gpus = GpuField(min_value=1)
+    monthly_price_per_gpu = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        min_value=0,
+        required=False,
+        help_text=_("Default: the pool's monthly price per GPU."),
+    )
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Reservation
+        fields = [
+            "id",
+            "team",
+            "pool",
+            "gpus",
+            "starts_at",
+            "ends_at",
+            "monthly_price_per_gpu",
+            "created_by",
+            "created_at",
+        ]
+        read_only_fields = ["id", "created_by", "created_at"]
+
+
+class ReservationEndSerializer(serializers.Serializer):
+    ends_at = serializers.DateTimeField()
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    team = TeamSlugField(queryset=Quota._meta.get_field("team").related_model.objects.all())
+    pool = PoolSlugField(queryset=Pool.objects.all())
+    max_gpus = GpuField(help_text=_("GPUs of the pool the team may use at once."))
+    gpus_in_use = serializers.IntegerField(read_only=True, help_text=_("GPUs its admitted jobs hold now."))
+    namespace = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Quota
+        fields = ["id", "team", "pool", "max_gpus", "gpus_in_use", "updated_at", "namespace"]
+        read_only_fields = ["id", "updated_at"]
+        validators = []  # (team, pool) is an upsert key here: set_quota creates or updates
+
+    @extend_schema_field(NamespaceStateSerializer)
+    def get_namespace(self, quota) -> dict:
+        return namespace_state(quota.team_id)
+
+
+class QuotaChangeSerializer(serializers.Serializer):
+    max_gpus = GpuField(help_text=_("GPUs of the pool the team may use at once."))
+
+
+LIMIT_FIELDS = [f.name for f in NamespaceLimits._meta.concrete_fields if isinstance(f, models.PositiveIntegerField)]
+
+
+class NamespaceLimitsSerializer(FullCleanMixin, serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    namespace = serializers.SerializerMethodField()
+
+    full_clean_exclude = ("team",)
+
+    class Meta:
+        model = NamespaceLimits
+        exclude = ["id"]
+        read_only_fields = ["updated_at"]
+        extra_kwargs = {name: {"min_value": 0, "max_value": 100_000_000} for name in LIMIT_FIELDS}
+
+    @extend_schema_field(NamespaceStateSerializer)
+    def get_namespace(self, limits) -> dict:
+        return namespace_state(limits.team_id)

@@ -1,13 +1,240 @@
-from rest_framework import viewsets
+"""Pools, nodes, occupancy, reservations, quotas and namespace limits. Everyone signed in reads pools, nodes and
+occupancy; team-scoped rows are filtered by `visible_to`; only platform admins write, through `pools.services`."""
 
-from ..models import Pool
-from .serializers import PoolSerializer
+from django.db.models import IntegerField, OuterRef, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from jobs.choices import ADMITTED_STATES
+from jobs.models import Job
+from portal.api.base import AdminWrites
+from portal.models import Team
+
+from .. import services
+from ..filters import NamespaceLimitsFilterSet, NodeFilterSet, PoolFilterSet, QuotaFilterSet, ReservationFilterSet
+from ..models import NamespaceLimits, Node, Pool, Quota, Reservation
+from ..occupancy import JOB_SIZES, Occupancy, pool_occupancy
+from .serializers import (
+    NamespaceLimitsSerializer,
+    NodeSerializer,
+    OccupancySerializer,
+    PoolSerializer,
+    QuotaChangeSerializer,
+    QuotaSerializer,
+    ReservationEndSerializer,
+    ReservationSerializer,
+)
 
 
-class PoolViewSet(viewsets.ReadOnlyModelViewSet):
+def _occupancy_row(pool: Pool, occupancy: Occupancy | None) -> dict:
+    occupancy = occupancy or Occupancy(pool_id=pool.pk)
+    return {
+        "pool": pool.slug,
+        "contracted_gpus": pool.contracted_gpus,
+        "live_gpus": occupancy.live_gpus,
+        "allocated": occupancy.allocated,
+        "free": occupancy.free,
+        "nodes_ready": occupancy.nodes_ready,
+        "nodes_not_ready": occupancy.nodes_not_ready,
+        "largest_free_block": occupancy.largest_free_block,
+        "fits": {str(size): occupancy.fits[size] for size in JOB_SIZES},
+        "stranded": {str(size): occupancy.stranded(size) for size in JOB_SIZES},
+    }
+
+
+class PoolViewSet(viewsets.ModelViewSet):
+    """GPU pools. Every signed-in user sees every pool and its occupancy; platform admins manage them."""
+
     serializer_class = PoolSerializer
+    permission_classes = [AdminWrites]
+    filterset_class = PoolFilterSet
     lookup_field = "slug"
-    ordering_fields = ["name", "slug", "kind"]
+    lookup_value_regex = r"[a-z0-9-]+"
+    ordering_fields = ["name", "slug", "kind", "contracted_gpus"]
+    ordering = ["name"]
 
     def get_queryset(self):
         return Pool.objects.visible_to(self.request.user).prefetch_related("spill_pools").order_by("name")
+
+    def _save(self, serializer, pool: Pool):
+        data = dict(serializer.validated_data)
+        spill_pools = data.pop("spill_pools", None)
+        for name, value in data.items():
+            setattr(pool, name, value)
+        serializer.instance = services.save_pool(pool=pool, spill_pools=spill_pools, user=self.request.user)
+
+    def perform_create(self, serializer):
+        self._save(serializer, Pool())
+
+    def perform_update(self, serializer):
+        self._save(serializer, serializer.instance)
+
+    def perform_destroy(self, instance):
+        services.delete_pool(pool=instance, user=self.request.user)
+
+    @extend_schema(operation_id="pools_occupancy_list", responses=OccupancySerializer(many=True))
+    @action(detail=False, methods=["get"], url_path="occupancy", filterset_class=None, pagination_class=None)
+    def occupancy_list(self, request):
+        """GPUs capacity / allocated / free and fragmentation of every pool, right now."""
+        pools = list(self.get_queryset())
+        occupancy = pool_occupancy([pool.pk for pool in pools])
+        return Response(OccupancySerializer([_occupancy_row(p, occupancy.get(p.pk)) for p in pools], many=True).data)
+
+    @extend_schema(operation_id="pools_occupancy_retrieve", responses=OccupancySerializer)
+    @action(detail=True, methods=["get"])
+    def occupancy(self, request, slug=None):
+        """GPUs capacity / allocated / free and fragmentation of one pool, right now."""
+        pool = self.get_object()
+        return Response(OccupancySerializer(_occupancy_row(pool, pool_occupancy([pool.pk]).get(pool.pk))).data)
+
+
+class NodeViewSet(viewsets.ReadOnlyModelViewSet):
+    """GPU nodes as last seen by sync. Like pools, every signed-in user sees them."""
+
+    serializer_class = NodeSerializer
+    filterset_class = NodeFilterSet
+    lookup_field = "name"
+    lookup_value_regex = r"[a-z0-9.-]+"
+    ordering_fields = ["name", "gpu_allocatable", "last_seen_at"]
+    ordering = ["name"]
+
+    def get_queryset(self):
+        visible_pools = Pool.objects.visible_to(self.request.user)
+        return Node.objects.filter(pool__in=visible_pools).select_related("pool").order_by("name")
+
+
+class ReservationViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Reservations of the caller's teams (all for admins). Admins reserve GPUs and move a reservation's end;
+    a pool's reservations never exceed its contracted GPUs at any moment."""
+
+    serializer_class = ReservationSerializer
+    permission_classes = [AdminWrites]
+    filterset_class = ReservationFilterSet
+    ordering_fields = ["starts_at", "ends_at", "gpus", "created_at"]
+    ordering = ["-starts_at"]
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    def get_queryset(self):
+        return (
+            Reservation.objects.visible_to(self.request.user)
+            .select_related("team", "pool", "created_by")
+            .order_by("-starts_at", "-id")
+        )
+
+    def perform_create(self, serializer):
+        serializer.instance = services.create_reservation(**serializer.validated_data, user=self.request.user)
+
+    @extend_schema(
+        request=ReservationEndSerializer,
+        responses=ReservationSerializer,
+        description="Move the reservation's end (the only thing that changes on a contract).",
+    )
+    def partial_update(self, request, *args, **kwargs):
+        reservation = self.get_object()
+        change = ReservationEndSerializer(data=request.data)
+        change.is_valid(raise_exception=True)
+        reservation = services.end_reservation(
+            reservation=reservation, ends_at=change.validated_data["ends_at"], user=request.user
+        )
+        return Response(ReservationSerializer(reservation).data)
+
+
+class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """GPUs per pool a team may use at once. POST sets a team's quota in a pool (creating it when missing);
+    PUT/PATCH change `max_gpus`. The change reaches the team namespace's ResourceQuota through the reconcile
+    task: `namespace.applied` says whether the cluster has it yet."""
+
+    serializer_class = QuotaSerializer
+    permission_classes = [AdminWrites]
+    filterset_class = QuotaFilterSet
+    ordering_fields = ["max_gpus", "updated_at", "team__slug", "pool__slug"]
+    ordering = ["team__name", "pool__name"]
+
+    def get_queryset(self):
+        in_use = (
+            Job.objects.filter(team=OuterRef("team"), pool=OuterRef("pool"), state__in=ADMITTED_STATES)
+            .values("team")
+            .annotate(total=Sum("gpus"))
+            .values("total")
+        )
+        return (
+            Quota.objects.visible_to(self.request.user)
+            .select_related("team", "pool")
+            .annotate(gpus_in_use=Coalesce(Subquery(in_use, output_field=IntegerField()), Value(0)))
+            .order_by("team__name", "pool__name")
+        )
+
+    def _answer(self, quota: Quota, status_code: int) -> Response:
+        quota = self.get_queryset().get(pk=quota.pk)
+        return Response(QuotaSerializer(quota).data, status=status_code)
+
+    @extend_schema(
+        request=QuotaSerializer,
+        responses={200: QuotaSerializer, 201: QuotaSerializer},
+        description="Set a team's quota in a pool: 201 when it did not exist, 200 when it changed.",
+    )
+    def create(self, request, *args, **kwargs):
+        serializer = QuotaSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        existed = Quota.objects.filter(team=data["team"], pool=data["pool"]).exists()
+        quota = services.set_quota(team=data["team"], pool=data["pool"], max_gpus=data["max_gpus"], user=request.user)
+        return self._answer(quota, status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
+
+    @extend_schema(request=QuotaChangeSerializer, responses=QuotaSerializer)
+    def update(self, request, *args, **kwargs):
+        quota = self.get_object()
+        change = QuotaChangeSerializer(data=request.data)
+        change.is_valid(raise_exception=True)
+        quota = services.set_quota(
+            team=quota.team, pool=quota.pool, max_gpus=change.validated_data["max_gpus"], user=request.user
+        )
+        return self._answer(quota, status.HTTP_200_OK)
+
+    @extend_schema(request=QuotaChangeSerializer, responses=QuotaSerializer)
+    def partial_update(self, request, *args, **kwargs):
+        return self.update(request, *args, **kwargs)
+
+
+class NamespaceLimitsViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """The team namespace's ResourceQuota and LimitRange values (seed 003), addressed by team slug. A team
+    without its own limits shows the defaults. Changes reach the cluster through the reconcile task."""
+
+    serializer_class = NamespaceLimitsSerializer
+    permission_classes = [AdminWrites]
+    filterset_class = NamespaceLimitsFilterSet
+    lookup_field = "team"
+    lookup_value_regex = r"[a-z0-9-]+"
+    ordering_fields = ["slug", "name"]
+    ordering = ["name"]
+    queryset = Team.objects.none()  # for the schema; rows come from get_queryset
+
+    def get_queryset(self):
+        return Team.objects.visible_to(self.request.user).order_by("name")
+
+    @staticmethod
+    def _limits_of(team: Team) -> NamespaceLimits:
+        return NamespaceLimits.objects.filter(team=team).select_related("team").first() or NamespaceLimits(team=team)
+
+    def get_object(self):
+        team = get_object_or_404(self.get_queryset(), slug=self.kwargs["team"])
+        limits = self._limits_of(team)
+        self.check_object_permissions(self.request, limits)
+        return limits
+
+    def list(self, request, *args, **kwargs):
+        teams = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(teams)
+        stored = {limits.team_id: limits for limits in NamespaceLimits.objects.filter(team__in=page)}
+        rows = [stored.get(team.pk) or NamespaceLimits(team=team) for team in page]
+        return self.get_paginated_response(NamespaceLimitsSerializer(rows, many=True).data)
+
+    def perform_update(self, serializer):
+        limits = serializer.instance
+        serializer.instance = services.set_namespace_limits(
+            team=limits.team, user=self.request.user, **serializer.validated_data
+        )

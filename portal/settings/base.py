@@ -99,10 +99,12 @@ STATICFILES_DIRS = [
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.api.base.Pagination",
+    "EXCEPTION_HANDLER": "portal.api.base.exception_handler",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
@@ -115,6 +117,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Reserved GPU node pools on Kubernetes: pools, reservations, quotas, jobs, usage.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.choices.JobState"},
 }
 
 # --- Redis and Celery -------------------------------------------------------------------------------------------

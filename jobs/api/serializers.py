@@ -1,0 +1,116 @@
+from django.utils.translation import gettext_lazy as _
+from rest_framework import serializers
+
+from pools.api.serializers import PoolSlugField
+from pools.models import Pool
+from portal.api.base import WholeNumberField
+from portal.api.serializers import TeamSlugField
+from portal.models import Team
+
+from ..choices import Placement, Priority
+from ..models import Job, JobEvent
+from ..specs import MAX_GPUS_PER_JOB, JobSpec
+
+
+class JobSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "name",
+            "team",
+            "pool",
+            "submitted_by",
+            "image",
+            "gpus",
+            "cpu_millicores",
+            "memory_mib",
+            "placement",
+            "priority",
+            "state",
+            "state_changed_at",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "node_name",
+            "pending_reason",
+        ]
+        read_only_fields = fields
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["at", "from_state", "to_state", "message", "actor"]
+
+
+class JobDetailSerializer(JobSerializer):
+    queue_position = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text=_("1 = next to be admitted; null unless queued.")
+    )
+    events = JobEventSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [
+            *JobSerializer.Meta.fields,
+            "command",
+            "args",
+            "env",
+            "spill_after_minutes",
+            "max_run_minutes",
+            "anti_affinity_group",
+            "pod_annotations",
+            "spilled",
+            "last_error",
+            "resubmitted_from",
+            "queue_position",
+            "events",
+        ]
+        read_only_fields = fields
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    """What a job asks for. The same rules as the submit page apply (jobs.specs.validate_spec, then the team's
+    quota and namespace limits in jobs.services.submit_job)."""
+
+    team = TeamSlugField(queryset=Team.objects.none())
+    pool = PoolSlugField(queryset=Pool.objects.none())
+    name = serializers.CharField(max_length=63)
+    image = serializers.CharField(
+        max_length=255, help_text=_("OCI reference, e.g. registry.example.com/team/train:1.0")
+    )
+    gpus = WholeNumberField(label_text=str(_("GPUs")), min_value=1, max_value=MAX_GPUS_PER_JOB)
+    command = serializers.ListField(child=serializers.CharField(allow_blank=True, max_length=4096), required=False)
+    args = serializers.ListField(child=serializers.CharField(allow_blank=True, max_length=4096), required=False)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=4096), required=False)
+    cpu_millicores = WholeNumberField(label_text=str(_("CPU")), required=False, max_value=512_000)
+    memory_mib = WholeNumberField(label_text=str(_("Memory")), required=False, max_value=4 * 1024 * 1024)
+    placement = serializers.ChoiceField(choices=Placement.choices, required=False)
+    spill_after_minutes = WholeNumberField(
+        label_text=str(_("Spill after")), required=False, allow_null=True, max_value=7 * 24 * 60
+    )
+    priority = serializers.ChoiceField(choices=Priority.choices, required=False)
+    max_run_minutes = WholeNumberField(label_text=str(_("Run time")), required=False, max_value=30 * 24 * 60)
+    anti_affinity_group = serializers.CharField(max_length=63, required=False, allow_blank=True)
+    pod_annotations = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=4096), required=False
+    )
+
+    def get_fields(self):
+        fields = super().get_fields()
+        request = self.context.get("request")
+        if request is not None:
+            # An invisible team or pool is "unknown", exactly like one that does not exist.
+            fields["team"].queryset = Team.objects.visible_to(request.user)
+            fields["pool"].queryset = Pool.objects.visible_to(request.user)
+        return fields
+
+    def spec(self) -> JobSpec:
+        data = {k: v for k, v in self.validated_data.items() if k not in ("team", "pool")}
+        return JobSpec(**data)

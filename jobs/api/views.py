@@ -1,0 +1,83 @@
+"""Jobs: list and filter (the page's JobFilterSet), submit (201, queued or submitted, with the queue position),
+cancel (202: the cluster's Job and pods are deleted by a task) and resubmit. Members act on their teams' jobs;
+platform admins on all; anything else is 404."""
+
+from django.db import transaction
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from portal import audit
+
+from .. import services
+from ..filters import JobFilterSet
+from ..models import Job, JobEvent
+from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
+
+
+def _detail(job: Job) -> dict:
+    job = (
+        Job.objects.select_related("team", "pool", "submitted_by")
+        .prefetch_related(Prefetch("events", queryset=JobEvent.objects.select_related("actor").order_by("at", "id")))
+        .get(pk=job.pk)
+    )
+    job.queue_position = services.queue_position(job)
+    return JobDetailSerializer(job).data
+
+
+class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    filterset_class = JobFilterSet
+    ordering_fields = ["created_at", "state_changed_at", "priority", "gpus", "id"]
+    ordering = ["-created_at", "-id"]
+
+    def get_queryset(self):
+        return (
+            Job.objects.visible_to(self.request.user)
+            .select_related("team", "pool", "submitted_by")
+            .order_by("-created_at", "-id")
+        )
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return JobSubmitSerializer
+        return JobSerializer if self.action == "list" else JobDetailSerializer
+
+    def retrieve(self, request, *args, **kwargs):
+        return Response(_detail(self.get_object()))
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
+    def create(self, request, *args, **kwargs):
+        """Submit a job: it is admitted at once when the team's quota allows, else queued (see queue_position)."""
+        serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        with transaction.atomic():
+            job = services.submit_job(team=data["team"], pool=data["pool"], user=request.user, spec=serializer.spec())
+            audit.record(actor=request.user, action="job.submit", instance=job, before=None, after=audit.snapshot(job))
+        return Response(_detail(job), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=None,
+        responses={202: JobDetailSerializer},
+        description="Cancel the job. Answers 202: a job already in the cluster has its Job and pods deleted by a task.",
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = self.get_object()
+        with transaction.atomic():
+            before = audit.snapshot(job)
+            job = services.cancel_job(job=job, user=request.user)
+            audit.record(
+                actor=request.user, action="job.cancel", instance=job, before=before, after=audit.snapshot(job)
+            )
+        return Response(_detail(job), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={201: JobDetailSerializer}, description="Submit a finished job again.")
+    @action(detail=True, methods=["post"])
+    def resubmit(self, request, pk=None):
+        with transaction.atomic():
+            job = services.resubmit_job(job=self.get_object(), user=request.user)
+            audit.record(actor=request.user, action="job.submit", instance=job, before=None, after=audit.snapshot(job))
+        return Response(_detail(job), status=status.HTTP_201_CREATED)

@@ -1,0 +1,57 @@
+"""One filter class per model, for the pool pages and the API alike (STYLE.md, convention 7)."""
+
+import django_filters
+
+from portal.models import Team
+
+from .choices import PoolKind
+from .models import Node, Pool, Quota, Reservation
+
+
+class PoolFilterSet(django_filters.FilterSet):
+    kind = django_filters.ChoiceFilter(choices=PoolKind.choices)
+    gpu_model = django_filters.CharFilter()
+
+    class Meta:
+        model = Pool
+        fields = ["kind", "gpu_model"]
+
+
+class NodeFilterSet(django_filters.FilterSet):
+    pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
+    ready = django_filters.BooleanFilter()
+    unschedulable = django_filters.BooleanFilter(label="cordoned")
+
+    class Meta:
+        model = Node
+        fields = ["pool", "ready", "unschedulable"]
+
+
+class ReservationFilterSet(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug", label="team (slug)")
+    pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
+    active_at = django_filters.IsoDateTimeFilter(method="filter_active_at", label="active at (ISO 8601)")
+
+    class Meta:
+        model = Reservation
+        fields = ["team", "pool", "active_at"]
+
+    def filter_active_at(self, queryset, name, value):
+        return queryset.active_at(value)
+
+
+class QuotaFilterSet(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug", label="team (slug)")
+    pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
+
+    class Meta:
+        model = Quota
+        fields = ["team", "pool"]
+
+
+class NamespaceLimitsFilterSet(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="slug", label="team (slug)")
+
+    class Meta:
+        model = Team
+        fields = ["team"]

@@ -1,0 +1,123 @@
+"""What every app's API shares: role permissions, pagination, whole-number fields, and model rules as field errors.
+
+Scope and role are two questions. What a caller may not see is filtered out by the viewset's `visible_to(user)`
+queryset, so it answers 404 like something that does not exist. What a caller sees but their role may not change
+answers 403. Admin-only resources (tokens, the audit log) do not exist for anyone else: 404.
+"""
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils.translation import gettext_lazy as _
+from rest_framework import exceptions, pagination, permissions, serializers
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+def is_admin(user) -> bool:
+    return bool(user and user.is_authenticated and user.is_admin)
+
+
+class AdminWrites(permissions.BasePermission):
+    """Everyone signed in reads what their queryset shows; only platform admins write.
+
+    A write to one object is judged after the object was looked up in the caller's queryset, so an object outside
+    the caller's scope answers 404 before its role is considered."""
+
+    message = _("Only platform admins can change this.")
+
+    def has_permission(self, request, view) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        lookup = getattr(view, "lookup_url_kwarg", None) or getattr(view, "lookup_field", "pk")
+        if request.method in permissions.SAFE_METHODS or lookup in view.kwargs:
+            return True
+        return request.user.is_admin
+
+    def has_object_permission(self, request, view, obj) -> bool:
+        return request.method in permissions.SAFE_METHODS or request.user.is_admin
+
+
+class AdminOnly(permissions.BasePermission):
+    """Resources only platform admins know of: for anyone else signed in they do not exist (404)."""
+
+    def has_permission(self, request, view) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        if not request.user.is_admin:
+            raise exceptions.NotFound()
+        return True
+
+
+class Pagination(pagination.PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class WholeNumberField(serializers.IntegerField):
+    """An integer that says so clearly when it is negative, fractional, a boolean or text."""
+
+    def __init__(self, *, label_text: str = "The value", **kwargs):
+        kwargs.setdefault("min_value", 0)
+        kwargs.setdefault("max_value", 1_000_000)
+        super().__init__(**kwargs)
+        self.error_messages.update(
+            {
+                "invalid": _("%s must be a whole number, not a fraction or text.") % label_text,
+                "min_value": _("%s cannot be below {min_value}.") % label_text,
+                "max_value": _("%s cannot be above {max_value}.") % label_text,
+            }
+        )
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
+            self.fail("invalid")
+        if isinstance(data, str) and "." in data:
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class GpuField(WholeNumberField):
+    def __init__(self, **kwargs):
+        super().__init__(label_text=str(_("GPUs")), **kwargs)
+
+
+def django_errors_as_drf(error: DjangoValidationError) -> exceptions.ValidationError:
+    """A model or service ValidationError as DRF field errors ({"field": [messages]}, else non_field_errors)."""
+    if hasattr(error, "error_dict"):
+        detail = {
+            ("non_field_errors" if field == "__all__" else field): messages
+            for field, messages in error.message_dict.items()
+        }
+    else:
+        detail = {"non_field_errors": error.messages}
+    return exceptions.ValidationError(detail)
+
+
+def exception_handler(exc, context):
+    """DRF's handler, plus: a Django ValidationError from a service or model answers 400 with field errors."""
+    if isinstance(exc, DjangoValidationError):
+        exc = django_errors_as_drf(exc)
+    return drf_exception_handler(exc, context)
+
+
+class FullCleanMixin:
+    """Serializers of models run the model's own rules (clean() and field validators) during validation."""
+
+    full_clean_exclude: tuple[str, ...] = ()
+
+    def validate(self, attrs):
+        attrs = super().validate(attrs)
+        model = self.Meta.model
+        fields = model._meta.concrete_fields
+        if self.instance is not None:
+            instance = model(**{f.attname: getattr(self.instance, f.attname) for f in fields})
+            instance._state.adding = self.instance._state.adding
+        else:
+            instance = model()
+        for name, value in attrs.items():
+            if name in {f.name for f in fields}:
+                setattr(instance, name, value)
+        try:
+            instance.full_clean(exclude=list(self.full_clean_exclude), validate_unique=True)
+        except DjangoValidationError as error:
+            raise django_errors_as_drf(error) from None
+        return attrs

@@ -1,0 +1,86 @@
+from django.utils.translation import gettext_lazy as _
+from rest_framework import serializers
+
+from ..models import ApiToken, AuditEntry, Membership, Team, User
+from .base import FullCleanMixin
+
+
+class TeamSerializer(FullCleanMixin, serializers.ModelSerializer):
+    namespace = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Team
+        fields = ["id", "slug", "name", "description", "namespace", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+
+class UserSlugField(serializers.SlugRelatedField):
+    default_error_messages = {"does_not_exist": _("Unknown user '{value}'.")}
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="username", **kwargs)
+
+
+class TeamSlugField(serializers.SlugRelatedField):
+    default_error_messages = {"does_not_exist": _("Unknown team '{value}'.")}
+
+    def __init__(self, **kwargs):
+        super().__init__(slug_field="slug", **kwargs)
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    team = TeamSlugField(queryset=Team.objects.all())
+    user = UserSlugField(queryset=User.objects.filter(is_active=True))
+
+    class Meta:
+        model = Membership
+        fields = ["id", "team", "user", "role", "created_at"]
+        read_only_fields = ["id", "created_at"]
+        validators = []  # the unique (user, team) rule is checked once, by the model, in the service
+
+    def get_fields(self):
+        fields = super().get_fields()
+        if self.instance is not None and not isinstance(self.instance, list | tuple) and hasattr(self.instance, "pk"):
+            # A membership moves to another role, never to another person or team.
+            fields["team"].read_only = True
+            fields["user"].read_only = True
+        return fields
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    user = UserSlugField(queryset=User.objects.filter(is_active=True), help_text=_("The user the token acts as."))
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    revoked_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    is_active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "user",
+            "prefix",
+            "created_by",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+            "revoked_by",
+            "is_active",
+        ]
+        read_only_fields = ["id", "prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class NewApiTokenSerializer(ApiTokenSerializer):
+    token = serializers.CharField(read_only=True, help_text=_("The secret. Shown only now: store it safely."))
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = AuditEntry
+        fields = ["id", "at", "actor", "action", "object_type", "object_id", "object_repr", "before", "after"]

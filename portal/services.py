@@ -1,0 +1,120 @@
+"""Writes to teams, memberships and API tokens. The API, Django admin and commands all call these, and each
+write leaves an audit entry in the same transaction."""
+
+import secrets
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import ProtectedError
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from . import audit
+from .authentication import TOKEN_PREFIX, hash_secret
+from .models import ApiToken, Membership, Team, User
+
+
+@transaction.atomic
+def save_team(*, team: Team, user=None) -> Team:
+    """Create `team` (no pk) or save its changed name, slug or description."""
+    before = audit.snapshot(Team.objects.filter(pk=team.pk).first()) if team.pk else None
+    team.full_clean()
+    team.save()
+    audit.record(
+        actor=user,
+        action="team.update" if before else "team.create",
+        instance=team,
+        before=before,
+        after=audit.snapshot(team),
+    )
+    return team
+
+
+@transaction.atomic
+def delete_team(*, team: Team, user=None) -> None:
+    """Delete a team that has no jobs or reservations (they are history and contracts: never lost silently)."""
+    before = audit.snapshot(team)
+    pk = team.pk
+    try:
+        with transaction.atomic():
+            team.delete()
+    except ProtectedError:
+        raise ValidationError(
+            _("%(team)s has jobs or reservations and cannot be deleted.") % {"team": team.name}
+        ) from None
+    team.pk = pk
+    audit.record(actor=user, action="team.delete", instance=team, before=before, after=None)
+
+
+@transaction.atomic
+def add_member(*, team: Team, member: User, role: str, user=None) -> Membership:
+    membership = Membership(team=team, user=member, role=role)
+    membership.full_clean()
+    membership.save()
+    audit.record(
+        actor=user, action="membership.create", instance=membership, before=None, after=audit.snapshot(membership)
+    )
+    return membership
+
+
+@transaction.atomic
+def change_role(*, membership: Membership, role: str, user=None) -> Membership:
+    membership = Membership.objects.select_for_update().get(pk=membership.pk)
+    before = audit.snapshot(membership)
+    membership.role = role
+    membership.full_clean()
+    membership.save(update_fields=["role"])
+    audit.record(
+        actor=user, action="membership.update", instance=membership, before=before, after=audit.snapshot(membership)
+    )
+    return membership
+
+
+@transaction.atomic
+def remove_member(*, membership: Membership, user=None) -> None:
+    before = audit.snapshot(membership)
+    pk = membership.pk
+    membership.delete()
+    membership.pk = pk
+    audit.record(actor=user, action="membership.delete", instance=membership, before=before, after=None)
+
+
+@transaction.atomic
+def create_token(*, owner: User, name: str, expires_at: datetime | None = None, user=None) -> tuple[ApiToken, str]:
+    """Make a token acting as `owner`. Returns the token and its secret, which is never stored nor shown again."""
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken(
+        user=owner,
+        name=name,
+        prefix=secret[: len(TOKEN_PREFIX) + 6],
+        key_hash=hash_secret(secret),
+        created_by=user if user is not None and user.is_authenticated else None,
+        expires_at=expires_at,
+    )
+    token.full_clean()
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError({"expires_at": _("The token would be expired already: choose a moment in the future.")})
+    token.save()
+    audit.record(actor=user, action="token.create", instance=token, before=None, after=_token_snapshot(token))
+    return token, secret
+
+
+@transaction.atomic
+def revoke_token(*, token: ApiToken, user=None) -> ApiToken:
+    """Revoke a token at once; revoking a revoked token changes nothing."""
+    token = ApiToken.objects.select_for_update().get(pk=token.pk)
+    if token.revoked_at is not None:
+        return token
+    before = _token_snapshot(token)
+    token.revoked_at = timezone.now()
+    token.revoked_by = user if user is not None and user.is_authenticated else None
+    token.save(update_fields=["revoked_at", "revoked_by"])
+    audit.record(actor=user, action="token.revoke", instance=token, before=before, after=_token_snapshot(token))
+    return token
+
+
+def _token_snapshot(token: ApiToken) -> dict:
+    data = audit.snapshot(token)
+    data.pop("key_hash", None)  # the hash is not secret, but the audit log has no use for it
+    return data
