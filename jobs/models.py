@@ -188,3 +188,38 @@ class SyncState(models.Model):
 
     def __str__(self) -> str:
         return f"{self.resource}@{self.resource_version}"
+
+
+class JobTemplateQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "JobTemplateQuerySet":
+        """Templates of the teams `user` belongs to (all for a platform admin)."""
+        return self.filter(team__in=Team.objects.visible_to(user))
+
+
+class JobTemplate(models.Model):
+    """A job spec saved by a team under a name, to submit again later.
+
+    `spec` holds the fields of `jobs.specs.JobSpec` as they were submitted; it is validated again (with the team's
+    current limits) whenever a job is submitted from it, so an old template can never bypass a rule.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="job_templates")
+    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    name = models.CharField(_("name"), max_length=80)
+    spec = models.JSONField(_("spec"), default=dict)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(_("created"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated"), auto_now=True)
+
+    objects = JobTemplateQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="%(app_label)s_%(class)s_unique_team_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.team})"

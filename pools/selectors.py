@@ -1,35 +1,200 @@
-"""Reads about pools. Occupancy and fragmentation come with the cluster integration."""
+"""Reads for the pool pages: the dashboard cards, the per-node GPU strips and the fragmentation table.
 
-from django.db.models import Count, Q, Sum
+Everything a page shows is computed here, in a fixed number of queries whatever the number of pools, nodes and
+pods: pools (1), occupancy and fragmentation (1, `pools.occupancy`), nodes with the GPUs each team holds on them
+(1), reservations active now (1), metered GPU-hours of the month (1) and the teams the viewer may see (1).
+Every signed-in user sees every pool; other teams' GPUs appear as "another team", without their names.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import connection
+from django.db.models import F, Sum
 from django.utils import timezone
 
+from portal.models import Team
+
 from .models import Pool, Reservation
+from .occupancy import JOB_SIZES, Occupancy, pool_occupancy
+
+# Slot colours for the teams a viewer may see (CSS classes team-0 .. team-9 in reservoir.css).
+TEAM_COLOURS = 10
+SECONDS_PER_HOUR = Decimal(3600)
 
 
-def pool_summaries(user):
-    """Every pool the user sees, with node counts, live GPU capacity and GPUs reserved right now."""
-    now = timezone.now()
-    pools = (
-        Pool.objects.visible_to(user)
+@dataclass(frozen=True)
+class Segment:
+    """A run of GPU slots on one node: `kind` is team, other (another team), free or down (not schedulable)."""
+
+    kind: str
+    gpus: int
+    label: str
+    colour: int | None = None
+
+
+@dataclass
+class NodeStrip:
+    name: str
+    allocatable: int
+    used: int
+    schedulable: bool
+    ready: bool
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def free(self) -> int:
+        return max(self.allocatable - self.used, 0) if self.schedulable else 0
+
+
+@dataclass
+class PoolCard:
+    pool: Pool
+    occupancy: Occupancy
+    reserved_now: int
+    month_reserved_gpu_hours: Decimal | None
+    month_used_gpu_hours: Decimal
+    nodes: list[NodeStrip]
+
+    @property
+    def contracted(self) -> int | None:
+        return self.pool.contracted_gpus if self.pool.is_reserved else None
+
+    @property
+    def utilisation_percent(self) -> int:
+        live = self.occupancy.live_gpus
+        return round(100 * self.occupancy.allocated / live) if live else 0
+
+    @property
+    def contract_gap(self) -> int:
+        """Contracted GPUs the cluster does not report as live (NotReady or missing nodes): paid for, unusable."""
+        if self.contracted is None:
+            return 0
+        return max(self.contracted - self.occupancy.live_gpus, 0)
+
+    @property
+    def month_use_percent(self) -> int | None:
+        if not self.month_reserved_gpu_hours:
+            return None
+        return round(100 * self.month_used_gpu_hours / self.month_reserved_gpu_hours)
+
+    @property
+    def fragmentation(self) -> list[dict]:
+        return [
+            {"size": size, "fits": self.occupancy.fits[size], "stranded": self.occupancy.stranded(size)}
+            for size in JOB_SIZES
+        ]
+
+
+@dataclass
+class TeamKey:
+    """Which colour a visible team's slots get; `legend` lists the teams that hold GPUs on the page."""
+
+    visible: dict[int, str]
+    colours: dict[int, int] = field(default_factory=dict)
+
+    def colour(self, team_id: int) -> int:
+        if team_id not in self.colours:
+            self.colours[team_id] = len(self.colours) % TEAM_COLOURS
+        return self.colours[team_id]
+
+    @property
+    def legend(self) -> list[tuple[str, int]]:
+        return [(self.visible[team_id], colour) for team_id, colour in self.colours.items()]
+
+
+_NODES_SQL = """
+SELECT n.pool_id, n.name, n.gpu_allocatable, n.ready, n.ready AND NOT n.unschedulable, p.team_id,
+       COALESCE(SUM(p.gpus), 0)
+FROM pools_node n
+LEFT JOIN jobs_pod p ON p.node_name = n.name AND p.scheduled AND p.phase IN ('Pending', 'Running') AND p.gpus > 0
+WHERE n.pool_id = ANY(%s)
+GROUP BY n.pool_id, n.id, p.team_id
+ORDER BY n.pool_id, n.name, p.team_id NULLS LAST
+"""
+
+
+def _node_strips(pool_ids: list[int], key: TeamKey, other_label: str) -> dict[int, list[NodeStrip]]:
+    """Per pool, its nodes by name with the GPUs each team holds on them, as coloured segments."""
+    with connection.cursor() as cursor:
+        cursor.execute(_NODES_SQL, [pool_ids])
+        rows = cursor.fetchall()
+    strips: dict[int, list[NodeStrip]] = {pool_id: [] for pool_id in pool_ids}
+    current: NodeStrip | None = None
+    for pool_id, name, allocatable, ready, schedulable, team_id, gpus in rows:
+        if current is None or current.name != name:
+            current = NodeStrip(name=name, allocatable=allocatable, used=0, schedulable=schedulable, ready=ready)
+            strips[pool_id].append(current)
+        gpus = int(gpus)
+        if not gpus:
+            continue
+        current.used += gpus
+        if team_id in key.visible:
+            current.segments.append(Segment("team", gpus, key.visible[team_id], key.colour(team_id)))
+        else:
+            current.segments.append(Segment("other", gpus, other_label))
+    for node_strips in strips.values():
+        for strip in node_strips:
+            rest = max(strip.allocatable - strip.used, 0)
+            if rest:
+                strip.segments.append(Segment("free" if strip.schedulable else "down", rest, ""))
+    return strips
+
+
+def _month_usage(now: datetime) -> dict[int, tuple[Decimal, Decimal]]:
+    """Per pool, (reserved, used) GPU-hours metered so far this month (billing's daily rollups)."""
+    from billing.models import DailyUsage
+
+    month_start = now.date().replace(day=1)
+    rows = (
+        DailyUsage.objects.filter(day__gte=month_start, day__lte=now.date())
+        .values("pool_id")
         .annotate(
-            nodes_ready=Count("nodes", filter=Q(nodes__ready=True), distinct=True),
-            nodes_not_ready=Count("nodes", filter=Q(nodes__ready=False), distinct=True),
-            live_gpus=Sum("nodes__gpu_allocatable", filter=Q(nodes__ready=True)),
+            reserved=Sum("reserved_gpu_seconds"),
+            used=Sum(F("in_reservation_gpu_seconds") + F("overage_gpu_seconds") + F("spill_gpu_seconds")),
         )
-        .order_by("name")
     )
+    return {
+        row["pool_id"]: (
+            (row["reserved"] / SECONDS_PER_HOUR).quantize(Decimal("0.1")),
+            (row["used"] / SECONDS_PER_HOUR).quantize(Decimal("0.1")),
+        )
+        for row in rows
+    }
+
+
+def team_key(user) -> TeamKey:
+    return TeamKey(visible=dict(Team.objects.visible_to(user).values_list("id", "name")))
+
+
+def pool_cards(user, *, pools=None, other_label: str = "another team") -> tuple[list[PoolCard], TeamKey]:
+    """The dashboard: one card per pool the user sees, with its nodes' strips, and the colour key of teams."""
+    now = timezone.now()
+    pools = list(pools if pools is not None else Pool.objects.visible_to(user).order_by("name"))
+    pool_ids = [pool.pk for pool in pools]
+    key = team_key(user)
+    occupancy = pool_occupancy(pool_ids)
+    strips = _node_strips(pool_ids, key, other_label)
     reserved = dict(
-        Reservation.objects.active_at(now).values("pool").annotate(total=Sum("gpus")).values_list("pool", "total")
+        Reservation.objects.active_at(now)
+        .filter(pool_id__in=pool_ids)
+        .values("pool")
+        .annotate(total=Sum("gpus"))
+        .values_list("pool", "total")
     )
-    summaries = []
+    month = _month_usage(now)
+    cards = []
     for pool in pools:
-        summaries.append(
-            {
-                "pool": pool,
-                "nodes_ready": pool.nodes_ready,
-                "nodes_not_ready": pool.nodes_not_ready,
-                "live_gpus": pool.live_gpus or 0,
-                "reserved_now": reserved.get(pool.id, 0),
-            }
+        month_reserved, month_used = month.get(pool.pk, (Decimal("0.0"), Decimal("0.0")))
+        cards.append(
+            PoolCard(
+                pool=pool,
+                occupancy=occupancy.get(pool.pk, Occupancy(pool_id=pool.pk)),
+                reserved_now=reserved.get(pool.pk, 0),
+                month_reserved_gpu_hours=month_reserved if pool.is_reserved else None,
+                month_used_gpu_hours=month_used,
+                nodes=strips.get(pool.pk, []),
+            )
         )
-    return summaries
+    return cards, key

@@ -15,9 +15,30 @@ def navigation(request) -> dict:
     items = [
         {"label": _("Overview"), "url": reverse("portal:home"), "key": "home"},
         {"label": _("Pools"), "url": reverse("pools:pool_list"), "key": "pools"},
+        {"label": _("Pending"), "url": reverse("jobs:pending"), "key": "pending"},
+        {"label": _("Jobs"), "url": reverse("jobs:job_list"), "key": "jobs"},
+        {"label": _("Submit"), "url": reverse("jobs:job_submit"), "key": "job_submit"},
     ]
     if is_lead:
+        items.append({"label": _("Teams"), "url": reverse("portal:team_list"), "key": "teams"})
         items.append({"label": _("Billing"), "url": reverse("billing:home"), "key": "billing"})
     if is_admin:
         items.append({"label": _("Admin"), "url": reverse("admin:index"), "key": "admin"})
+    current = _current_key(request)
+    for item in items:
+        item["current"] = item["key"] == current
     return {"nav_items": items, "nav_is_admin": is_admin, "nav_is_lead": is_lead}
+
+
+def _current_key(request) -> str:
+    """Which navigation item the page belongs to."""
+    match = getattr(request, "resolver_match", None)
+    if match is None:
+        return ""
+    if match.url_name in ("pending", "job_submit", "job_submit_preview"):
+        return "job_submit" if match.url_name != "pending" else "pending"
+    if match.url_name in ("team_list", "team_detail"):
+        return "teams"
+    if match.app_name in ("pools", "jobs", "billing"):
+        return match.app_name
+    return match.url_name or ""

@@ -10,6 +10,9 @@ portal_patterns = (
         path("login/", views.LoginView.as_view(), name="login"),
         path("logout/", views.LogoutView.as_view(), name="logout"),
         path("healthz", views.healthz, name="healthz"),
+        path("language/", views.set_language, name="set_language"),
+        path("teams/", views.team_list, name="team_list"),
+        path("teams/<slug:slug>/", views.team_detail, name="team_detail"),
     ],
     "portal",
 )
@@ -17,6 +20,7 @@ portal_patterns = (
 urlpatterns = [
     path("", include(portal_patterns)),
     path("pools/", include("pools.urls")),
+    path("jobs/", include("jobs.urls")),
     path("billing/", include("billing.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("portal.api.urls")),

@@ -1,0 +1,184 @@
+"""The submit form: what a researcher types, turned into a `JobSpec` (validated by `jobs.specs` and the service).
+
+Units are the ones people think in (CPU cores, memory in GiB, one command line); the spec keeps millicores, MiB
+and lists. Errors from the spec and the submission service come back keyed by spec field and are placed beside
+the form field they belong to (`SPEC_TO_FORM`).
+"""
+
+import shlex
+from decimal import Decimal
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
+
+from pools.models import Pool
+from portal.models import Team
+
+from .choices import Placement, Priority
+from .specs import JobSpec
+
+# Spec field (as raised by validate_spec / check_fits_limits / submit_job) -> form field.
+SPEC_TO_FORM = {
+    "name": "name",
+    "image": "image",
+    "gpus": "gpus",
+    "cpu_millicores": "cpu",
+    "memory_mib": "memory_gib",
+    "placement": "placement",
+    "spill_after_minutes": "spill_after_minutes",
+    "priority": "priority",
+    "max_run_minutes": "max_run_minutes",
+    "command": "command",
+    "args": "command",
+    "env": "env",
+    "pod_annotations": "pod_annotations",
+    "team": "team",
+    "pool": "pool",
+}
+MIB_PER_GIB = 1024
+
+
+def _pairs(text: str, what: str) -> dict[str, str]:
+    pairs = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ValidationError(
+                _("Line %(n)d: write %(what)s as KEY=value."), params={"n": number, "what": what}, code="pairs"
+            )
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _pairs_text(values: dict) -> str:
+    return "\n".join(f"{key}={value}" for key, value in values.items())
+
+
+class JobSubmitForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", label=_("Team"))
+    pool = forms.ModelChoiceField(queryset=Pool.objects.none(), to_field_name="slug", label=_("Pool"))
+    name = forms.CharField(
+        label=_("Name"), max_length=63, help_text=_("Lowercase letters, digits and dashes, e.g. llama-finetune.")
+    )
+    image = forms.CharField(label=_("Image"), max_length=255, help_text=_("e.g. registry.example.com/team/train:1.0"))
+    command = forms.CharField(
+        label=_("Command"),
+        required=False,
+        max_length=4000,
+        help_text=_("One line, split like a shell does, e.g. python train.py --epochs 3. Empty: the image's own."),
+    )
+    gpus = forms.IntegerField(label=_("GPUs"), min_value=1, max_value=64, initial=1)
+    cpu = forms.DecimalField(
+        label=_("CPU (cores)"), min_value=Decimal("0.1"), max_digits=6, decimal_places=1, initial=Decimal("1")
+    )
+    memory_gib = forms.DecimalField(
+        label=_("Memory (GiB)"), min_value=Decimal("0.1"), max_digits=7, decimal_places=1, initial=Decimal("4")
+    )
+    placement = forms.ChoiceField(
+        label=_("Placement"), choices=Placement.choices, initial=Placement.STRICT, widget=forms.RadioSelect
+    )
+    spill_after_minutes = forms.IntegerField(
+        label=_("Spill after (minutes)"), required=False, min_value=1, help_text=_("Only for spill-after placement.")
+    )
+    priority = forms.TypedChoiceField(
+        label=_("Priority"), choices=Priority.choices, coerce=int, initial=Priority.NORMAL
+    )
+    max_run_minutes = forms.IntegerField(
+        label=_("Maximum run time (minutes)"), min_value=1, initial=24 * 60, help_text=_("The job is stopped after it.")
+    )
+    env = forms.CharField(
+        label=_("Environment variables"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("One KEY=value per line."),
+    )
+    pod_annotations = forms.CharField(
+        label=_("Pod annotations"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_("One key=value per line."),
+    )
+    save_as_template = forms.CharField(
+        label=_("Save as template named"),
+        required=False,
+        max_length=80,
+        help_text=_("Optional: reuse this spec later from the template list."),
+    )
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = Team.objects.visible_to(user).order_by("name")
+        self.fields["pool"].queryset = Pool.objects.visible_to(user).order_by("name")
+
+    def clean_command(self) -> list[str]:
+        try:
+            return shlex.split(self.cleaned_data["command"])
+        except ValueError as error:
+            raise ValidationError(_("The command cannot be split: %(why)s."), params={"why": error}) from None
+
+    def clean_env(self) -> dict[str, str]:
+        return _pairs(self.cleaned_data["env"], _("variables"))
+
+    def clean_pod_annotations(self) -> dict[str, str]:
+        return _pairs(self.cleaned_data["pod_annotations"], _("annotations"))
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("placement") == Placement.SPILL_AFTER and not cleaned.get("spill_after_minutes"):
+            self.add_error("spill_after_minutes", _("Say after how many minutes the job may spill."))
+        return cleaned
+
+    def spec(self) -> JobSpec:
+        """The spec of a valid form."""
+        data = self.cleaned_data
+        return JobSpec(
+            name=data["name"],
+            image=data["image"].strip(),
+            gpus=data["gpus"],
+            command=data["command"],
+            env=data["env"],
+            cpu_millicores=int(data["cpu"] * 1000),
+            memory_mib=int(data["memory_gib"] * MIB_PER_GIB),
+            placement=data["placement"],
+            spill_after_minutes=data["spill_after_minutes"] if data["placement"] == Placement.SPILL_AFTER else None,
+            priority=data["priority"],
+            max_run_minutes=data["max_run_minutes"],
+            pod_annotations=data["pod_annotations"],
+        )
+
+    def add_spec_errors(self, error: ValidationError) -> None:
+        """Place the errors of validate_spec / submit_job beside their fields (the rest above the form)."""
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for key, messages in error.message_dict.items():
+            field = SPEC_TO_FORM.get(key)
+            for message in messages:
+                self.add_error(field if field in self.fields else None, message)
+
+    @staticmethod
+    def initial_from(*, spec: dict, team: Team | None, pool: Pool | None) -> dict:
+        """Form values from a saved template (or a job's spec), in the form's units."""
+        initial = {
+            "name": spec.get("name", ""),
+            "image": spec.get("image", ""),
+            "command": shlex.join([*spec.get("command", []), *spec.get("args", [])]),
+            "gpus": spec.get("gpus", 1),
+            "cpu": Decimal(spec.get("cpu_millicores", 1000)) / 1000,
+            "memory_gib": Decimal(spec.get("memory_mib", 4096)) / MIB_PER_GIB,
+            "placement": spec.get("placement", Placement.STRICT),
+            "spill_after_minutes": spec.get("spill_after_minutes"),
+            "priority": spec.get("priority", Priority.NORMAL),
+            "max_run_minutes": spec.get("max_run_minutes", 24 * 60),
+            "env": _pairs_text(spec.get("env", {})),
+            "pod_annotations": _pairs_text(spec.get("pod_annotations", {})),
+        }
+        if team is not None:
+            initial["team"] = team.slug
+        if pool is not None:
+            initial["pool"] = pool.slug
+        return initial

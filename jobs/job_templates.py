@@ -1,0 +1,31 @@
+"""Writes to saved job templates (services, STYLE.md conventions 1): save under a name, delete."""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils.translation import gettext as _
+
+from pools.models import Pool
+from portal.models import Team
+
+from .models import JobTemplate
+from .specs import JobSpec
+
+
+@transaction.atomic
+def save_template(*, team: Team, pool: Pool | None, name: str, spec: JobSpec, user) -> JobTemplate:
+    """Save `spec` as the team's template `name`, replacing the one of that name. Only members may save."""
+    if not Team.objects.visible_to(user).filter(pk=team.pk).exists():
+        raise ValidationError({"team": _("You are not a member of %(team)s.") % {"team": team.name}})
+    name = name.strip()
+    if not name:
+        raise ValidationError({"name": _("Give the template a name.")})
+    template, _created = JobTemplate.objects.update_or_create(
+        team=team, name=name, defaults={"pool": pool, "spec": spec.as_model_fields(), "created_by": user}
+    )
+    return template
+
+
+def delete_template(*, template: JobTemplate, user) -> None:
+    if not JobTemplate.objects.visible_to(user).filter(pk=template.pk).exists():
+        raise ValidationError(_("You may not delete this template."))
+    template.delete()

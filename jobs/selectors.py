@@ -1,0 +1,339 @@
+"""Reads for the job pages: the list, a job's timeline and placement, the pending queue and the submit outlook.
+
+Visibility comes from `Job.objects.visible_to(user)` and `Team.objects.visible_to(user)`: a job outside the
+user's teams is never fetched for its details. The pending queue shows every team's waiting work (PRODUCT.md:
+researchers see the pending queue), but another team's rows carry only pool, GPUs, wait and reason: no team name,
+no job name, image or command. Each page runs a fixed number of queries whatever the number of jobs and pods.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import yaml
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import F, Sum, Window
+from django.db.models.functions import RowNumber
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from cluster.manifests import LABEL_JOB_ID
+from pools.models import Node, Pool, Quota
+from pools.occupancy import Occupancy, pool_occupancy
+from portal.models import Team, User
+
+from . import reasons
+from .choices import ADMITTED_STATES, JobState, Placement
+from .manifests import render
+from .models import Job, JobEvent, JobTemplate, Pod
+from .services import check_fits_limits, gpus_in_use
+from .specs import JobSpec, validate_spec
+
+PENDING_PAGE_SIZE = 50
+
+
+def jobs_for_list(user):
+    """The jobs `user` may see, newest first, with what a list row shows."""
+    return (
+        Job.objects.visible_to(user)
+        .select_related("team", "pool", "submitted_by")
+        .only(
+            "id",
+            "name",
+            "gpus",
+            "state",
+            "state_changed_at",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "node_name",
+            "team__name",
+            "team__slug",
+            "pool__name",
+            "pool__slug",
+            "submitted_by__username",
+        )
+        .order_by("-created_at", "-id")
+    )
+
+
+def users_of_visible_teams(user):
+    return (
+        User.objects.filter(memberships__team__in=Team.objects.visible_to(user)).distinct().order_by("username")
+        if not user.is_admin
+        else User.objects.order_by("username")
+    )
+
+
+def job_page_for(user, job_id: int) -> Job:
+    """One visible job with its team and pool (Job.DoesNotExist when outside the user's scope)."""
+    return Job.objects.visible_to(user).select_related("team", "pool", "submitted_by").get(pk=job_id)
+
+
+@dataclass
+class TimelineStep:
+    state: str
+    label: str
+    at: datetime
+    message: str
+    after_seconds: int | None
+
+
+def timeline(job: Job) -> tuple[list[TimelineStep], list[JobEvent]]:
+    """The state changes of `job` with the time spent before each, and every recorded event (notes too)."""
+    events = list(JobEvent.objects.filter(job=job).select_related("actor").order_by("at", "id"))
+    labels = dict(JobState.choices)
+    steps: list[TimelineStep] = []
+    for event in events:
+        if not event.to_state:
+            continue
+        after = int((event.at - steps[-1].at).total_seconds()) if steps else None
+        steps.append(TimelineStep(event.to_state, labels[event.to_state], event.at, event.message, after))
+    return steps, events
+
+
+@dataclass
+class PodPlacement:
+    node_name: str
+    pool: Pool | None
+    pod_name: str
+    pod_phase: str
+
+
+def placement_of(job: Job) -> PodPlacement:
+    """Where the job's newest pod is (or was last seen): node, the node's pool and the pod."""
+    pod = Pod.objects.filter(job=job).order_by("-created_at").values("name", "node_name", "phase").first() or {}
+    node_name = pod.get("node_name") or job.node_name
+    node = Node.objects.select_related("pool").filter(name=node_name).first() if node_name else None
+    return PodPlacement(
+        node_name=node_name,
+        pool=node.pool if node else None,
+        pod_name=pod.get("name", ""),
+        pod_phase=pod.get("phase", ""),
+    )
+
+
+# --- the pending queue -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PendingRow:
+    kind: str  # "pod" (in the cluster, unschedulable) or "queued" (held by the portal for quota)
+    since: datetime
+    visible: bool
+    team_name: str
+    pool: Pool | None
+    gpus: int
+    reason: str
+    hint: str = ""
+    job_id: int | None = None
+    job_name: str = ""
+    pod_name: str = ""
+    position: int | None = None
+    wait_seconds: int = 0
+    team_pool: tuple[int, int] | None = None
+
+
+@dataclass
+class PendingOverview:
+    page: object
+    pods: int
+    queued: int
+    gpus_waiting: int
+    pools: list[Pool] = field(default_factory=list)
+
+
+def _spill_targets(pools: dict[int, Pool]) -> dict[int, list[int]]:
+    targets: dict[int, list[int]] = {}
+    for from_id, to_id in Pool.spill_pools.through.objects.values_list("from_pool_id", "to_pool_id"):
+        targets.setdefault(from_id, []).append(to_id)
+    return targets
+
+
+def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None) -> PendingOverview:
+    """Every unschedulable pod and every queued job, longest wait first, with reasons and hints for one page."""
+    now = now or timezone.now()
+    visible = dict(Team.objects.visible_to(user).values_list("id", "name"))
+    pools = {p.pk: p for p in Pool.objects.order_by("name")}
+    spill = _spill_targets(pools)
+    occupancy = pool_occupancy()
+
+    pods = Pod.objects.filter(phase="Pending", scheduled=False)
+    queued = Job.objects.filter(state=JobState.QUEUED)
+    if pool is not None:
+        pods = pods.filter(pool=pool)
+        queued = queued.filter(pool=pool)
+    pod_rows = list(
+        pods.values_list("team_id", "pool_id", "job_id", "gpus", "created_at", "pending_reason", "name").order_by()
+    )
+    queued_rows = list(
+        queued.annotate(
+            position=Window(
+                RowNumber(),
+                partition_by=[F("team_id"), F("pool_id")],
+                order_by=[F("priority").desc(), "created_at", "id"],
+            )
+        ).values_list("id", "team_id", "pool_id", "gpus", "created_at", "position")
+    )
+    in_use = {
+        (row["team_id"], row["pool_id"]): row["total"]
+        for row in Job.objects.filter(state__in=ADMITTED_STATES)
+        .values("team_id", "pool_id")
+        .annotate(total=Sum("gpus"))
+        .order_by()
+    }
+    quotas = {(t, p): q for t, p, q in Quota.objects.values_list("team_id", "pool_id", "max_gpus")}
+
+    rows: list[PendingRow] = []
+    for team_id, pool_id, job_id, gpus, created_at, message, pod_name in pod_rows:
+        shown = team_id in visible
+        rows.append(
+            PendingRow(
+                kind="pod",
+                since=created_at,
+                visible=shown,
+                team_name=visible.get(team_id, ""),
+                pool=pools.get(pool_id),
+                gpus=gpus,
+                reason=message,
+                job_id=job_id if shown else None,
+                pod_name=pod_name if shown else "",
+            )
+        )
+    for job_id, team_id, pool_id, gpus, created_at, position in queued_rows:
+        shown = team_id in visible
+        rows.append(
+            PendingRow(
+                kind="queued",
+                since=created_at,
+                visible=shown,
+                team_name=visible.get(team_id, ""),
+                pool=pools.get(pool_id),
+                gpus=gpus,
+                reason="",
+                job_id=job_id if shown else None,
+                position=position,
+                team_pool=(team_id, pool_id),
+            )
+        )
+    rows.sort(key=lambda row: row.since)
+    page = Paginator(rows, PENDING_PAGE_SIZE).get_page(page_number)
+
+    jobs = {
+        job_id: (job.name, job.placement, job.spilled)
+        for job_id, job in Job.objects.filter(pk__in=[row.job_id for row in page if row.job_id])
+        .only("id", "name", "placement", "spilled")
+        .in_bulk()
+        .items()
+    }
+    for row in page:
+        row.wait_seconds = max(int((now - row.since).total_seconds()), 0)
+        name, placement, spilled = jobs.get(row.job_id, ("", "", False))
+        row.job_name = name
+        if row.kind == "queued":
+            team_pool = row.team_pool
+            used, quota = in_use.get(team_pool, 0), quotas.get(team_pool, 0)
+            row.reason = reasons.quota_reason(in_use=used, quota=quota, gpus=row.gpus, position=row.position)
+            row.hint = reasons.quota_hint(in_use=used, quota=quota, gpus=row.gpus)
+        else:
+            row.reason = reasons.plain_reason(row.reason)
+            if row.pool is not None:
+                effective = Placement.SOFT if spilled else (placement or Placement.SOFT)
+                spill_occupancy = [
+                    (pools[target].name, occupancy.get(target, Occupancy(pool_id=target)))
+                    for target in spill.get(row.pool.pk, [])
+                ]
+                row.hint = reasons.fit_hint(
+                    gpus=row.gpus,
+                    occupancy=occupancy.get(row.pool.pk, Occupancy(pool_id=row.pool.pk)),
+                    placement=effective,
+                    spill=spill_occupancy,
+                )
+    return PendingOverview(
+        page=page,
+        pods=len(pod_rows),
+        queued=len(queued_rows),
+        gpus_waiting=sum(row.gpus for row in rows),
+        pools=list(pools.values()),
+    )
+
+
+# --- submit: what will happen ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outlook:
+    """What submitting `spec` would do: the quota after it, when it starts, and the manifest."""
+
+    start: str  # now | now_spill | pending | queued | never
+    start_text: str
+    quota: int = 0
+    in_use: int = 0
+    after: int = 0
+    position: int | None = None
+    manifest_yaml: str = ""
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def quota_percent_after(self) -> int:
+        return min(round(100 * self.after / self.quota), 100) if self.quota else 100
+
+
+def _placeholder_ids(manifest: dict) -> dict:
+    manifest["metadata"]["name"] = "rsv-<id>"
+    for labels in (manifest["metadata"]["labels"], manifest["spec"]["template"]["metadata"]["labels"]):
+        labels[LABEL_JOB_ID] = "<id>"
+    return manifest
+
+
+def manifest_preview(*, team: Team, pool: Pool, spec: JobSpec) -> str:
+    job = Job(team=team, pool=pool, **spec.as_model_fields())
+    return yaml.safe_dump(_placeholder_ids(render(job)), sort_keys=False, allow_unicode=True)
+
+
+def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
+    try:
+        validate_spec(spec)
+        check_fits_limits(team=team, pool=pool, spec=spec)
+    except ValidationError as error:
+        messages = [str(m) for m in error.messages]
+        return Outlook(
+            start="never", start_text=_("Cannot fit: %(why)s") % {"why": " ".join(messages)}, problems=messages
+        )
+    quota = Quota.objects.filter(team=team, pool=pool).values_list("max_gpus", flat=True).first() or 0
+    in_use = gpus_in_use(team=team, pool=pool)
+    ahead = Job.objects.filter(team=team, pool=pool, state=JobState.QUEUED, priority__gte=spec.priority).count()
+    outlook = Outlook(start="", start_text="", quota=quota, in_use=in_use, after=in_use + spec.gpus)
+    outlook.manifest_yaml = manifest_preview(team=team, pool=pool, spec=spec)
+    if ahead or in_use + spec.gpus > quota:
+        outlook.start, outlook.position = "queued", ahead + 1
+        outlook.start_text = _("Queued at position %(k)d: it starts when the team's quota has room.") % {"k": ahead + 1}
+        return outlook
+    pool_ids = [pool.pk, *pool.spill_pools.values_list("pk", flat=True)]
+    occupancy = pool_occupancy(pool_ids)
+    home = occupancy.get(pool.pk, Occupancy(pool_id=pool.pk))
+    if home.largest_free_block >= spec.gpus:
+        outlook.start, outlook.start_text = "now", _("Starts now in %(pool)s.") % {"pool": pool.name}
+        return outlook
+    spill_free = max((occupancy[p].largest_free_block for p in pool_ids[1:] if p in occupancy), default=0)
+    if spec.placement == Placement.SOFT and spill_free >= spec.gpus:
+        outlook.start, outlook.start_text = (
+            "now_spill",
+            _("Starts now in a spill pool: %(pool)s is full.") % {"pool": pool.name},
+        )
+    elif spec.placement == Placement.SPILL_AFTER and spill_free >= spec.gpus:
+        outlook.start = "pending"
+        outlook.start_text = _("Waits for %(pool)s, then spills after %(n)d minutes (a spill pool has room).") % {
+            "pool": pool.name,
+            "n": spec.spill_after_minutes or 0,
+        }
+    else:
+        outlook.start = "pending"
+        outlook.start_text = _(
+            "Admitted, then Pending in the cluster: the largest free block in %(pool)s is %(n)d GPUs."
+        ) % {"pool": pool.name, "n": home.largest_free_block}
+    return outlook
+
+
+def templates_for(user):
+    return JobTemplate.objects.visible_to(user).select_related("team", "pool").order_by("team__name", "name")

@@ -1,0 +1,299 @@
+"""Job pages: list with filters, detail with live status, log tail and cluster events, submit with a live preview,
+cancel and resubmit with confirmation, and the pending queue.
+
+Every view reads through `Job.objects.visible_to(user)` (or `Team.objects.visible_to`), so a job outside the user's
+teams answers 404 for pages and fragments alike; writes go through `jobs.services`.
+"""
+
+import logging
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from cluster import resources
+from cluster.errors import describe
+from pools.models import Pool
+from portal.htmx import render_page_or_partial
+
+from . import job_templates, reasons, selectors, services
+from .choices import JobState
+from .filters import JobFilterSet
+from .forms import JobSubmitForm
+from .models import Job, JobTemplate
+from .specs import JobSpec
+
+log = logging.getLogger(__name__)
+JOBS_PER_PAGE = 25
+LOG_LINES = 200
+STATUS_POLL_SECONDS = 3
+LIST_POLL_SECONDS = 10
+
+
+def _visible_job(request, pk: int) -> Job:
+    return get_object_or_404(Job.objects.visible_to(request.user).select_related("team", "pool", "submitted_by"), pk=pk)
+
+
+def _querystring(request, **changes) -> str:
+    query = request.GET.copy()
+    for key, value in changes.items():
+        query.pop(key, None)
+        if value is not None:
+            query[key] = value
+    return query.urlencode()
+
+
+# --- list --------------------------------------------------------------------------------------------------------
+
+
+@login_required
+def job_list(request):
+    filterset = JobFilterSet(request.GET or None, queryset=selectors.jobs_for_list(request.user), request=request)
+    page = Paginator(filterset.qs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "filterset": filterset,
+        "page": page,
+        "querystring": _querystring(request, page=None),
+        "state_choices": JobState.choices,
+        "chosen_states": request.GET.getlist("state"),
+        "now": timezone.now(),
+        "refresh": LIST_POLL_SECONDS,
+    }
+    return render_page_or_partial(request, "jobs/job_list.html", "jobs/partials/job_table.html", context)
+
+
+# --- detail and its fragments ----------------------------------------------------------------------------------
+
+
+def _detail_context(job: Job) -> dict:
+    steps, events = selectors.timeline(job)
+    return {
+        "job": job,
+        "steps": steps,
+        "events": events,
+        "placement": selectors.placement_of(job),
+        "queue_position": services.queue_position(job),
+        "pending_in_words": reasons.plain_reason(job.pending_reason)
+        if job.state == JobState.PENDING and job.pending_reason and not job.node_name
+        else job.pending_reason,
+        "command_line": " ".join([*job.command, *job.args]),
+        "now": timezone.now(),
+        "poll": STATUS_POLL_SECONDS,
+    }
+
+
+@login_required
+def job_detail(request, pk: int):
+    job = _visible_job(request, pk)
+    return render(request, "jobs/job_detail.html", _detail_context(job))
+
+
+@login_required
+def job_status(request, pk: int):
+    """The status panel, polled every few seconds while the job can still change; 286 stops the polling."""
+    job = _visible_job(request, pk)
+    return render_page_or_partial(
+        request,
+        "jobs/job_detail.html",
+        "jobs/partials/job_status.html",
+        _detail_context(job),
+        stop_polling=job.is_final,
+    )
+
+
+@login_required
+def job_logs(request, pk: int):
+    """The last lines the job's pod wrote, read from the cluster; a clear message when there are none."""
+    job = _visible_job(request, pk)
+    placement = selectors.placement_of(job)
+    context = {"job": job, "placement": placement, "lines": LOG_LINES, "log_text": None, "log_message": ""}
+    if not placement.pod_name:
+        context["log_message"] = (
+            _("The job never had a pod in the cluster, so there is no log.")
+            if job.is_final
+            else _("No pod yet: the log appears once the job's pod starts.")
+        )
+    else:
+        try:
+            text = resources.pod_log_tail(job.team.namespace, placement.pod_name, lines=LOG_LINES)
+        except Exception as error:  # noqa: BLE001 - any failure of the cluster call is shown, not raised
+            log.info("log tail of job %s unavailable: %s", job.pk, error)
+            context["log_message"] = _("Logs are not available from the cluster: %(why)s") % {"why": describe(error)}
+        else:
+            if text:
+                context["log_text"] = text
+            else:
+                context["log_message"] = _("The pod has not written any output yet.")
+    return render_page_or_partial(request, "jobs/job_logs.html", "jobs/partials/job_logs.html", context)
+
+
+@login_required
+def job_cluster_events(request, pk: int):
+    """Kubernetes events of the job's Job object and pod (scheduling, pulling, failures), newest last."""
+    job = _visible_job(request, pk)
+    placement = selectors.placement_of(job)
+    rows, message = [], ""
+    try:
+        items = resources.events_for(job.team.namespace, "Job", job.job_name)
+        if placement.pod_name:
+            items += resources.events_for(job.team.namespace, "Pod", placement.pod_name)
+    except Exception as error:  # noqa: BLE001 - shown to the user instead of failing the page
+        message = _("Cluster events are not available: %(why)s") % {"why": describe(error)}
+    else:
+        for item in items:
+            at = item.last_timestamp or item.event_time or item.first_timestamp
+            rows.append(
+                {
+                    "at": at,
+                    "type": item.type or "",
+                    "reason": item.reason or "",
+                    "message": item.message or "",
+                    "object": item.involved_object.kind if item.involved_object else "",
+                    "count": item.count or 1,
+                }
+            )
+        rows.sort(key=lambda row: (row["at"] is None, row["at"]))
+    context = {"job": job, "cluster_events": rows, "cluster_events_message": message}
+    return render_page_or_partial(request, "jobs/job_events.html", "jobs/partials/job_cluster_events.html", context)
+
+
+def _done(request, url: str):
+    """After a write: htmx follows HX-Redirect, a plain form post a 302."""
+    if getattr(request, "htmx", False):
+        return HttpResponse(status=200, headers={"HX-Redirect": url})
+    return redirect(url)
+
+
+@login_required
+def job_cancel(request, pk: int):
+    job = _visible_job(request, pk)
+    if request.method != "POST":
+        return render(request, "jobs/job_confirm.html", {"job": job, "action": "cancel"})
+    try:
+        services.cancel_job(job=job, user=request.user)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, _("Job #%(id)d cancelled.") % {"id": job.pk})
+    return _done(request, reverse("jobs:job_detail", args=[job.pk]))
+
+
+@login_required
+def job_resubmit(request, pk: int):
+    job = _visible_job(request, pk)
+    if request.method != "POST":
+        return render(request, "jobs/job_confirm.html", {"job": job, "action": "resubmit"})
+    try:
+        new_job = services.resubmit_job(job=job, user=request.user)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+        return _done(request, reverse("jobs:job_detail", args=[job.pk]))
+    messages.success(request, _("Resubmitted as job #%(id)d.") % {"id": new_job.pk})
+    return _done(request, reverse("jobs:job_detail", args=[new_job.pk]))
+
+
+# --- submit ------------------------------------------------------------------------------------------------------
+
+
+def _initial(request) -> dict:
+    """Start from a saved template (?template=<id>) or another job's spec (?from=<job id>) the user may see."""
+    if template_id := request.GET.get("template", "").strip():
+        template = get_object_or_404(
+            selectors.templates_for(request.user), pk=template_id if template_id.isdigit() else 0
+        )
+        return JobSubmitForm.initial_from(spec=template.spec, team=template.team, pool=template.pool)
+    if job_id := request.GET.get("from", "").strip():
+        job = get_object_or_404(
+            Job.objects.visible_to(request.user).select_related("team", "pool"), pk=job_id if job_id.isdigit() else 0
+        )
+        return JobSubmitForm.initial_from(spec=JobSpec.from_job(job).as_model_fields(), team=job.team, pool=job.pool)
+    teams = list(request.user.teams.order_by("name")[:2]) if not request.user.is_admin else []
+    return {"team": teams[0].slug} if len(teams) == 1 else {}
+
+
+def _outlook(form: JobSubmitForm):
+    if not form.is_valid():
+        return None
+    return selectors.submit_outlook(team=form.cleaned_data["team"], pool=form.cleaned_data["pool"], spec=form.spec())
+
+
+@login_required
+def job_submit(request):
+    if request.method == "POST":
+        form = JobSubmitForm(request.POST, user=request.user)
+        if form.is_valid():
+            data = form.cleaned_data
+            spec = form.spec()
+            try:
+                job = services.submit_job(team=data["team"], pool=data["pool"], user=request.user, spec=spec)
+            except ValidationError as error:
+                form.add_spec_errors(error)
+            else:
+                if data["save_as_template"]:
+                    job_templates.save_template(
+                        team=data["team"],
+                        pool=data["pool"],
+                        name=data["save_as_template"],
+                        spec=spec,
+                        user=request.user,
+                    )
+                    messages.info(request, _("Saved as template “%(name)s”.") % {"name": data["save_as_template"]})
+                if job.state == JobState.QUEUED:
+                    text = _("Job #%(id)d queued at position %(k)d: the team's quota is in use.") % {
+                        "id": job.pk,
+                        "k": services.queue_position(job) or 1,
+                    }
+                else:
+                    text = _("Job #%(id)d submitted to the cluster.") % {"id": job.pk}
+                messages.success(request, text)
+                return redirect("jobs:job_detail", pk=job.pk)
+        outlook = None
+    else:
+        form = JobSubmitForm(initial=_initial(request), user=request.user)
+        outlook = None
+    context = {"form": form, "outlook": outlook, "templates": selectors.templates_for(request.user)}
+    return render(request, "jobs/job_submit.html", context, status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def job_submit_preview(request):
+    """The manifest, the quota after submission and the expected start, for what is typed so far."""
+    form = JobSubmitForm(request.POST, user=request.user)
+    context = {"form": form, "outlook": _outlook(form), "templates": selectors.templates_for(request.user)}
+    return render_page_or_partial(request, "jobs/job_submit.html", "jobs/partials/submit_preview.html", context)
+
+
+@login_required
+@require_POST
+def template_delete(request, pk: int):
+    template = get_object_or_404(JobTemplate.objects.visible_to(request.user), pk=pk)
+    job_templates.delete_template(template=template, user=request.user)
+    messages.success(request, _("Template “%(name)s” deleted.") % {"name": template.name})
+    return redirect("jobs:job_submit")
+
+
+# --- pending -----------------------------------------------------------------------------------------------------
+
+
+@login_required
+def pending(request):
+    pool = None
+    if slug := request.GET.get("pool"):
+        pool = get_object_or_404(Pool.objects.visible_to(request.user), slug=slug)
+    overview = selectors.pending_overview(request.user, pool=pool, page_number=request.GET.get("page"))
+    context = {
+        "overview": overview,
+        "pool": pool,
+        "querystring": _querystring(request, page=None),
+        "refresh": LIST_POLL_SECONDS,
+        "now": timezone.now(),
+    }
+    return render_page_or_partial(request, "jobs/pending.html", "jobs/partials/pending_table.html", context)
