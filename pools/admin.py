@@ -2,6 +2,8 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
+from portal.admin import AuditedAdminMixin
+
 from . import services
 from .models import NamespaceLimits, Node, Pool, Quota, Reservation
 
@@ -24,9 +26,20 @@ class PoolAdmin(admin.ModelAdmin):
     filter_horizontal = ["spill_pools"]
     prepopulated_fields = {"slug": ["name"]}
 
+    def save_model(self, request, obj, form, change):
+        # Spill pools are saved by save_related after this; the service audits the pool's own fields.
+        services.save_pool(pool=obj, user=request.user)
+
+    def delete_model(self, request, obj):
+        services.delete_pool(pool=obj, user=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for pool in queryset:
+            services.delete_pool(pool=pool, user=request.user)
+
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "pool", "gpu_capacity", "gpu_allocatable", "ready", "unschedulable", "last_seen_at"]
     list_filter = ["pool", "ready"]
     search_fields = ["name"]
@@ -53,7 +66,7 @@ class ReservationAdminForm(forms.ModelForm):
 
 
 @admin.register(Reservation)
-class ReservationAdmin(admin.ModelAdmin):
+class ReservationAdmin(AuditedAdminMixin, admin.ModelAdmin):
     form = ReservationAdminForm
     list_display = ["team", "pool", "gpus", "starts_at", "ends_at", "monthly_price_per_gpu", "created_by"]
     list_filter = ["pool", "team"]
@@ -81,7 +94,7 @@ class ReservationAdmin(admin.ModelAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["team", "pool", "max_gpus", "updated_at"]
     list_filter = ["pool", "team"]
     list_select_related = ["team", "pool"]
@@ -92,7 +105,7 @@ class QuotaAdmin(admin.ModelAdmin):
 
 
 @admin.register(NamespaceLimits)
-class NamespaceLimitsAdmin(admin.ModelAdmin):
+class NamespaceLimitsAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["team", "requests_cpu_millicores", "requests_memory_mib", "max_pods", "container_max_gpus"]
     list_select_related = ["team"]
 

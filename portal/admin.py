@@ -1,7 +1,71 @@
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
-from .models import AuditEntry, Membership, Team, User
+from . import audit, services
+from .models import ApiToken, AuditEntry, Membership, Team, User
+
+SECRET_FIELDS = ("password", "key_hash")
+
+
+def _snapshot(instance) -> dict | None:
+    data = audit.snapshot(instance)
+    for name in SECRET_FIELDS:
+        if data and name in data:
+            data[name] = "(hidden)"
+    return data
+
+
+class AuditedAdminMixin:
+    """Writes made in Django admin leave the same audit entries as writes through the services: who, what,
+    before and after. (ModelAdmins whose save_model calls a service keep that service's entry.)"""
+
+    def _action(self, obj, verb: str) -> str:
+        return f"{obj._meta.model_name}.{verb}"
+
+    def save_model(self, request, obj, form, change):
+        before = _snapshot(type(obj)._default_manager.filter(pk=obj.pk).first()) if change and obj.pk else None
+        super().save_model(request, obj, form, change)
+        verb = "update" if change else "create"
+        audit.record(
+            actor=request.user, action=self._action(obj, verb), instance=obj, before=before, after=_snapshot(obj)
+        )
+
+    def delete_model(self, request, obj):
+        before, pk = _snapshot(obj), obj.pk
+        super().delete_model(request, obj)
+        obj.pk = pk
+        audit.record(actor=request.user, action=self._action(obj, "delete"), instance=obj, before=before, after=None)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+    def save_formset(self, request, form, formset, change):
+        saved = {id(f.instance): (f.instance.pk, _snapshot(f.instance)) for f in formset.forms if f.instance.pk}
+        befores = {
+            pk: _snapshot(type(f.instance)._default_manager.filter(pk=pk).first())
+            for f in formset.forms
+            if (pk := f.instance.pk)
+        }
+        super().save_formset(request, form, formset, change)
+        for obj in formset.new_objects:
+            audit.record(
+                actor=request.user, action=self._action(obj, "create"), instance=obj, before=None, after=_snapshot(obj)
+            )
+        for obj, _fields in formset.changed_objects:
+            audit.record(
+                actor=request.user,
+                action=self._action(obj, "update"),
+                instance=obj,
+                before=befores.get(obj.pk),
+                after=_snapshot(obj),
+            )
+        for obj in formset.deleted_objects:
+            pk, before = saved.get(id(obj), (obj.pk, None))
+            obj.pk = pk
+            audit.record(
+                actor=request.user, action=self._action(obj, "delete"), instance=obj, before=before, after=None
+            )
 
 
 class MembershipInline(admin.TabularInline):
@@ -11,21 +75,21 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(User)
-class UserAdmin(BaseUserAdmin):
+class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
     list_display = ["username", "email", "is_platform_admin", "is_staff", "language", "last_login"]
     list_filter = ["is_platform_admin", "is_staff", "is_active"]
     fieldsets = [*BaseUserAdmin.fieldsets, ("Reservoir", {"fields": ["is_platform_admin", "language"]})]
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "slug", "namespace", "created_at"]
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["user", "team", "role"]
     list_filter = ["role", "team"]
     search_fields = ["user__username", "team__name"]
@@ -48,3 +112,27 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are made through the API (the secret is shown once there); here admins see and revoke them."""
+
+    list_display = ["name", "user", "prefix", "created_by", "created_at", "last_used_at", "expires_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["name", "user__username", "prefix"]
+    list_select_related = ["user", "created_by"]
+    readonly_fields = [f.name for f in ApiToken._meta.fields if f.name != "key_hash"]
+    exclude = ["key_hash"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request, queryset):
+        for token in queryset:
+            services.revoke_token(token=token, user=request.user)

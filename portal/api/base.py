@@ -58,14 +58,14 @@ class WholeNumberField(serializers.IntegerField):
     def __init__(self, *, label_text: str = "The value", **kwargs):
         kwargs.setdefault("min_value", 0)
         kwargs.setdefault("max_value", 1_000_000)
+        # The validators built in IntegerField.__init__ format these messages, so they are given up front.
+        kwargs["error_messages"] = {
+            "invalid": _("%s must be a whole number, not a fraction or text.") % label_text,
+            "min_value": _("%s cannot be below {min_value}.") % label_text,
+            "max_value": _("%s cannot be above {max_value}.") % label_text,
+            **kwargs.get("error_messages", {}),
+        }
         super().__init__(**kwargs)
-        self.error_messages.update(
-            {
-                "invalid": _("%s must be a whole number, not a fraction or text.") % label_text,
-                "min_value": _("%s cannot be below {min_value}.") % label_text,
-                "max_value": _("%s cannot be above {max_value}.") % label_text,
-            }
-        )
 
     def to_internal_value(self, data):
         if isinstance(data, bool) or (isinstance(data, float) and not data.is_integer()):
