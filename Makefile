@@ -18,7 +18,13 @@ stop:
 status:
 	@bash scripts/dev.sh status
 
-install: $(VENV)/.installed node_modules/.installed
+install: $(VENV)/.installed node_modules/.installed locale/zh_Hans/LC_MESSAGES/django.mo
+
+# Compiled translations are built here, never committed (gettext's msgfmt; Debian package gettext).
+locale/zh_Hans/LC_MESSAGES/django.mo: locale/zh_Hans/LC_MESSAGES/django.po
+	@echo "[install] compiling translations"
+	@command -v msgfmt >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gettext >/dev/null)
+	@msgfmt --check -o $@ $<
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@echo "[install] Python packages into $(VENV)"

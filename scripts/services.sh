@@ -16,6 +16,9 @@ install_packages() {
   local missing=()
   if [ -z "${DATABASE_URL:-}" ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then missing+=(postgresql); fi
   if [ -z "${REDIS_URL:-}" ] && ! command -v redis-server >/dev/null 2>&1; then missing+=(redis-server); fi
+  # Browser tests (tests/e2e) drive Debian's Chromium through Playwright; translations need gettext's msgfmt.
+  if ! command -v chromium >/dev/null 2>&1; then missing+=(chromium); fi
+  if ! command -v msgfmt >/dev/null 2>&1; then missing+=(gettext); fi
   if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian packages"
     export DEBIAN_FRONTEND=noninteractive
