@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from devcluster import build, launcher, topology
+from devcluster import monitoring as monitoring_module
 
 
 def _progress(message: str) -> None:
@@ -34,6 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     down.add_argument("--purge", action="store_true", help="also delete the state directory")
     with_state_dir(sub.add_parser("status", help="say what runs and whether it is healthy"))
     with_state_dir(sub.add_parser("env", help="print the KUBECONFIG to export"))
+    monitoring = with_state_dir(
+        sub.add_parser("monitoring", help="Prometheus and the fake DCGM exporter beside the cluster")
+    )
+    monitoring.add_argument("action", choices=("up", "down", "status", "env"))
+    monitoring.add_argument("--scrape-interval", type=float, default=2.0, help="seconds (default 2)")
+    monitoring.add_argument("--portal-target", default="", help="also scrape the portal's /metrics at HOST:PORT")
+    monitoring.add_argument("--hot", action="append", default=[], help="NODE/GPU that runs hot (repeatable)")
+    monitoring.add_argument("--fresh", action="store_true", help="start Prometheus from an empty TSDB")
     args = parser.parse_args(argv)
 
     try:
@@ -41,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             print(build.ensure_built(_progress))
             return 0
         cluster = launcher.Cluster(args.state_dir, progress=_progress)
+        if args.command == "monitoring":
+            return _monitoring(cluster, args)
         if args.command == "up":
             cluster.up(args.topology, scale_nodes=args.scale_nodes)
             print(cluster.env())
@@ -63,9 +74,42 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 return 1
             print(cluster.env())
-    except (build.BuildError, launcher.ClusterError, topology.TopologyError) as error:
+    except (
+        build.BuildError,
+        launcher.ClusterError,
+        topology.TopologyError,
+        monitoring_module.MonitoringError,
+    ) as error:
         print(f"devcluster: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    return 0
+
+
+def _monitoring(cluster: launcher.Cluster, args: argparse.Namespace) -> int:
+    stack = monitoring_module.Monitoring(cluster.state_dir, progress=_progress)
+    if args.action == "up":
+        if not cluster.kubeconfig_path.exists():
+            print(f"devcluster: no kubeconfig in {cluster.state_dir}; run: python -m devcluster up", file=sys.stderr)
+            return 1
+        stack.up(
+            cluster.kubeconfig_path,
+            scrape_interval=args.scrape_interval,
+            portal_target=args.portal_target,
+            hot=tuple(args.hot),
+            fresh=args.fresh,
+        )
+        print(f"export PROMETHEUS_URL={stack.prometheus_url}")
+    elif args.action == "down":
+        stopped = stack.down()
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    elif args.action == "status":
+        print(stack.describe())
+        return 0 if stack.healthy() else 3
+    elif args.action == "env":
+        if not stack.prometheus_url:
+            print("devcluster: monitoring is not running; run: python -m devcluster monitoring up", file=sys.stderr)
+            return 1
+        print(f"export PROMETHEUS_URL={stack.prometheus_url}")
     return 0

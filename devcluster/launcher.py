@@ -531,8 +531,12 @@ class Cluster:
     def down(self, *, timeout: float = 20.0) -> list[str]:
         """Stop the processes this state directory records, and only those: first kwok, the scheduler and the
         controller-manager, then the API server, then etcd (the API server's shutdown still talks to etcd).
-        Returns the names it stopped."""
+        Returns the names it stopped. Prometheus and the DCGM exporter of `devcluster monitoring`, when they run
+        beside this cluster, are stopped first."""
+        from devcluster.monitoring import Monitoring
+
         with self._lock():
+            Monitoring(self.state_dir, progress=self.progress).down()
             records = {record.name: record for record in self.records()}
             waves = [
                 [name for name in records if name not in ("kube-apiserver", "etcd")],

@@ -1,0 +1,82 @@
+"""Admins edit alert thresholds here: the default row of each kind, and overrides for a pool or a team."""
+
+from django.contrib import admin
+
+from . import services
+from .models import Alert, AlertNotification, AlertRule, GpuReading, JobUtilisation, TelemetryRun
+
+
+@admin.register(AlertRule)
+class AlertRuleAdmin(admin.ModelAdmin):
+    list_display = ["kind", "pool", "team", "threshold", "for_seconds", "severity", "enabled", "updated_at"]
+    list_filter = ["kind", "enabled", "severity"]
+    list_select_related = ["pool", "team"]
+    fields = ["kind", "pool", "team", "threshold", "for_seconds", "severity", "enabled"]
+
+    def save_model(self, request, obj, form, change):
+        # Through the service, so that every change is audited like the API's.
+        saved = services.set_rule(
+            kind=obj.kind,
+            threshold=obj.threshold,
+            for_seconds=obj.for_seconds,
+            pool=obj.pool,
+            team=obj.team,
+            severity=obj.severity,
+            enabled=obj.enabled,
+            user=request.user,
+        )
+        obj.pk = saved.pk
+
+
+class AlertNotificationInline(admin.TabularInline):
+    model = AlertNotification
+    extra = 0
+    can_delete = False
+    readonly_fields = ["event", "status", "attempts", "response_status", "last_error", "created_at", "sent_at"]
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    list_display = [
+        "kind",
+        "subject",
+        "state",
+        "severity",
+        "value",
+        "threshold",
+        "active_since",
+        "fired_at",
+        "resolved_at",
+    ]
+    list_filter = ["state", "kind", "severity"]
+    search_fields = ["subject", "subject_key", "summary"]
+    list_select_related = ["pool", "team"]
+    inlines = [AlertNotificationInline]
+
+    def has_change_permission(self, request, obj=None):
+        return False  # alerts are written by evaluation only
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(GpuReading)
+class GpuReadingAdmin(admin.ModelAdmin):
+    list_display = ["node_name", "gpu", "pool", "team", "job", "util_percent", "temperature_c", "at"]
+    list_filter = ["pool"]
+    search_fields = ["node_name", "pod_name"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(JobUtilisation)
+class JobUtilisationAdmin(admin.ModelAdmin):
+    list_display = ["job", "gpus", "last_util", "samples", "idle_since", "last_at"]
+    raw_id_fields = ["job"]
+
+
+@admin.register(TelemetryRun)
+class TelemetryRunAdmin(admin.ModelAdmin):
+    list_display = ["at", "ok", "gpus", "duration_ms", "error"]
+    list_filter = ["ok"]

@@ -1,0 +1,31 @@
+"""Alerts, read-only: what a user sees is what `Alert.objects.visible_to` lets through (others answer 404)."""
+
+import django_filters
+from rest_framework import viewsets
+
+from ..choices import AlertKind, AlertState, Severity
+from ..models import Alert
+from .serializers import AlertSerializer
+
+
+class AlertFilterSet(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=AlertState.choices)
+    kind = django_filters.MultipleChoiceFilter(choices=AlertKind.choices)
+    severity = django_filters.ChoiceFilter(choices=Severity.choices)
+    pool = django_filters.CharFilter(field_name="pool__slug")
+    team = django_filters.CharFilter(field_name="team__slug")
+
+    class Meta:
+        model = Alert
+        fields = ["state", "kind", "severity", "pool", "team", "job"]
+
+
+class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = AlertSerializer
+    filterset_class = AlertFilterSet
+    ordering_fields = ["fired_at", "active_since", "resolved_at", "value"]
+
+    def get_queryset(self):
+        return (
+            Alert.objects.visible_to(self.request.user).select_related("pool", "team").order_by("-active_since", "-id")
+        )

@@ -1,0 +1,19 @@
+"""Periodic monitoring work, merged into the beat schedule by portal/celery.py."""
+
+from celery.schedules import crontab
+from django.conf import settings
+
+SCHEDULE = {
+    "monitoring-collect-telemetry": {
+        "task": "monitoring.collect_telemetry",
+        "schedule": float(settings.MONITORING_STEP_SECONDS),
+    },
+    "monitoring-evaluate-alerts": {
+        "task": "monitoring.evaluate_alerts",
+        "schedule": float(settings.MONITORING_EVALUATION_SECONDS),
+    },
+    "monitoring-prune-telemetry": {
+        "task": "monitoring.prune_telemetry",
+        "schedule": crontab(minute=17, hour="*/6"),
+    },
+}

@@ -1,0 +1,218 @@
+"""What each kind of alert looks at: one function per kind reads the portal's rows (never Prometheus) and returns
+an Observation per subject. A kind whose data is unknown right now (telemetry stale) returns None: its alerts are
+then left as they are instead of being resolved for want of data."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count, Q, Sum
+
+from billing.models import DailyUsage
+from jobs.choices import JobState
+from jobs.models import Job, Pod
+from pools.choices import PoolKind
+from pools.models import Pool
+
+from .choices import AlertKind, Scope
+from .models import GpuReading, TelemetryRun, UtilisationSample
+from .rules import Observation
+from .telemetry import latest_ok_run
+
+WAITING_STATES = (JobState.QUEUED, JobState.SUBMITTED, JobState.PENDING)
+
+
+def _gpu_observations(kind: str, run: TelemetryRun | None, value_of) -> list[Observation] | None:
+    if run is None:
+        return None
+    observations = []
+    for reading in GpuReading.objects.filter(at__gte=run.at).select_related("pool"):
+        value = value_of(reading)
+        if value is None:
+            continue
+        where = f" ({reading.pool.name})" if reading.pool else ""
+        observations.append(
+            Observation(
+                kind,
+                f"gpu:{reading.node_name}/{reading.gpu}",
+                f"GPU {reading.gpu} of {reading.node_name}{where}",
+                float(value),
+                pool_id=reading.pool_id,
+                team_id=reading.team_id,
+                job_id=reading.job_id,
+            )
+        )
+    return observations
+
+
+def _utilisation(kind: str, run: TelemetryRun | None) -> list[Observation] | None:
+    if run is None:
+        return None
+    observations = []
+    samples = UtilisationSample.objects.filter(at=run.at, scope__in=[Scope.POOL, Scope.TEAM], gpus__gt=0)
+    for sample in samples.select_related("pool", "team"):
+        if sample.scope == Scope.POOL:
+            observations.append(
+                Observation(
+                    kind,
+                    f"pool:{sample.pool.slug}",
+                    f"pool {sample.pool.name}",
+                    sample.util_avg,
+                    pool_id=sample.pool_id,
+                )
+            )
+        else:
+            observations.append(
+                Observation(
+                    kind,
+                    f"team:{sample.team.slug}",
+                    f"GPUs of team {sample.team.name}",
+                    sample.util_avg,
+                    team_id=sample.team_id,
+                )  # fmt: skip
+            )
+    return observations
+
+
+def _minutes(delta: timedelta) -> float:
+    return round(delta.total_seconds() / 60, 1)
+
+
+def queue_wait(now: datetime) -> list[Observation]:
+    jobs = Job.objects.filter(state__in=WAITING_STATES).values_list("pk", "name", "team_id", "pool_id", "created_at")
+    return [
+        Observation(
+            AlertKind.QUEUE_WAIT,
+            f"job:{pk}",
+            f"job {name} (#{pk})",
+            _minutes(now - created_at),
+            pool_id=pool_id,
+            team_id=team_id,
+            job_id=pk,
+        )  # fmt: skip
+        for pk, name, team_id, pool_id, created_at in jobs
+    ]
+
+
+def pod_pending(now: datetime) -> list[Observation]:
+    pods = Pod.objects.filter(phase="Pending", scheduled=False).values_list(
+        "namespace", "name", "team_id", "pool_id", "job_id", "created_at"
+    )
+    return [
+        Observation(
+            AlertKind.POD_PENDING,
+            f"pod:{namespace}/{name}",
+            f"pod {namespace}/{name}",
+            _minutes(now - created_at),
+            pool_id=pool_id,
+            team_id=team_id,
+            job_id=job_id,
+        )  # fmt: skip
+        for namespace, name, team_id, pool_id, job_id, created_at in pods
+    ]
+
+
+def failure_rate(now: datetime) -> list[Observation]:
+    since = now - timedelta(hours=settings.MONITORING_FAILURE_WINDOW_HOURS)
+    rows = (
+        Job.objects.filter(finished_at__gte=since, state__in=[JobState.SUCCEEDED, JobState.FAILED])
+        .values("team_id", "team__slug", "team__name")
+        .annotate(finished=Count("pk"), failed=Count("pk", filter=Q(state=JobState.FAILED)))
+    )
+    return [
+        Observation(
+            AlertKind.FAILURE_RATE,
+            f"team:{row['team__slug']}",
+            f"jobs of team {row['team__name']}",
+            round(100.0 * row["failed"] / row["finished"], 2),
+            team_id=row["team_id"],
+        )  # fmt: skip
+        for row in rows
+        if row["finished"]
+    ]
+
+
+def _month_figures(now: datetime) -> list[dict]:
+    month_start = now.date().replace(day=1)
+    return list(
+        DailyUsage.objects.filter(day__gte=month_start, day__lte=now.date())
+        .values("team_id", "team__slug", "team__name")
+        .annotate(
+            reserved=Sum("reserved_gpu_seconds"),
+            used_in=Sum("in_reservation_gpu_seconds"),
+            overage=Sum("overage_gpu_seconds"),
+            spill=Sum("spill_gpu_seconds"),
+        )
+    )
+
+
+def spill_ratio(now: datetime) -> list[Observation]:
+    observations = []
+    for row in _month_figures(now):
+        used = row["used_in"] + row["overage"] + row["spill"]
+        if used > 0:
+            observations.append(
+                Observation(
+                    AlertKind.SPILL_RATIO,
+                    f"team:{row['team__slug']}",
+                    f"team {row['team__name']}",
+                    round(float(100 * row["spill"] / used), 2),
+                    team_id=row["team_id"],
+                )  # fmt: skip
+            )
+    return observations
+
+
+def reservation_wasted(now: datetime) -> list[Observation]:
+    observations = []
+    for row in _month_figures(now):
+        if row["reserved"] > 0:
+            observations.append(
+                Observation(
+                    AlertKind.RESERVATION_WASTED,
+                    f"team:{row['team__slug']}",
+                    f"reservation of team {row['team__name']}",
+                    round(float(100 * row["used_in"] / row["reserved"]), 2),
+                    team_id=row["team_id"],
+                    gate=row["spill"] > 0,
+                )  # fmt: skip
+            )
+    return observations
+
+
+def capacity_missing(now: datetime) -> list[Observation]:
+    pools = Pool.objects.filter(kind=PoolKind.RESERVED, contracted_gpus__isnull=False).annotate(
+        live=Sum("nodes__gpu_allocatable", filter=Q(nodes__ready=True, nodes__unschedulable=False))
+    )
+    return [
+        Observation(
+            AlertKind.CAPACITY_MISSING,
+            f"pool:{pool.slug}",
+            f"pool {pool.name}",
+            float(max(0, pool.contracted_gpus - (pool.live or 0))),
+            pool_id=pool.pk,
+        )  # fmt: skip
+        for pool in pools
+    ]
+
+
+def observe_all(now: datetime) -> dict[str, list[Observation] | None]:
+    """Every kind's observations at `now` (None for a kind whose data is unknown)."""
+    run = latest_ok_run(now)
+    return {
+        AlertKind.GPU_UTILISATION_LOW: _utilisation(AlertKind.GPU_UTILISATION_LOW, run),
+        AlertKind.GPU_UTILISATION_HIGH: _utilisation(AlertKind.GPU_UTILISATION_HIGH, run),
+        AlertKind.GPU_MEMORY_HIGH: _gpu_observations(
+            AlertKind.GPU_MEMORY_HIGH, run, lambda reading: reading.memory_used_percent
+        ),
+        AlertKind.GPU_TEMPERATURE_HIGH: _gpu_observations(
+            AlertKind.GPU_TEMPERATURE_HIGH, run, lambda reading: reading.temperature_c
+        ),
+        AlertKind.QUEUE_WAIT: queue_wait(now),
+        AlertKind.POD_PENDING: pod_pending(now),
+        AlertKind.FAILURE_RATE: failure_rate(now),
+        AlertKind.SPILL_RATIO: spill_ratio(now),
+        AlertKind.RESERVATION_WASTED: reservation_wasted(now),
+        AlertKind.CAPACITY_MISSING: capacity_missing(now),
+    }

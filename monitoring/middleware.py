@@ -1,0 +1,22 @@
+"""Request latency for the portal's own /metrics: one histogram observation per request, labelled by the
+resolved route (never the raw path, which would make a series per object)."""
+
+import time
+
+from .metrics import REQUEST_LATENCY
+
+
+class RequestMetricsMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = match.route if match is not None and match.route else "unmatched"
+        if route != "metrics":
+            REQUEST_LATENCY.labels(request.method, route, str(response.status_code)).observe(
+                time.perf_counter() - started
+            )
+        return response
