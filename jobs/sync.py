@@ -12,6 +12,7 @@ relist (the earliest moment sync can know), and admitted jobs whose Job is gone 
 """
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -163,27 +164,44 @@ def job_final_observation(job_obj: dict) -> services.Observation | None:
 
 
 class Attribution:
-    """Caches of namespace -> team and node -> pool, refreshed on a miss."""
+    """Caches of namespace -> team and node -> pool. A miss reloads the mapping, at most once every
+    `REFRESH_SECONDS`, so that thousands of pods in a namespace that is no team's cost no query each."""
+
+    REFRESH_SECONDS = 10.0
 
     def __init__(self):
+        self._teams_loaded = self._nodes_loaded = 0.0
+        self.teams: dict[str, int] = {}
+        self.node_pools: dict[str, int | None] = {}
         self.refresh()
 
     def refresh(self) -> None:
+        self._load_teams()
+        self._load_nodes()
+
+    def _load_teams(self) -> None:
         from django.conf import settings
 
         prefix = settings.TEAM_NAMESPACE_PREFIX
         self.teams = {f"{prefix}{slug}": pk for pk, slug in Team.objects.values_list("pk", "slug")}
+        self._teams_loaded = time.monotonic()
+
+    def _load_nodes(self) -> None:
         self.node_pools = dict(Node.objects.values_list("name", "pool_id"))
-        self.job_pools = {}
+        self._nodes_loaded = time.monotonic()
 
     def team_id(self, namespace: str) -> int | None:
-        if namespace not in self.teams:
-            self.refresh()
+        from django.conf import settings
+
+        # A team namespace may be brand new: look again soon. Any other namespace is looked up rarely.
+        wait = 1.0 if namespace.startswith(settings.TEAM_NAMESPACE_PREFIX) else self.REFRESH_SECONDS
+        if namespace not in self.teams and time.monotonic() - self._teams_loaded > wait:
+            self._load_teams()
         return self.teams.get(namespace)
 
     def pool_id(self, node_name: str) -> int | None:
-        if node_name and node_name not in self.node_pools:
-            self.node_pools = dict(Node.objects.values_list("name", "pool_id"))
+        if node_name and node_name not in self.node_pools and time.monotonic() - self._nodes_loaded > 1.0:
+            self._load_nodes()
         return self.node_pools.get(node_name)
 
 
@@ -320,45 +338,70 @@ class ClusterSync:
             ended_at=end,
         )
 
-    @staticmethod
-    def _upsert_pods(rows: list[Pod]) -> None:
+    POD_FIELDS = (
+        "team_id",
+        "pool_id",
+        "job_id",
+        "node_name",
+        "gpus",
+        "phase",
+        "scheduled",
+        "pending_reason",
+        "bound_at",
+        "finished_at",
+    )
+    INTERVAL_FIELDS = ("team_id", "pool_id", "node_name", "job_id", "gpus", "started_at", "ended_at")
+
+    @classmethod
+    def _existing_pods(cls, uids: list[str] | None) -> dict[str, tuple]:
+        """uid -> compared values of stored Pod rows (all rows when `uids` is None)."""
+        rows = Pod.objects.all() if uids is None else Pod.objects.filter(uid__in=uids)
+        return {row[0]: tuple(row[1:]) for row in rows.values_list("uid", *cls.POD_FIELDS)}
+
+    @classmethod
+    def _upsert_pods(cls, rows: list[Pod], existing: dict[str, tuple] | None = None) -> None:
+        """Write the rows that are new or changed (a relist mostly finds nothing changed: no write at all)."""
+        if existing is None:
+            existing = cls._existing_pods([row.uid for row in rows])
+        changed = [row for row in rows if existing.get(row.uid) != tuple(getattr(row, f) for f in cls.POD_FIELDS)]
+        if not changed:
+            return
         Pod.objects.bulk_create(
-            rows,
+            changed,
             batch_size=BATCH,
             update_conflicts=True,
             unique_fields=["uid"],
-            update_fields=[
-                "team",
-                "pool",
-                "job",
-                "node_name",
-                "gpus",
-                "phase",
-                "scheduled",
-                "pending_reason",
-                "bound_at",
-                "finished_at",
-                "seen_at",
-            ],
+            update_fields=[f.removesuffix("_id") for f in cls.POD_FIELDS] + ["seen_at"],
         )
 
-    @staticmethod
-    def _upsert_intervals(rows: list[UsageInterval]) -> None:
-        # An interval that was closed stays closed at its first end: a replayed event cannot reopen or move it.
+    @classmethod
+    def _upsert_intervals(cls, rows: list[UsageInterval]) -> None:
+        """Write new or changed intervals. An interval that was closed stays closed at its first end: a replayed
+        event cannot reopen or move it."""
         if not rows:
             return
-        open_or_new = set(
-            UsageInterval.objects.filter(pod_uid__in=[r.pod_uid for r in rows], ended_at__isnull=False).values_list(
-                "pod_uid", flat=True
+        stored = {
+            row[0]: tuple(row[1:])
+            for row in UsageInterval.objects.filter(pod_uid__in=[r.pod_uid for r in rows]).values_list(
+                "pod_uid", *cls.INTERVAL_FIELDS
             )
-        )
-        rows = [row for row in rows if row.pod_uid not in open_or_new]
+        }
+        end_index = cls.INTERVAL_FIELDS.index("ended_at")
+        changed = []
+        for row in rows:
+            before = stored.get(row.pod_uid)
+            if before is not None and before[end_index] is not None:
+                continue
+            if before != tuple(getattr(row, f) for f in cls.INTERVAL_FIELDS):
+                changed.append(row)
+        if not changed:
+            return
         UsageInterval.objects.bulk_create(
-            rows,
+            changed,
             batch_size=BATCH,
             update_conflicts=True,
             unique_fields=["pod_uid"],
-            update_fields=["team", "pool", "node_name", "job", "gpus", "started_at", "ended_at"],
+            update_fields=[f.removesuffix("_id") for f in cls.INTERVAL_FIELDS],
         )
 
     def _job_pools(self, job_ids: set[int]) -> dict[int, int]:
@@ -385,13 +428,10 @@ class ClusterSync:
         intervals = [i for i in (self._interval_row(f, r) for f, r in zip(facts_list, rows, strict=True)) if i]
         seen = {f.uid for f in facts_list}
         with transaction.atomic():
-            self._upsert_pods(rows)
+            existing = self._existing_pods(None)
+            self._upsert_pods(rows, existing)
             self._upsert_intervals(intervals)
-            gone = (
-                list(Pod.objects.exclude(uid__in=seen).values_list("uid", flat=True))
-                if seen
-                else list(Pod.objects.values_list("uid", flat=True))
-            )
+            gone = [uid for uid in existing if uid not in seen]
             if gone:
                 Pod.objects.filter(uid__in=gone).delete()
             # Pods that vanished while nobody watched: closed at the earliest moment we can know it.

@@ -1,0 +1,286 @@
+"""Benchmark of the cluster sync on a local cluster of 1,000 eight-GPU nodes and 10,000 pods.
+
+Measures:
+- ``bare_list_seconds``: the floor — LIST of every node and pod, paged, with the same client and pagination the sync
+  uses, parsing the JSON and nothing else (median of the repeats);
+- ``resync_seconds``: a full resync — the same LIST plus turning every object into rows and upserting them
+  (Node, Pod, UsageInterval) in PostgreSQL (median of the repeats, each on already-populated tables, as a relist
+  after 410 Gone or a restart would be); ``resync_ratio`` = resync / bare list (target ≤ 2);
+- ``watch_lag_ms``: p50 / p99 from a pod's phase change (the status write to the apiserver) to its row showing the
+  new phase, with `manage.py sync_cluster` running as its own process (target p99 < 2 s);
+- ``sync_peak_rss_mb``: peak resident memory of that process across its full list and the watch (target < 500 MB).
+
+Usage: ``python bench/sync.py [--nodes 1000] [--pods 10000] [--repeat 3] [--lag-samples 200] [--keep]``.
+It uses its own cluster state directory (.state/devcluster-bench-sync) and its own database
+(reservoir_bench_sync), so it never touches the development data. The last line printed is a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+BENCH_DB = "reservoir_bench_sync"
+TARGETS = {"resync_ratio": 2.0, "watch_lag_p99_ms": 2000.0, "sync_peak_rss_mb": 500.0}
+
+
+def log(message: str) -> None:
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def database_url() -> str:
+    base = os.environ.get("DATABASE_URL", "postgres://reservoir:reservoir@127.0.0.1:5432/reservoir")
+    return base.rsplit("/", 1)[0] + f"/{BENCH_DB}"
+
+
+def prepare_database(url: str) -> None:
+    import psycopg2
+
+    admin = psycopg2.connect(url.rsplit("/", 1)[0] + "/postgres")
+    admin.autocommit = True
+    with admin.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB])
+        if cursor.fetchone() is None:
+            cursor.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    admin.close()
+
+
+def start_cluster(state_dir: Path, nodes: int):
+    from devcluster import build, launcher
+
+    build.ensure_built(log)
+    cluster = launcher.Cluster(state_dir, progress=log)
+    cluster.down()
+    cluster.up(scale_nodes=nodes)
+    return cluster
+
+
+def create_pods(core, count: int, node_names: list[str]) -> None:
+    """`count` pods bound straight to nodes (8 one-GPU pods per node while GPUs last, then CPU-only pods)."""
+    namespace = "bench-sync"
+    with contextlib.suppress(Exception):  # already there from a kept run
+        core.create_namespace({"metadata": {"name": namespace}})
+    while True:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            break
+        except Exception:  # noqa: BLE001 - the ServiceAccount controller has not made it yet
+            time.sleep(0.2)
+    gpu_slots = [name for name in node_names for _ in range(8)]
+
+    def make(index: int) -> None:
+        gpus = 1 if index < len(gpu_slots) else 0
+        node = gpu_slots[index] if gpus else node_names[index % len(node_names)]
+        resources = {"limits": {"nvidia.com/gpu": "1"}} if gpus else {}
+        body = {
+            "metadata": {"name": f"bench-{index:05d}", "labels": {"bench": "sync"}},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "c", "image": "registry.example.com/bench:1", "resources": resources}],
+                "tolerations": [{"operator": "Exists"}],
+            },
+        }
+        for attempt in range(5):
+            try:
+                core.create_namespaced_pod(namespace, body)
+                return
+            except Exception as error:  # noqa: BLE001 - 409 from a kept run is fine; else retry briefly
+                if getattr(error, "status", None) == 409:
+                    return
+                time.sleep(0.2 * (attempt + 1))
+        raise RuntimeError(f"could not create pod {index}")
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(make, range(count)))
+    log(f"created {count} pods in {time.monotonic() - started:.1f}s")
+
+
+def measure_lists(repeat: int):
+    from django.db import connection
+
+    from cluster import client
+    from cluster.watch import ListWatch
+    from jobs.sync import ClusterSync
+
+    core = client.core()
+    nodes_watch = ListWatch(name="nodes", list_call=core.list_node, on_relist=None, on_event=None)
+    pods_watch = ListWatch(name="pods", list_call=core.list_pod_for_all_namespaces, on_relist=None, on_event=None)
+    bare, resync = [], []
+    counts = {}
+    for _ in range(repeat):
+        started = time.perf_counter()
+        nodes, _ = nodes_watch.list_all()
+        pods, _ = pods_watch.list_all()
+        bare.append(time.perf_counter() - started)
+        counts = {"nodes": len(nodes), "pods": len(pods)}
+        del nodes, pods
+
+        sync = ClusterSync()
+        started = time.perf_counter()
+        nodes, node_version = nodes_watch.list_all()
+        sync.relist_nodes(nodes, node_version)
+        pods, pod_version = pods_watch.list_all()
+        sync.relist_pods(pods, pod_version)
+        resync.append(time.perf_counter() - started)
+        del nodes, pods
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM jobs_pod")
+        counts["pod_rows"] = cursor.fetchone()[0]
+        cursor.execute("SELECT COUNT(*) FROM billing_usageinterval WHERE ended_at IS NULL")
+        counts["open_intervals"] = cursor.fetchone()[0]
+    return bare, resync, counts
+
+
+def measure_lag(samples: int, env: dict, kubeconfig: str):
+    import psutil
+    from django.db import connection
+
+    from cluster import client
+
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobs_syncstate")  # so that the new process's own full list is awaited below
+    process = subprocess.Popen(  # noqa: S603 - our own management command
+        [sys.executable, "manage.py", "sync_cluster", "--relist"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    peak = 0
+    stop = threading.Event()
+
+    def sample_rss() -> None:
+        nonlocal peak
+        watched = psutil.Process(process.pid)
+        while not stop.is_set():
+            try:
+                peak = max(peak, watched.memory_info().rss)
+            except psutil.Error:
+                return
+            stop.wait(0.05)
+
+    sampler = threading.Thread(target=sample_rss, daemon=True)
+    sampler.start()
+    core = client.core()
+    try:
+        # Wait until the process has listed everything (its pods SyncState row appears).
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT listed_at FROM jobs_syncstate WHERE resource = 'pods'")
+                row = cursor.fetchone()
+            if row and row[0]:  # set by the process's relist once it has written every row
+                break
+            if process.poll() is not None:
+                raise RuntimeError("sync_cluster exited before it had listed the pods")
+            time.sleep(0.2)
+        time.sleep(2)
+        lags = []
+        for index in range(samples):
+            name = f"bench-{index:05d}"
+            pod = core.read_namespaced_pod_status(name, "bench-sync")
+            phase = "Failed" if pod.status.phase != "Failed" else "Succeeded"
+            started = time.perf_counter()
+            core.patch_namespaced_pod_status(name, "bench-sync", {"status": {"phase": phase}})
+            while True:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT phase FROM jobs_pod WHERE name = %s", [name])
+                    row = cursor.fetchone()
+                if row and row[0] == phase:
+                    lags.append((time.perf_counter() - started) * 1000)
+                    break
+                if time.perf_counter() - started > 30:
+                    lags.append(30_000.0)
+                    break
+                time.sleep(0.005)
+    finally:
+        stop.set()
+        process.terminate()
+        process.wait(timeout=30)
+    return lags, peak / 2**20
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--lag-samples", type=int, default=200)
+    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / "devcluster-bench-sync")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    args = parser.parse_args()
+
+    url = database_url()
+    prepare_database(url)
+    env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE="portal.settings.dev")
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, env=env, check=True)
+    subprocess.run(
+        [sys.executable, "manage.py", "seed_demo"], cwd=REPO_ROOT, env=env, check=True, stdout=subprocess.DEVNULL
+    )
+
+    cluster = start_cluster(args.state_dir, args.nodes)
+    env["KUBECONFIG"] = str(cluster.kubeconfig_path)
+    os.environ.update(DATABASE_URL=url, KUBECONFIG=env["KUBECONFIG"], DJANGO_SETTINGS_MODULE="portal.settings.dev")
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    settings.KUBECONFIG = env["KUBECONFIG"]
+    from cluster import client
+
+    core = client.core()
+    node_names = sorted(n.metadata.name for n in core.list_node().items)
+    create_pods(core, args.pods, node_names)
+
+    bare, resync, counts = measure_lists(args.repeat)
+    lags, peak_mb = measure_lag(args.lag_samples, env, env["KUBECONFIG"])
+    if not args.keep:
+        cluster.down()
+
+    bare_median, resync_median = statistics.median(bare), statistics.median(resync)
+    summary = {
+        "benchmark": "sync",
+        "nodes": counts["nodes"],
+        "pods": counts["pods"],
+        "pod_rows": counts["pod_rows"],
+        "open_intervals": counts["open_intervals"],
+        "bare_list_seconds": round(bare_median, 3),
+        "resync_seconds": round(resync_median, 3),
+        "resync_ratio": round(resync_median / bare_median, 2),
+        "bare_list_runs": [round(v, 3) for v in bare],
+        "resync_runs": [round(v, 3) for v in resync],
+        "watch_lag_p50_ms": round(percentile(lags, 0.5), 1),
+        "watch_lag_p99_ms": round(percentile(lags, 0.99), 1),
+        "watch_lag_samples": len(lags),
+        "sync_peak_rss_mb": round(peak_mb, 1),
+        "targets": TARGETS,
+    }
+    summary["targets_met"] = (
+        summary["resync_ratio"] <= TARGETS["resync_ratio"]
+        and summary["watch_lag_p99_ms"] < TARGETS["watch_lag_p99_ms"]
+        and summary["sync_peak_rss_mb"] < TARGETS["sync_peak_rss_mb"]
+    )
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
