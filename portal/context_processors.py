@@ -22,6 +22,7 @@ def navigation(request) -> dict:
     if is_lead:
         items.append({"label": _("Teams"), "url": reverse("portal:team_list"), "key": "teams"})
         items.append({"label": _("Billing"), "url": reverse("billing:home"), "key": "billing"})
+    items.append(_alerts_item(user))
     if is_admin:
         items.append({"label": _("Admin"), "url": reverse("admin:index"), "key": "admin"})
     current = _current_key(request)
@@ -42,3 +43,22 @@ def _current_key(request) -> str:
     if match.app_name in ("pools", "jobs", "billing"):
         return match.app_name
     return match.url_name or ""
+
+
+def _alerts_item(user) -> dict:
+    """The alerts entry, with a badge counting the firing alerts the user may see (one query)."""
+    from django.utils.html import format_html
+
+    from monitoring.selectors import firing_count
+
+    firing = firing_count(user)
+    label = _("Alerts")
+    if firing:
+        label = format_html(
+            '{} <span class="nav-badge" title="{}" style="{}">{}</span>',
+            label,
+            _("firing alerts"),
+            "background:#b42318;color:#fff;border-radius:999px;padding:0 .45rem;font-size:.75rem;font-weight:700",
+            firing,
+        )
+    return {"label": label, "url": reverse("monitoring:alert_list"), "key": "monitoring", "badge": firing}

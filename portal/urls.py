@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from monitoring.metrics import metrics_view
+
 from . import views
 
 portal_patterns = (
@@ -22,11 +24,14 @@ urlpatterns = [
     path("pools/", include("pools.urls")),
     path("jobs/", include("jobs.urls")),
     path("billing/", include("billing.urls")),
+    path("alerts/", include("monitoring.urls")),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("portal.api.urls")),
     path("api/v1/", include("pools.api.urls")),
     path("api/v1/", include("jobs.api.urls")),
     path("api/v1/", include("billing.api.urls")),
+    path("api/v1/", include("monitoring.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("i18n/", include("django.conf.urls.i18n")),

@@ -55,10 +55,18 @@ if [ -z "${KUBECONFIG:-}" ]; then
   say "local Kubernetes control plane (built on first use; a cold build takes 15-30 minutes)"
   $PY -m devcluster up
   eval "$($PY -m devcluster env)"
+  if [ -z "${PROMETHEUS_URL:-}" ]; then
+    # Prometheus scraping the fake DCGM exporter (and the portal's /metrics); RESERVOIR_DCGM_HOT picks a hot GPU.
+    say "Prometheus and the DCGM exporter of the local GPUs"
+    $PY -m devcluster monitoring up --scrape-interval 5 --portal-target "127.0.0.1:$PORT" \
+      --hot "${RESERVOIR_DCGM_HOT:-gpu-node-11/7}"
+    eval "$($PY -m devcluster monitoring env)"
+  fi
 else
   say "using the cluster of KUBECONFIG=$KUBECONFIG"
 fi
 export KUBECONFIG
+export PROMETHEUS_URL=${PROMETHEUS_URL:-}
 
 $PY manage.py migrate --noinput
 $PY manage.py seed_demo | tee "$STATE_DIR/logins.txt"
@@ -80,4 +88,5 @@ curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || { say "web server did n
 echo
 say "Reservoir is up: http://127.0.0.1:$PORT/  (admin: http://127.0.0.1:$PORT/admin/, API: /api/docs/)"
 say "KUBECONFIG=$KUBECONFIG"
+say "PROMETHEUS_URL=${PROMETHEUS_URL:-(none: no GPU telemetry)}"
 say "logins: see above (also in .state/logins.txt); stop everything with 'make stop'"

@@ -25,6 +25,13 @@ install_packages() {
     apt-get update -qq
     apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  # Prometheus for GPU telemetry (devcluster monitoring, tests); not started here: `devcluster monitoring up` does.
+  if [ -z "${PROMETHEUS_URL:-}" ] && ! command -v prometheus >/dev/null 2>&1; then
+    say "installing prometheus from Debian packages"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 update -qq
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends prometheus >/dev/null
+  fi
 }
 
 as_postgres() { runuser -u postgres -- "$@"; }

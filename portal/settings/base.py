@@ -29,9 +29,11 @@ INSTALLED_APPS = [
     "pools",
     "jobs",
     "billing",
+    "monitoring",
 ]
 
 MIDDLEWARE = [
+    "monitoring.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -169,3 +171,24 @@ JOB_SUBMIT_MAX_ATTEMPTS = env.int("RESERVOIR_JOB_SUBMIT_MAX_ATTEMPTS", default=8
 JOB_SUBMIT_BACKOFF_SECONDS = env.float("RESERVOIR_JOB_SUBMIT_BACKOFF_SECONDS", default=2.0)
 # Attempts of one cluster call on transient failures (connection refused, timeouts, 429, 5xx) before giving up.
 KUBE_CALL_ATTEMPTS = env.int("RESERVOIR_KUBE_CALL_ATTEMPTS", default=4)
+
+# --- Monitoring: GPU telemetry from Prometheus (DCGM exporter) and alerts ------------------------------------------
+# Prometheus' base URL (`python -m devcluster monitoring env` prints the local one); empty: no telemetry.
+PROMETHEUS_URL = env("PROMETHEUS_URL", default="")
+PROMETHEUS_TIMEOUT_SECONDS = env.float("PROMETHEUS_TIMEOUT_SECONDS", default=10.0)
+# Firing and resolved alerts are POSTed here (Alertmanager's webhook JSON); empty: recorded, not sent.
+ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default="")
+ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# Where people reach the portal (links in notifications).
+PORTAL_BASE_URL = env("RESERVOIR_BASE_URL", default="http://127.0.0.1:8000")
+# Telemetry is collected at steps aligned to this many seconds; alert rules are evaluated this often.
+MONITORING_STEP_SECONDS = env.int("RESERVOIR_MONITORING_STEP_SECONDS", default=60)
+MONITORING_EVALUATION_SECONDS = env.int("RESERVOIR_ALERT_EVALUATION_SECONDS", default=30)
+# A running job is flagged idle once its GPUs stay below this utilisation (percent) for this long.
+MONITORING_IDLE_GPU_PERCENT = env.float("RESERVOIR_IDLE_GPU_PERCENT", default=5.0)
+MONITORING_IDLE_AFTER_SECONDS = env.int("RESERVOIR_IDLE_GPU_AFTER_SECONDS", default=1800)
+MONITORING_FAILURE_WINDOW_HOURS = env.int("RESERVOIR_FAILURE_WINDOW_HOURS", default=24)
+MONITORING_SAMPLE_RETENTION_DAYS = env.int("RESERVOIR_SAMPLE_RETENTION_DAYS", default=400)
+MONITORING_JOB_SAMPLE_RETENTION_DAYS = env.int("RESERVOIR_JOB_SAMPLE_RETENTION_DAYS", default=30)
+# When set, /metrics wants "Authorization: Bearer <token>".
+METRICS_BEARER_TOKEN = env("RESERVOIR_METRICS_TOKEN", default="")
