@@ -76,7 +76,7 @@ def _utilisation(kind: str, run: TelemetryRun | None) -> list[Observation] | Non
 
 
 def _minutes(delta: timedelta) -> float:
-    return round(delta.total_seconds() / 60, 1)
+    return round(delta.total_seconds() / 60, 2)
 
 
 def queue_wait(now: datetime) -> list[Observation]:

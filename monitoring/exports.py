@@ -6,7 +6,6 @@ PrometheusRule. Pure renderers over querysets; the command writes the files."""
 from __future__ import annotations
 
 import json
-import re
 import shlex
 
 import yaml
@@ -159,7 +158,8 @@ ALERT_NAMES = {
 
 
 def _alternatives(values) -> str:
-    return "|".join(re.escape(value) for value in sorted(values))
+    """A PromQL regex alternation of exact names (Kubernetes names only hold [a-z0-9.-]; dots are escaped)."""
+    return "|".join(value.replace(".", "\\\\.") for value in sorted(values))
 
 
 def _duration(seconds: int) -> str:
@@ -236,7 +236,7 @@ def prometheus_rules(*, as_custom_resource: bool = True) -> str:
             # Utilisation: one value per team namespace, or one for the whole pool; the others: one per GPU.
             group_by = ("job" if scope.startswith("pool") else "namespace") if utilisation else ""
             expr = _expression(kind, threshold, _matchers(*matchers), group_by)
-            labels = {"severity": effective.severity, "reservoir_rule": kind, "scope": scope}
+            labels = {"severity": effective.severity, "reservoir_rule": str(kind.value), "scope": scope}
             rules.append(
                 {
                     "alert": ALERT_NAMES[kind],
@@ -249,7 +249,7 @@ def prometheus_rules(*, as_custom_resource: bool = True) -> str:
                     },
                 }
             )
-        groups.append({"name": f"reservoir-{kind.replace('_', '-')}", "rules": rules})
+        groups.append({"name": f"reservoir-{kind.value.replace('_', '-')}", "rules": rules})
     if not as_custom_resource:
         return yaml.safe_dump({"groups": groups}, sort_keys=False, allow_unicode=True)
     resource = {
