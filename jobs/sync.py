@@ -173,6 +173,7 @@ class Attribution:
         self._teams_loaded = self._nodes_loaded = 0.0
         self.teams: dict[str, int] = {}
         self.node_pools: dict[str, int | None] = {}
+        self._misses: dict[str, float] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -193,9 +194,18 @@ class Attribution:
     def team_id(self, namespace: str) -> int | None:
         from django.conf import settings
 
-        # A team namespace may be brand new: look again soon. Any other namespace is looked up rarely.
-        wait = 1.0 if namespace.startswith(settings.TEAM_NAMESPACE_PREFIX) else self.REFRESH_SECONDS
-        if namespace not in self.teams and time.monotonic() - self._teams_loaded > wait:
+        if namespace in self.teams:
+            return self.teams[namespace]
+        prefix = settings.TEAM_NAMESPACE_PREFIX
+        now = time.monotonic()
+        if namespace.startswith(prefix) and now - self._misses.get(namespace, -1e9) > 1.0:
+            # Possibly a brand-new team: ask for it directly instead of waiting for the next full reload.
+            team_id = Team.objects.filter(slug=namespace.removeprefix(prefix)).values_list("pk", flat=True).first()
+            if team_id is not None:
+                self.teams[namespace] = team_id
+                return team_id
+            self._misses[namespace] = now
+        elif now - self._teams_loaded > self.REFRESH_SECONDS:
             self._load_teams()
         return self.teams.get(namespace)
 
