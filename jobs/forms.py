@@ -110,6 +110,7 @@ class JobSubmitForm(forms.Form):
     )
 
     def __init__(self, *args, user, **kwargs):
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.visible_to(user).order_by("name")
         self.fields["pool"].queryset = Pool.objects.visible_to(user).order_by("name")

@@ -19,7 +19,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from cluster import resources
-from cluster.errors import describe
+from cluster.errors import ClusterError, describe
 from pools.models import Pool
 from portal.htmx import render_page_or_partial
 
@@ -125,7 +125,8 @@ def job_logs(request, pk: int):
             text = resources.pod_log_tail(job.team.namespace, placement.pod_name, lines=LOG_LINES)
         except Exception as error:  # noqa: BLE001 - any failure of the cluster call is shown, not raised
             log.info("log tail of job %s unavailable: %s", job.pk, error)
-            context["log_message"] = _("Logs are not available from the cluster: %(why)s") % {"why": describe(error)}
+            why = str(error) if isinstance(error, ClusterError) else describe(error)
+            context["log_message"] = _("Logs are not available from the cluster: %(why)s") % {"why": why}
         else:
             if text:
                 context["log_text"] = text
@@ -145,7 +146,8 @@ def job_cluster_events(request, pk: int):
         if placement.pod_name:
             items += resources.events_for(job.team.namespace, "Pod", placement.pod_name)
     except Exception as error:  # noqa: BLE001 - shown to the user instead of failing the page
-        message = _("Cluster events are not available: %(why)s") % {"why": describe(error)}
+        why = str(error) if isinstance(error, ClusterError) else describe(error)
+        message = _("Cluster events are not available: %(why)s") % {"why": why}
     else:
         for item in items:
             at = item.last_timestamp or item.event_time or item.first_timestamp
