@@ -7,6 +7,7 @@ import django_filters
 from django.contrib.auth import get_user_model
 
 from pools.models import Pool
+from portal.api.filters import UtcDateTimeFilter
 from portal.models import Team
 
 from .choices import JobState, Placement
@@ -38,8 +39,8 @@ class JobFilterSet(django_filters.FilterSet):
         queryset=_submitters, to_field_name="username", label="submitted by (username)"
     )
     placement = django_filters.ChoiceFilter(choices=Placement.choices)
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Job

@@ -2,6 +2,7 @@
 
 import django_filters
 
+from portal.api.filters import UtcDateTimeFilter
 from portal.models import Team
 
 from .choices import PoolKind
@@ -30,7 +31,7 @@ class NodeFilterSet(django_filters.FilterSet):
 class ReservationFilterSet(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug", label="team (slug)")
     pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
-    active_at = django_filters.IsoDateTimeFilter(method="filter_active_at", label="active at (ISO 8601)")
+    active_at = UtcDateTimeFilter(method="filter_active_at", label="active at (ISO 8601)")
 
     class Meta:
         model = Reservation

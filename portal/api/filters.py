@@ -1,9 +1,30 @@
 """Filters of the portal's API lists (teams, memberships, tokens, audit entries)."""
 
+from datetime import UTC
+
 import django_filters
+from django import forms
+from django.utils.translation import gettext_lazy as _
 
 from ..choices import Role
 from ..models import ApiToken, AuditEntry, Membership, Team
+
+
+class UtcDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 moment, converted to UTC: PostgreSQL refuses offsets beyond ±15:59 that ISO 8601 allows."""
+
+    def to_python(self, value):
+        moment = super().to_python(value)
+        if moment is None or moment.tzinfo is None:
+            return moment
+        try:
+            return moment.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError(_("That moment is out of range.")) from None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
 
 
 class TeamFilterSet(django_filters.FilterSet):
@@ -49,8 +70,8 @@ class AuditEntryFilterSet(django_filters.FilterSet):
     action_prefix = django_filters.CharFilter(field_name="action", lookup_expr="startswith", label="action starts with")
     object_type = django_filters.CharFilter(field_name="object_type", label="object type, e.g. pools.quota")
     object_id = django_filters.CharFilter(field_name="object_id")
-    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+    since = UtcDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = UtcDateTimeFilter(field_name="at", lookup_expr="lt")
 
     class Meta:
         model = AuditEntry
