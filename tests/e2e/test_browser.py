@@ -25,7 +25,9 @@ def log_in(page, base_url: str, username: str) -> None:
     expect(page.get_by_role("heading", level=1)).to_contain_text("Welcome")
 
 
-def submit_from_the_form(page, shoot, base_url: str, team, *, name: str, gpus: int, runs_for: str) -> int:
+def submit_from_the_form(
+    page, shoot, base_url: str, team, *, name: str, gpus: int, runs_for: str, expected_start: str = ""
+) -> int:
     page.goto(f"{base_url}/jobs/submit/")
     page.get_by_label("Team", exact=True).select_option(team.slug)
     page.get_by_label("Pool", exact=True).select_option("reserved-a800")
@@ -36,9 +38,9 @@ def submit_from_the_form(page, shoot, base_url: str, team, *, name: str, gpus: i
     page.get_by_text("Advanced: environment and pod annotations").click()
     page.get_by_label("Pod annotations", exact=True).fill(f"{KWOK_DELAY}={runs_for}")
     preview = page.locator("#submit-preview")
-    expect(preview).to_contain_text("Starts now in Reserved A800 (monthly).")
+    expect(preview).to_contain_text(expected_start or "Starts now in Reserved A800 (monthly).")
     expect(preview).to_contain_text("kind: Job")
-    expect(preview).to_contain_text(f"{gpus} of 8 GPUs")
+    expect(preview).to_contain_text("of 8 GPUs")  # the team quota after submission
     shoot(f"submit-{name}")
     page.get_by_role("button", name="Submit job").click()
     expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
@@ -71,12 +73,25 @@ def test_a_researcher_submits_watches_and_cancels_jobs(cluster_sync, cluster_tea
     page.goto(f"{base}/pools/reserved-a800/")
     expect(page.locator(".strip .slot.team-0")).to_have_count(4)  # the running job's GPUs, in the team's colour
     shoot("06-pool-detail-with-a-running-job")
+    # 4 of the team's 8 GPUs are in use: an 8-GPU job waits for quota, and the pending view says why.
+    queued_id = submit_from_the_form(
+        page, shoot, base, cluster_team, name="e2e-queued", gpus=8, runs_for="2s", expected_start="Queued at position 1"
+    )
+    expect(page.locator("#job-status [data-state]")).to_have_text("Queued")
+    page.goto(f"{base}/jobs/pending/")
+    row = page.locator("#pending-table tr", has_text="e2e-queued")
+    expect(row).to_contain_text("Over team quota: 4 of 8 GPUs in use")
+    expect(row).to_contain_text("starts when 4 GPUs of the team's quota are freed")
+    shoot("07-pending-queued")
     page.goto(f"{base}/jobs/{long_id}/")
     page.get_by_role("button", name="Cancel job").click()  # hx-confirm: the dialog is accepted
     expect(page.locator("#job-status [data-state]")).to_have_text("Cancelled")
     expect(page.get_by_role("status").first).to_contain_text(f"Job #{long_id} cancelled.")
     shoot("04-job-cancelled")
     assert Job.objects.get(pk=long_id).state == JobState.CANCELLED
+    # The cancelled job freed the quota: the queued one is admitted and runs by itself.
+    page.goto(f"{base}/jobs/{queued_id}/")
+    expect(page.locator("#job-status [data-state]")).to_have_text("Succeeded", timeout=60_000)
 
     page.goto(f"{base}/jobs/?team={cluster_team.slug}")
     expect(page.locator("#job-table")).to_contain_text("e2e-train")
@@ -85,9 +100,6 @@ def test_a_researcher_submits_watches_and_cancels_jobs(cluster_sync, cluster_tea
     page.goto(f"{base}/pools/")
     expect(page.get_by_role("heading", name="Reserved A800 (monthly)")).to_be_visible()
     shoot("07-pools-dashboard")
-    page.goto(f"{base}/jobs/pending/")
-    expect(page.get_by_role("heading", level=1)).to_have_text("Pending")
-    shoot("07b-pending")
 
 
 def test_a_team_lead_opens_the_team_page(cluster_sync, cluster_team, live_server, page, shoot):
