@@ -3,7 +3,7 @@ cluster. A hand edit in the cluster is put back and written to the audit log."""
 
 import logging
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Sum
 from django.utils import timezone
 
@@ -39,11 +39,29 @@ def mark_changed(team: Team) -> None:
     transaction.on_commit(lambda: reconcile_team_namespace.delay(team.pk))
 
 
+# First key of the PostgreSQL advisory lock that lets one reconcile of a team run at a time (second key: team id).
+RECONCILE_LOCK = 7_340_001
+
+
 def reconcile(team: Team) -> dict:
     """Make the cluster hold the team's namespace, ResourceQuota and LimitRange as the portal says.
 
+    Reconciles of one team run one at a time (a session advisory lock, which quota writes never wait for), and
+    each reads the desired version before the rows it renders: when two admins change the team at once, an older
+    rendering can never be written after a newer one while the newer version is marked applied.
+
     Returns what was done per object ("created", "corrected" or "unchanged"). Raises ClusterError on failure
     (after recording it on the TeamNamespace row)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [RECONCILE_LOCK, team.pk])
+    try:
+        return _reconcile_locked(team)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RECONCILE_LOCK, team.pk])
+
+
+def _reconcile_locked(team: Team) -> dict:
     state, _ = TeamNamespace.objects.get_or_create(team=team)
     version = state.desired_version
     spec = desired_spec(team)
