@@ -19,6 +19,8 @@ install_packages() {
   # Browser tests (tests/e2e) drive Debian's Chromium through Playwright; translations need gettext's msgfmt.
   if ! command -v chromium >/dev/null 2>&1; then missing+=(chromium); fi
   if ! command -v msgfmt >/dev/null 2>&1; then missing+=(gettext); fi
+  # A CJK font, so that screenshots of the Chinese pages show text (users' own browsers bring theirs).
+  if ! fc-list :lang=zh 2>/dev/null | grep -q .; then missing+=(fonts-wqy-zenhei); fi
   if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian packages"
     export DEBIAN_FRONTEND=noninteractive

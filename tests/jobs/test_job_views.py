@@ -525,3 +525,17 @@ def test_users_filter_lists_only_members_of_my_teams(client, researcher, outside
     assert b'value="rita"' in response.content
     assert b'value="otto"' not in response.content and b'value="stranger"' not in response.content
     assert Pool.objects.count() == 1
+
+
+@pytest.mark.parametrize("who", ["researcher", "lead", "platform_admin", "outsider"])
+def test_list_pages_and_their_fragments_answer_every_role_within_its_scope(client, request, job, other_job, who):
+    user = request.getfixturevalue(who)
+    login(client, user)
+    for url in (reverse("jobs:job_list"), reverse("jobs:pending"), reverse("jobs:job_submit")):
+        assert client.get(url).status_code == 200
+    assert client.get(reverse("jobs:job_list"), **HTMX).status_code == 200
+    assert client.get(reverse("jobs:pending"), **HTMX).status_code == 200
+    assert client.post(reverse("jobs:job_submit_preview"), _form(), **HTMX).status_code == 200
+    listed = client.get(reverse("jobs:job_list")).content
+    assert (b"my-train" in listed) is (who != "outsider")
+    assert (b"secret-job" in listed) is (who in ("outsider", "platform_admin"))
