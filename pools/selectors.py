@@ -7,7 +7,7 @@ Every signed-in user sees every pool; other teams' GPUs appear as "another team"
 """
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection
@@ -22,6 +22,7 @@ from .occupancy import JOB_SIZES, Occupancy, pool_occupancy
 # Slot colours for the teams a viewer may see (CSS classes team-0 .. team-9 in reservoir.css).
 TEAM_COLOURS = 10
 SECONDS_PER_HOUR = Decimal(3600)
+DCGM_FRESH = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -56,13 +57,15 @@ class PoolCard:
     month_reserved_gpu_hours: Decimal | None
     month_used_gpu_hours: Decimal
     nodes: list[NodeStrip]
+    dcgm_util_percent: int | None = None
+    dcgm_at: datetime | None = None
 
     @property
     def contracted(self) -> int | None:
         return self.pool.contracted_gpus if self.pool.is_reserved else None
 
     @property
-    def utilisation_percent(self) -> int:
+    def allocated_percent(self) -> int:
         live = self.occupancy.live_gpus
         return round(100 * self.occupancy.allocated / live) if live else 0
 
@@ -164,6 +167,20 @@ def _month_usage(now: datetime) -> dict[int, tuple[Decimal, Decimal]]:
     }
 
 
+def _dcgm_utilisation(pool_ids: list[int], now: datetime) -> dict[int, tuple[float, datetime]]:
+    """Per pool, the latest mean GPU utilisation DCGM reported within the last hour (monitoring's samples)."""
+    from monitoring.choices import Scope
+    from monitoring.models import UtilisationSample
+
+    rows = (
+        UtilisationSample.objects.filter(scope=Scope.POOL, pool_id__in=pool_ids, at__gte=now - DCGM_FRESH)
+        .order_by("pool_id", "-at")
+        .distinct("pool_id")
+        .values_list("pool_id", "util_avg", "at")
+    )
+    return {pool_id: (util, at) for pool_id, util, at in rows}
+
+
 def team_key(user) -> TeamKey:
     return TeamKey(visible=dict(Team.objects.visible_to(user).values_list("id", "name")))
 
@@ -184,6 +201,7 @@ def pool_cards(user, *, pools=None, other_label: str = "another team") -> tuple[
         .values_list("pool", "total")
     )
     month = _month_usage(now)
+    dcgm = _dcgm_utilisation(pool_ids, now)
     cards = []
     for pool in pools:
         month_reserved, month_used = month.get(pool.pk, (Decimal("0.0"), Decimal("0.0")))
@@ -195,6 +213,8 @@ def pool_cards(user, *, pools=None, other_label: str = "another team") -> tuple[
                 month_reserved_gpu_hours=month_reserved if pool.is_reserved else None,
                 month_used_gpu_hours=month_used,
                 nodes=strips.get(pool.pk, []),
+                dcgm_util_percent=round(dcgm[pool.pk][0]) if pool.pk in dcgm else None,
+                dcgm_at=dcgm[pool.pk][1] if pool.pk in dcgm else None,
             )
         )
     return cards, key

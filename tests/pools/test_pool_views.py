@@ -64,9 +64,9 @@ def test_card_figures_contracted_live_allocated_free_and_utilisation(client, res
     assert "Contracted</dt><dd>24 GPUs" in html
     assert "Live capacity</dt>\n    <dd>16 GPUs" in html
     assert "8 contracted GPUs not live" in html
-    assert "Allocated</dt><dd>14 GPUs" in html
+    assert "Allocated</dt><dd>14 GPUs" in html and "(88 % of live)" in html  # 14 of 16
     assert "Free</dt><dd>2 GPUs" in html
-    assert "88 %" in html  # 14 of 16
+    assert "no DCGM telemetry in the last hour" in html
     assert "Reserved now</dt><dd>12 GPUs" in html
     assert "2 Ready · 1 NotReady" in html
 
@@ -87,6 +87,29 @@ def test_the_admin_sees_every_team_by_name(client, platform_admin, team, other_t
     pod("a2", "node-a", 2, other_team)
     client.force_login(platform_admin)
     assert "Beta: 2 GPUs" in client.get(reverse("pools:pool_list")).content.decode()
+
+
+def test_utilisation_comes_from_the_latest_dcgm_sample(client, researcher, pool):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from monitoring.models import UtilisationSample
+
+    now = timezone.now()
+    for minutes, util in ((30, 12.0), (2, 63.4)):
+        UtilisationSample.objects.create(
+            scope="pool",
+            pool=pool,
+            at=now - timedelta(minutes=minutes),
+            gpus=16,
+            gpus_busy=10,
+            util_avg=util,
+            util_max=90.0,
+        )
+    client.force_login(researcher)
+    html = client.get(reverse("pools:pool_list")).content.decode()
+    assert "Utilisation</dt><dd>63 %" in html
 
 
 def test_fragmentation_table(client, researcher, pool):
