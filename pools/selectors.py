@@ -9,6 +9,7 @@ Every signed-in user sees every pool; other teams' GPUs appear as "another team"
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.db import connection
 from django.db.models import F, Sum
@@ -25,8 +26,7 @@ SECONDS_PER_HOUR = Decimal(3600)
 DCGM_FRESH = timedelta(hours=1)
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """A run of GPU slots on one node: `kind` is team, other (another team), free or down (not schedulable)."""
 
     kind: str
@@ -35,7 +35,7 @@ class Segment:
     colour: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeStrip:
     name: str
     allocatable: int
@@ -108,13 +108,18 @@ class TeamKey:
 
 
 _NODES_SQL = """
-SELECT n.pool_id, n.name, n.gpu_allocatable, n.ready, n.ready AND NOT n.unschedulable, p.team_id,
-       COALESCE(SUM(p.gpus), 0)
+WITH held AS (
+    SELECT node_name, team_id, SUM(gpus) AS gpus
+    FROM jobs_pod
+    WHERE scheduled AND phase IN ('Pending', 'Running') AND gpus > 0 AND node_name <> ''
+    GROUP BY node_name, team_id
+)
+SELECT n.pool_id, n.name, n.gpu_allocatable, n.ready, n.ready AND NOT n.unschedulable, h.team_id,
+       COALESCE(h.gpus, 0)
 FROM pools_node n
-LEFT JOIN jobs_pod p ON p.node_name = n.name AND p.scheduled AND p.phase IN ('Pending', 'Running') AND p.gpus > 0
+LEFT JOIN held h ON h.node_name = n.name
 WHERE n.pool_id = ANY(%s)
-GROUP BY n.pool_id, n.id, p.team_id
-ORDER BY n.pool_id, n.name, p.team_id NULLS LAST
+ORDER BY n.pool_id, n.name, h.team_id NULLS LAST
 """
 
 
