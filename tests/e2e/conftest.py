@@ -27,7 +27,7 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     # Playwright's sync API runs an event loop in this thread; the tests still use the ORM synchronously.
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")

@@ -539,3 +539,21 @@ def test_list_pages_and_their_fragments_answer_every_role_within_its_scope(clien
     listed = client.get(reverse("jobs:job_list")).content
     assert (b"my-train" in listed) is (who != "outsider")
     assert (b"secret-job" in listed) is (who in ("outsider", "platform_admin"))
+
+
+def test_edit_a_copy_prefills_the_form_from_a_visible_job_only(client, researcher, job, other_job):
+    login(client, researcher)
+    response = client.get(reverse("jobs:job_submit"), {"from": job.pk})
+    assert response.status_code == 200
+    assert b'value="my-train"' in response.content and b'value="python train.py"' in response.content
+    assert client.get(reverse("jobs:job_submit"), {"from": other_job.pk}).status_code == 404
+
+
+def test_a_plain_form_post_cancels_and_redirects_with_a_message(client, researcher, team, pool):
+    queued = JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, name="plain")
+    login(client, researcher)
+    response = client.post(reverse("jobs:job_cancel", args=[queued.pk]), follow=True)
+    assert response.redirect_chain[-1][0] == reverse("jobs:job_detail", args=[queued.pk])
+    assert f"Job #{queued.pk} cancelled.".encode() in response.content
+    again = client.post(reverse("jobs:job_cancel", args=[queued.pk]), follow=True)
+    assert b"is already Cancelled" in again.content
