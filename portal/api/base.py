@@ -7,6 +7,7 @@ answers 403. Admin-only resources (tokens, the audit log) do not exist for anyon
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, pagination, permissions, serializers
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -121,3 +122,14 @@ class FullCleanMixin:
         except DjangoValidationError as error:
             raise django_errors_as_drf(error) from None
         return attrs
+
+
+class FilterBackend(DjangoFilterBackend):
+    """django-filter's backend, refusing query strings with NUL characters (PostgreSQL cannot compare them) as a
+    400 instead of failing in the database."""
+
+    def filter_queryset(self, request, queryset, view):
+        for key, values in request.query_params.lists():
+            if "\x00" in key or any("\x00" in value for value in values):
+                raise exceptions.ValidationError({key.replace("\x00", ""): [_("NUL characters are not allowed.")]})
+        return super().filter_queryset(request, queryset, view)
