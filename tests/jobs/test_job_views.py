@@ -557,3 +557,22 @@ def test_a_plain_form_post_cancels_and_redirects_with_a_message(client, research
     assert f"Job #{queued.pk} cancelled.".encode() in response.content
     again = client.post(reverse("jobs:job_cancel", args=[queued.pk]), follow=True)
     assert b"is already Cancelled" in again.content
+
+
+def test_run_and_wait_times_carry_units(client, researcher, team, pool):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    JobFactory(
+        team=team,
+        pool=pool,
+        submitted_by=researcher,
+        state=JobState.SUCCEEDED,
+        name="timed",
+        started_at=now - timedelta(minutes=5),
+        finished_at=now - timedelta(minutes=1, seconds=48),
+    )
+    html = login(client, researcher).get(reverse("jobs:job_list")).content.decode()
+    assert "3 min 12 s" in html
