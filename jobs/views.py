@@ -91,8 +91,12 @@ def _detail_context(job: Job) -> dict:
 
 @login_required
 def job_detail(request, pk: int):
+    from monitoring.selectors import job_gpu_utilisation
+
     job = _visible_job(request, pk)
-    return render(request, "jobs/job_detail.html", _detail_context(job))
+    context = _detail_context(job)
+    context["gpu_utilisation"] = job_gpu_utilisation(job)
+    return render(request, "jobs/job_detail.html", context)
 
 
 @login_required
