@@ -115,9 +115,43 @@ class ListWatch:
             response.release_conn()
         return version
 
+    RELIST_AFTER_FAILURES = 3
+
+    def _after_failure(self, version: str | None, failures: int) -> str | None:
+        """Back off; after repeated failures from one version, list again. A version the apiserver cannot serve
+        (e.g. "Too large resource version" after the cluster's storage was replaced) fails forever otherwise."""
+        self.stop.wait(backoff_seconds(failures, base=0.5, cap=30))
+        if failures % self.RELIST_AFTER_FAILURES == 0:
+            log.info("%s: %d failures in a row from resourceVersion %s; listing again", self.name, failures, version)
+            return None
+        return version
+
+    def current_version(self) -> str:
+        """The collection's resourceVersion now (a one-item list)."""
+        response = self.list_call(**self.list_kwargs, limit=1, _preload_content=False, _request_timeout=(5, 30))
+        try:
+            return json.loads(response.data)["metadata"]["resourceVersion"]
+        finally:
+            response.release_conn()
+
+    def usable(self, version: str) -> bool:
+        """False when `version` is ahead of the cluster: its storage was replaced (a new cluster behind the same
+        address) and a watch from it would wait for revisions that never come. resourceVersions are opaque to
+        clients in principle; in every apiserver backed by etcd they are its revision numbers, and only then is
+        this comparison made."""
+        current = self.current_version()
+        return not (version.isdigit() and current.isdigit() and int(version) > int(current))
+
     def run(self, *, start_version: str | None = None) -> None:
         version = start_version
         failures = 0
+        if version:
+            try:
+                if not self.usable(version):
+                    log.info("%s: resourceVersion %s is ahead of the cluster; listing again", self.name, version)
+                    version = None
+            except Exception:  # noqa: BLE001 - the watch below retries and reports
+                log.warning("%s: could not check resourceVersion %s", self.name, version, exc_info=True)
         while not self.stop.is_set():
             try:
                 if not version:
@@ -134,11 +168,11 @@ class ListWatch:
                 if not is_transient(error):
                     log.exception("%s: watch refused", self.name)
                 failures += 1
-                self.stop.wait(backoff_seconds(failures, base=0.5, cap=30))
+                version = self._after_failure(version, failures)
             except Exception:  # noqa: BLE001 - connection failures: back off and resume from `version`
                 failures += 1
                 log.warning("%s: watch interrupted (attempt %d); resuming", self.name, failures, exc_info=True)
-                self.stop.wait(backoff_seconds(failures, base=0.5, cap=30))
+                version = self._after_failure(version, failures)
         log.info("%s: stopped", self.name)
 
 
