@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from pools.models import NamespaceLimits, Node, Pool, Quota
+from portal import audit
 from portal.choices import Role
 from portal.models import Team
 
@@ -103,6 +104,7 @@ def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from:
     )
     admit_queued(team_id=team.pk, pool_id=pool.pk)
     job.refresh_from_db()
+    audit.record(actor=user, action="job.submit", instance=job, before=None, after=audit.snapshot(job))
     return job
 
 
@@ -173,8 +175,10 @@ def cancel_job(*, job: Job, user) -> Job:
     job = _locked(job.pk)
     if job.is_final:
         raise ValidationError(_("Job #%(id)d is already %(state)s.") % {"id": job.pk, "state": job.get_state_display()})
+    before = audit.snapshot(job)
     was_admitted = job.state in ADMITTED_STATES
     _record(job, job.transition_to(JobState.CANCELLED, message=_("cancelled"), actor=user))
+    audit.record(actor=user, action="job.cancel", instance=job, before=before, after=audit.snapshot(job))
     if was_admitted:
         transaction.on_commit(lambda: delete_job_from_cluster.delay(job.pk))
         _after_release(job)

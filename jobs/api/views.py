@@ -2,14 +2,11 @@
 cancel (202: the cluster's Job and pods are deleted by a task) and resubmit. Members act on their teams' jobs;
 platform admins on all; anything else is 404."""
 
-from django.db import transaction
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
-
-from portal import audit
 
 from .. import services
 from ..filters import JobFilterSet
@@ -53,9 +50,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        with transaction.atomic():
-            job = services.submit_job(team=data["team"], pool=data["pool"], user=request.user, spec=serializer.spec())
-            audit.record(actor=request.user, action="job.submit", instance=job, before=None, after=audit.snapshot(job))
+        job = services.submit_job(team=data["team"], pool=data["pool"], user=request.user, spec=serializer.spec())
         return Response(_detail(job), status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -65,19 +60,11 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        job = self.get_object()
-        with transaction.atomic():
-            before = audit.snapshot(job)
-            job = services.cancel_job(job=job, user=request.user)
-            audit.record(
-                actor=request.user, action="job.cancel", instance=job, before=before, after=audit.snapshot(job)
-            )
+        job = services.cancel_job(job=self.get_object(), user=request.user)
         return Response(_detail(job), status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={201: JobDetailSerializer}, description="Submit a finished job again.")
     @action(detail=True, methods=["post"])
     def resubmit(self, request, pk=None):
-        with transaction.atomic():
-            job = services.resubmit_job(job=self.get_object(), user=request.user)
-            audit.record(actor=request.user, action="job.submit", instance=job, before=None, after=audit.snapshot(job))
+        job = services.resubmit_job(job=self.get_object(), user=request.user)
         return Response(_detail(job), status=status.HTTP_201_CREATED)

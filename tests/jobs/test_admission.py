@@ -197,3 +197,15 @@ def test_fifty_concurrent_submissions_never_exceed_a_quota_of_eight(sent):
     assert states.count(JobState.SUBMITTED) == 8
     assert states.count(JobState.QUEUED) == 42
     assert sorted(set(sent)) == sorted(Job.objects.filter(state=JobState.SUBMITTED).values_list("pk", flat=True))
+
+
+def test_submit_and_cancel_are_audited_whatever_the_caller(sent, team, researcher, pool):
+    from portal.models import AuditEntry
+
+    quota(team, pool, 8)
+    job = services.submit_job(team=team, pool=pool, user=researcher, spec=spec())
+    services.cancel_job(job=job, user=researcher)
+    entries = list(AuditEntry.objects.filter(object_type="jobs.job", object_id=str(job.pk)).order_by("at", "id"))
+    assert [(e.action, e.actor) for e in entries] == [("job.submit", researcher), ("job.cancel", researcher)]
+    assert entries[1].before["state"] == JobState.SUBMITTED
+    assert entries[1].after["state"] == JobState.CANCELLED
