@@ -79,6 +79,9 @@ if $PY manage.py help sync_cluster >/dev/null 2>&1; then
   start sync $PY manage.py sync_cluster
 fi
 
+# Meter what is already there now rather than at the next ten-minute beat.
+$PY manage.py shell -c "from billing.tasks import refresh_usage; refresh_usage.delay()" >/dev/null 2>&1 || true
+
 for _ in $(seq 1 60); do
   if curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1; then break; fi
   sleep 0.5

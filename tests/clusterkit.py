@@ -56,7 +56,7 @@ class SyncRunner:
         if not versions.get("nodes"):
             self.watches[0].relist()
             versions["nodes"] = sync.load_version("nodes")
-        self.threads = run_forever(self.watches, versions=versions, on_exit=connection.close)
+        self.threads = run_forever(self.watches, versions=versions, on_exit=lambda: connection.close())
 
     def stop(self) -> None:
         for watch in self.watches:

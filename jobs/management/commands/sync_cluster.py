@@ -78,7 +78,8 @@ class Command(BaseCommand):
             watches[0].relist()
             versions["nodes"] = sync.load_version("nodes")
         self.stdout.write(f"sync_cluster: watching nodes, pods, jobs (resuming from {versions or 'a fresh list'})")
-        threads = run_forever(watches, versions=versions, on_exit=connection.close)
+        # A lambda, so that `connection` is resolved in each watch thread (its own connection), not here.
+        threads = run_forever(watches, versions=versions, on_exit=lambda: connection.close())
         while not stop.is_set():
             stop.wait(1.0)
         for watch in watches:
