@@ -192,3 +192,24 @@ def patch_node_taints(name: str, taints: list[dict]) -> None:
 def is_owned(metadata) -> bool:
     labels = (metadata.labels if hasattr(metadata, "labels") else metadata.get("labels")) or {}
     return labels.get(LABEL_MANAGED_BY) == MANAGED_BY
+
+
+def list_scaling_objects() -> list[dict]:
+    """PodDisruptionBudgets, HorizontalPodAutoscalers, Deployments and StatefulSets of every namespace, as plain
+    dicts with their `kind` (read-only; for the PDB lint of `manage.py export_manifests --from-cluster`)."""
+    from kubernetes import client as k8s
+
+    api = client.api_client()
+    lists = [
+        ("PodDisruptionBudget", k8s.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces),
+        ("HorizontalPodAutoscaler", k8s.AutoscalingV2Api(api).list_horizontal_pod_autoscaler_for_all_namespaces),
+        ("Deployment", k8s.AppsV1Api(api).list_deployment_for_all_namespaces),
+        ("StatefulSet", k8s.AppsV1Api(api).list_stateful_set_for_all_namespaces),
+    ]
+    objects = []
+    for kind, list_all in lists:
+        for item in with_retries(list_all).items:
+            data = api.sanitize_for_serialization(item)
+            data["kind"] = kind
+            objects.append(data)
+    return objects

@@ -101,21 +101,6 @@ class Command(BaseCommand):
 
 def _cluster_objects() -> list[dict]:
     """PDBs, HPAs, Deployments and StatefulSets of every namespace, as plain dicts (read-only)."""
-    from kubernetes import client as k8s
+    from cluster.resources import list_scaling_objects
 
-    from cluster.client import api_client
-
-    api = api_client()
-    lists = [
-        ("PodDisruptionBudget", k8s.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces),
-        ("HorizontalPodAutoscaler", k8s.AutoscalingV2Api(api).list_horizontal_pod_autoscaler_for_all_namespaces),
-        ("Deployment", k8s.AppsV1Api(api).list_deployment_for_all_namespaces),
-        ("StatefulSet", k8s.AppsV1Api(api).list_stateful_set_for_all_namespaces),
-    ]
-    objects = []
-    for kind, list_all in lists:
-        for item in list_all().items:
-            data = api.sanitize_for_serialization(item)
-            data["kind"] = kind
-            objects.append(data)
-    return objects
+    return list_scaling_objects()
