@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.models import SLUG_VALIDATOR, Team
 
-from .choices import PoolKind, TaintEffect
+from .choices import QUOTA_REQUEST_TRANSITIONS, PoolKind, QuotaRequestState, TaintEffect
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Kubernetes label keys and values (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/).
@@ -341,3 +341,89 @@ class TeamNamespace(models.Model):
     @property
     def is_applied(self) -> bool:
         return self.applied_version >= self.desired_version
+
+
+class QuotaRequestQuerySet(models.QuerySet):
+    def visible_to(self, user) -> "QuotaRequestQuerySet":
+        """A lead sees the requests of the teams they lead; a platform admin sees every request."""
+        return self.filter(team__in=Team.objects.led_by(user))
+
+    def pending(self) -> "QuotaRequestQuerySet":
+        return self.filter(state=QuotaRequestState.PENDING)
+
+
+class QuotaRequest(models.Model):
+    """A team lead asks for a team's quota in a pool to become `max_gpus`; a platform admin approves or rejects it.
+
+    Guarantees: at most one pending request per (team, pool) (a partial unique constraint); a request leaves
+    `pending` exactly once, to approved, rejected or withdrawn, recording who decided and when; an approved request's
+    quota was set through `pools.services.set_quota` in the same transaction as the approval.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quota_requests")
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quota_requests")
+    max_gpus = models.PositiveIntegerField(_("requested max GPUs at once"))
+    previous_max_gpus = models.PositiveIntegerField(
+        _("quota when requested"), default=0, help_text=_("The team's quota in the pool when the request was made.")
+    )
+    reason = models.TextField(_("reason"), max_length=2000)
+    requested_by = models.ForeignKey(
+        "portal.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", verbose_name=_("asked by")
+    )
+    created_at = models.DateTimeField(_("asked at"), auto_now_add=True)
+    state = models.CharField(
+        _("state"), max_length=20, choices=QuotaRequestState.choices, default=QuotaRequestState.PENDING
+    )
+    decided_by = models.ForeignKey(
+        "portal.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", verbose_name=_("decided by")
+    )
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+    decision_note = models.TextField(_("decision note"), max_length=2000, blank=True)
+
+    objects = QuotaRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(max_gpus__gte=0), name="%(app_label)s_%(class)s_gpus_not_negative"),
+            models.CheckConstraint(
+                condition=Q(state__in=QuotaRequestState.values), name="%(app_label)s_%(class)s_valid_state"
+            ),
+            models.CheckConstraint(
+                condition=Q(state=QuotaRequestState.PENDING, decided_at__isnull=True)
+                | (~Q(state=QuotaRequestState.PENDING) & Q(decided_at__isnull=False)),
+                name="%(app_label)s_%(class)s_decided_at_iff_decided",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "pool"],
+                condition=Q(state=QuotaRequestState.PENDING),
+                name="%(app_label)s_%(class)s_one_pending_per_team_pool",
+                violation_error_message=_("A request for this team and pool is already pending."),
+            ),
+        ]
+        indexes = [models.Index(fields=["team", "-created_at"], name="pools_quotareq_team_created")]
+
+    def __str__(self) -> str:
+        return f"{self.team} · {self.pool}: {self.previous_max_gpus} → {self.max_gpus} GPUs ({self.state})"
+
+    def clean(self) -> None:
+        if not (self.reason or "").strip():
+            raise ValidationError({"reason": _("Say why the team needs this change; the admins decide on it.")})
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state == QuotaRequestState.PENDING
+
+    def transition_to(self, state: str, *, user, note: str = "") -> None:
+        """Move to `state` if that edge exists, recording who decided and when (the caller holds the row lock)."""
+        from django.utils import timezone
+
+        if state not in QUOTA_REQUEST_TRANSITIONS[self.state]:
+            raise ValidationError(
+                _("This request is already %(state)s and cannot be %(next)s.")
+                % {"state": self.get_state_display().lower(), "next": QuotaRequestState(state).label.lower()}
+            )
+        self.state = state
+        self.decided_by = user if user is not None and user.is_authenticated else None
+        self.decided_at = timezone.now()
+        self.decision_note = note
