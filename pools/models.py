@@ -366,7 +366,11 @@ class QuotaRequest(models.Model):
     previous_max_gpus = models.PositiveIntegerField(
         _("quota when requested"), default=0, help_text=_("The team's quota in the pool when the request was made.")
     )
-    reason = models.TextField(_("reason"), max_length=2000)
+    reason = models.TextField(
+        _("reason"),
+        max_length=2000,
+        error_messages={"blank": _("Say why the team needs this change: the admins decide on it.")},
+    )
     requested_by = models.ForeignKey(
         "portal.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+", verbose_name=_("asked by")
     )
@@ -394,6 +398,7 @@ class QuotaRequest(models.Model):
                 | (~Q(state=QuotaRequestState.PENDING) & Q(decided_at__isnull=False)),
                 name="%(app_label)s_%(class)s_decided_at_iff_decided",
             ),
+            models.CheckConstraint(condition=~Q(reason=""), name="%(app_label)s_%(class)s_reason_not_empty"),
             models.UniqueConstraint(
                 fields=["team", "pool"],
                 condition=Q(state=QuotaRequestState.PENDING),
@@ -406,23 +411,26 @@ class QuotaRequest(models.Model):
     def __str__(self) -> str:
         return f"{self.team} · {self.pool}: {self.previous_max_gpus} → {self.max_gpus} GPUs ({self.state})"
 
-    def clean(self) -> None:
-        if not (self.reason or "").strip():
-            raise ValidationError({"reason": _("Say why the team needs this change; the admins decide on it.")})
-
     @property
     def is_pending(self) -> bool:
         return self.state == QuotaRequestState.PENDING
+
+    def check_transition(self, state: str) -> None:
+        """Raise a ValidationError unless the request may move to `state` (only a pending request moves)."""
+        if state not in QUOTA_REQUEST_TRANSITIONS[self.state]:
+            raise ValidationError(
+                _("This request was already %(state)s on %(day)s; only a pending request can change.")
+                % {
+                    "state": self.get_state_display().lower(),
+                    "day": self.decided_at.strftime("%Y-%m-%d") if self.decided_at else "?",
+                }
+            )
 
     def transition_to(self, state: str, *, user, note: str = "") -> None:
         """Move to `state` if that edge exists, recording who decided and when (the caller holds the row lock)."""
         from django.utils import timezone
 
-        if state not in QUOTA_REQUEST_TRANSITIONS[self.state]:
-            raise ValidationError(
-                _("This request is already %(state)s and cannot be %(next)s.")
-                % {"state": self.get_state_display().lower(), "next": QuotaRequestState(state).label.lower()}
-            )
+        self.check_transition(state)
         self.state = state
         self.decided_by = user if user is not None and user.is_authenticated else None
         self.decided_at = timezone.now()

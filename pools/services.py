@@ -17,7 +17,8 @@ from portal import audit
 from portal.models import Team
 
 from . import namespaces
-from .models import NamespaceLimits, Pool, Quota, Reservation
+from .choices import QuotaRequestState
+from .models import NamespaceLimits, Pool, Quota, QuotaRequest, Reservation
 
 
 @dataclass(frozen=True)
@@ -283,3 +284,142 @@ def delete_pool(*, pool: Pool, user=None) -> None:
         ) from None
     pool.pk = pk
     audit.record(actor=user, action="pool.delete", instance=pool, before=before, after=None)
+
+
+# --- quota requests: a lead asks, an admin decides ------------------------------------------------------------
+
+
+def can_request_quota_change(user, team: Team) -> bool:
+    """A lead of `team`, or a platform admin."""
+    return Team.objects.led_by(user).filter(pk=team.pk).exists()
+
+
+def _lock_quota_request(quota_request: QuotaRequest) -> QuotaRequest:
+    """Lock the team (as set_quota does, so the order is always team, then request, then quota) and the request."""
+    Team.objects.select_for_update(no_key=True).filter(pk=quota_request.team_id).first()
+    return QuotaRequest.objects.select_for_update(of=("self",)).select_related("team", "pool").get(pk=quota_request.pk)
+
+
+@transaction.atomic
+def request_quota_change(*, team: Team, pool: Pool, max_gpus: int, reason: str, user) -> QuotaRequest:
+    """Ask for `team`'s quota in `pool` to become `max_gpus`, saying why. Only a lead of the team or an admin may.
+
+    Refused with a ValidationError when the caller does not lead the team, the quota is already `max_gpus`, or a
+    request for the same team and pool is still pending (withdraw it or wait for the decision)."""
+    from django.db import IntegrityError
+
+    if not can_request_quota_change(user, team):
+        raise ValidationError(
+            {"team": _("Only a lead of %(team)s can request a change of its quota.") % {"team": team.name}}
+        )
+    if not isinstance(max_gpus, int) or isinstance(max_gpus, bool) or max_gpus < 0:
+        raise ValidationError({"max_gpus": _("GPUs must be a whole number, zero or more.")})
+    Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
+    current = Quota.objects.filter(team=team, pool=pool).values_list("max_gpus", flat=True).first() or 0
+    if max_gpus == current:
+        raise ValidationError(
+            {
+                "max_gpus": _("%(team)s's quota in %(pool)s is already %(gpus)d GPUs.")
+                % {"team": team.name, "pool": pool.name, "gpus": current}
+            }
+        )
+    pending = QuotaRequest.objects.pending().filter(team=team, pool=pool).first()
+    if pending is not None:
+        raise ValidationError({"pool": _pending_message(pending)})
+    quota_request = QuotaRequest(
+        team=team,
+        pool=pool,
+        max_gpus=max_gpus,
+        previous_max_gpus=current,
+        reason=(reason or "").strip(),
+        requested_by=user if user is not None and user.is_authenticated else None,
+    )
+    quota_request.full_clean(validate_constraints=False)
+    try:
+        with transaction.atomic():
+            quota_request.save()
+    except IntegrityError:  # the partial unique constraint, should a path ever skip the team lock
+        raise ValidationError({"pool": _("A request for this team and pool is already pending.")}) from None
+    audit.record(
+        actor=user,
+        action="quota_request.create",
+        instance=quota_request,
+        before=None,
+        after=audit.snapshot(quota_request),
+    )
+    return quota_request
+
+
+def _pending_message(pending: QuotaRequest) -> str:
+    return _(
+        "A request to change %(team)s's quota in %(pool)s to %(gpus)d GPUs is already pending (asked on %(day)s). "
+        "Withdraw it first, or wait for an admin's decision."
+    ) % {
+        "team": pending.team.name,
+        "pool": pending.pool.name,
+        "gpus": pending.max_gpus,
+        "day": pending.created_at.strftime("%Y-%m-%d"),
+    }
+
+
+def _decide(*, quota_request: QuotaRequest, state: str, user, note: str, action: str) -> QuotaRequest:
+    before = audit.snapshot(quota_request)
+    quota_request.transition_to(state, user=user, note=(note or "").strip())
+    quota_request.save(update_fields=["state", "decided_by", "decided_at", "decision_note"])
+    audit.record(actor=user, action=action, instance=quota_request, before=before, after=audit.snapshot(quota_request))
+    return quota_request
+
+
+def _require_admin(user, message: str) -> None:
+    if not (user is not None and user.is_authenticated and user.is_admin):
+        raise ValidationError(message)
+
+
+@transaction.atomic
+def approve_quota_request(*, request: QuotaRequest, user, note: str = "") -> QuotaRequest:
+    """Approve a pending request: the team's quota becomes the requested GPUs (through `set_quota`, audited) in the
+    same transaction. When set_quota refuses (e.g. below the team's reservation or its running jobs), nothing
+    changes: the approval fails with set_quota's message and the request stays pending."""
+    _require_admin(user, _("Only a platform admin can approve a quota request."))
+    quota_request = _lock_quota_request(request)
+    quota_request.check_transition(QuotaRequestState.APPROVED)  # before set_quota: a decided request stays so
+    try:
+        set_quota(team=quota_request.team, pool=quota_request.pool, max_gpus=quota_request.max_gpus, user=user)
+    except ValidationError as error:
+        raise ValidationError(error.messages) from None
+    return _decide(
+        quota_request=quota_request,
+        state=QuotaRequestState.APPROVED,
+        user=user,
+        note=note,
+        action="quota_request.approve",
+    )
+
+
+@transaction.atomic
+def reject_quota_request(*, request: QuotaRequest, user, note: str = "") -> QuotaRequest:
+    """Reject a pending request; the quota stays as it is. The note tells the lead why."""
+    _require_admin(user, _("Only a platform admin can reject a quota request."))
+    quota_request = _lock_quota_request(request)
+    return _decide(
+        quota_request=quota_request,
+        state=QuotaRequestState.REJECTED,
+        user=user,
+        note=note,
+        action="quota_request.reject",
+    )
+
+
+@transaction.atomic
+def withdraw_quota_request(*, request: QuotaRequest, user) -> QuotaRequest:
+    """The lead who asked takes a pending request back (so they can ask for something else)."""
+    quota_request = _lock_quota_request(request)
+    if user is None or not user.is_authenticated or quota_request.requested_by_id != user.pk:
+        raise ValidationError(_("Only the lead who made a request can withdraw it."))
+    return _decide(
+        quota_request=quota_request,
+        state=QuotaRequestState.WITHDRAWN,
+        user=user,
+        note="",
+        action="quota_request.withdraw",
+    )
