@@ -1,11 +1,12 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
 from portal.admin import AuditedAdminMixin
 
 from . import services
-from .models import NamespaceLimits, Node, Pool, Quota, Reservation
+from .models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 
 
 @admin.register(Pool)
@@ -113,3 +114,57 @@ class NamespaceLimitsAdmin(AuditedAdminMixin, admin.ModelAdmin):
         values = {name: form.cleaned_data[name] for name in form.changed_data if name != "team"}
         saved = services.set_namespace_limits(team=obj.team, user=request.user, **values)
         obj.pk = saved.pk
+
+
+@admin.register(QuotaRequest)
+class QuotaRequestAdmin(admin.ModelAdmin):
+    """Leads' quota requests. Admins decide with the list actions, through the services (audited there); the
+    requests themselves are never edited here."""
+
+    list_display = [
+        "team",
+        "pool",
+        "previous_max_gpus",
+        "max_gpus",
+        "state",
+        "requested_by",
+        "created_at",
+        "decided_by",
+        "decided_at",
+    ]
+    list_filter = ["state", "pool", "team"]
+    list_select_related = ["team", "pool", "requested_by", "decided_by"]
+    search_fields = ["team__name", "team__slug", "pool__name", "reason"]
+    date_hierarchy = "created_at"
+    actions = ["approve", "reject"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # leads ask on their team page or through the API
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def _decide(self, request, queryset, decide, done: str) -> None:
+        decided = 0
+        for quota_request in queryset.select_related("team", "pool"):
+            try:
+                decide(request=quota_request, user=request.user)
+            except ValidationError as error:
+                self.message_user(
+                    request, f"{quota_request.team} · {quota_request.pool}: {' '.join(error.messages)}", messages.ERROR
+                )
+            else:
+                decided += 1
+        if decided:
+            self.message_user(request, done % {"n": decided}, messages.SUCCESS)
+
+    @admin.action(description=_("Approve the selected requests (sets the quotas)"), permissions=["view"])
+    def approve(self, request, queryset):
+        self._decide(request, queryset, services.approve_quota_request, _("%(n)d request(s) approved."))
+
+    @admin.action(description=_("Reject the selected requests"), permissions=["view"])
+    def reject(self, request, queryset):
+        self._decide(request, queryset, services.reject_quota_request, _("%(n)d request(s) rejected."))

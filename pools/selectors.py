@@ -223,3 +223,25 @@ def pool_cards(user, *, pools=None, other_label: str = "another team") -> tuple[
             )
         )
     return cards, key
+
+
+# Request state -> CSS class of its badge (the job state colours of reservoir.css).
+QUOTA_REQUEST_BADGES = {
+    "pending": "state-pending",
+    "approved": "state-succeeded",
+    "rejected": "state-failed",
+    "withdrawn": "state-cancelled",
+}
+
+
+def team_quota_requests(team: Team, *, decided_limit: int = 10) -> dict:
+    """A team's pending quota requests and its latest decided ones (each with its badge class), in two queries."""
+    from .choices import QuotaRequestState
+    from .models import QuotaRequest
+
+    rows = QuotaRequest.objects.filter(team=team).select_related("pool", "requested_by", "decided_by")
+    pending = list(rows.filter(state=QuotaRequestState.PENDING).order_by("pool__name"))
+    decided = list(rows.exclude(state=QuotaRequestState.PENDING).order_by("-decided_at", "-id")[:decided_limit])
+    for quota_request in pending + decided:
+        quota_request.badge = QUOTA_REQUEST_BADGES[quota_request.state]
+    return {"pending_requests": pending, "decided_requests": decided}

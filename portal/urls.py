@@ -15,6 +15,12 @@ portal_patterns = (
         path("language/", views.set_language, name="set_language"),
         path("teams/", views.team_list, name="team_list"),
         path("teams/<slug:slug>/", views.team_detail, name="team_detail"),
+        path("teams/<slug:slug>/quota-requests/", views.team_quota_request, name="team_quota_request"),
+        path(
+            "teams/<slug:slug>/quota-requests/<int:pk>/withdraw/",
+            views.team_quota_request_withdraw,
+            name="team_quota_request_withdraw",
+        ),
     ],
     "portal",
 )

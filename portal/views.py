@@ -1,13 +1,23 @@
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.db.models import Count
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from pools import selectors as pool_selectors
+from pools import services as pool_services
+from pools.forms import QuotaRequestForm
+from pools.models import QuotaRequest
+
 from . import preferences, selectors
+from .choices import Role
 from .models import Team
 
 
@@ -52,12 +62,73 @@ def team_list(request):
         raise Http404("no team you lead")
     if len(teams) == 1:
         return redirect("portal:team_detail", slug=teams[0].slug)
-    return render(request, "portal/team_list.html", {"teams": teams})
+    context = {"teams": teams}
+    if request.user.is_admin:
+        pending = dict(
+            QuotaRequest.objects.pending().values("team_id").annotate(n=Count("id")).values_list("team_id", "n")
+        )
+        for team in teams:
+            team.pending_quota_requests = pending.get(team.pk, 0)
+        context["pending_quota_requests_total"] = sum(pending.values())
+    return render(request, "portal/team_list.html", context)
+
+
+def _team_page(request, team: Team, *, form: QuotaRequestForm | None = None, status: int = 200):
+    """The team page, with the quota request form (a fresh one, or `form` as posted with its errors)."""
+    user = request.user
+    is_lead = team.memberships.filter(user=user, role=Role.LEAD).exists()
+    context = {
+        "team": team,
+        **selectors.team_usage(team, now=timezone.now()),
+        **pool_selectors.team_quota_requests(team),
+        "quota_request_form": (form or QuotaRequestForm(team=team, user=user)) if is_lead else None,
+    }
+    if user.is_admin:
+        context["pending_quota_requests_total"] = QuotaRequest.objects.pending().count()
+    return render(request, "portal/team_detail.html", context, status=status)
 
 
 @login_required
 def team_detail(request, slug: str):
-    """A lead's page of their team: usage against quota and reservation, members, and the way to billing."""
+    """A lead's page of their team: usage against quota and reservation, quota requests, members, and the way to
+    billing."""
     team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
-    context = {"team": team, **selectors.team_usage(team, now=timezone.now())}
-    return render(request, "portal/team_detail.html", context)
+    return _team_page(request, team)
+
+
+@login_required
+@require_POST
+def team_quota_request(request, slug: str):
+    """A lead asks for a quota change; on an error the page comes back with the form as typed (400)."""
+    team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
+    form = QuotaRequestForm(request.POST, team=team, user=request.user)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            quota_request = pool_services.request_quota_change(
+                team=team, pool=data["pool"], max_gpus=data["max_gpus"], reason=data["reason"], user=request.user
+            )
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(
+                request,
+                _("Your request for %(gpus)d GPUs of %(pool)s was sent to the platform admins.")
+                % {"gpus": quota_request.max_gpus, "pool": quota_request.pool.name},
+            )
+            return redirect("portal:team_detail", slug=team.slug)
+    return _team_page(request, team, form=form, status=400)
+
+
+@login_required
+@require_POST
+def team_quota_request_withdraw(request, slug: str, pk: int):
+    team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
+    quota_request = get_object_or_404(QuotaRequest.objects.visible_to(request.user).filter(team=team), pk=pk)
+    try:
+        pool_services.withdraw_quota_request(request=quota_request, user=request.user)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, _("Request for %(pool)s withdrawn.") % {"pool": quota_request.pool.name})
+    return redirect("portal:team_detail", slug=team.slug)

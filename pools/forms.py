@@ -1,0 +1,48 @@
+"""The team lead's quota request form. Its rules are the service's (`pools.services.request_quota_change`); errors
+the service raises come back beside the field they name, and what was typed stays in the form."""
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
+
+from portal.models import Team
+
+from .models import Pool, Quota
+
+
+class QuotaRequestForm(forms.Form):
+    pool = forms.ModelChoiceField(queryset=Pool.objects.none(), to_field_name="slug", label=_("Pool"))
+    max_gpus = forms.IntegerField(
+        label=_("GPUs at once"),
+        min_value=0,
+        max_value=1_000_000,
+        help_text=_("The quota you ask for: how many GPUs of the pool the team may use at once."),
+    )
+    reason = forms.CharField(
+        label=_("Why"),
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=_("What the GPUs are for and for how long; the platform admins decide on it."),
+        error_messages={"required": _("Say why the team needs this change: the admins decide on it.")},
+    )
+
+    def __init__(self, *args, team: Team, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        quotas = dict(Quota.objects.filter(team=team).values_list("pool_id", "max_gpus"))
+        pool_field = self.fields["pool"]
+        pool_field.queryset = Pool.objects.visible_to(user).order_by("name")
+        pool_field.label_from_instance = lambda pool: (
+            _("%(pool)s (quota now %(gpus)d GPUs)")
+            % {
+                "pool": pool.name,
+                "gpus": quotas.get(pool.pk, 0),
+            }
+        )
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        """Place a service's ValidationError beside the fields it names (the rest above the form)."""
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for field, messages in error.message_dict.items():
+            self.add_error(field if field in self.fields else None, messages)
