@@ -5,8 +5,8 @@ import django_filters
 from portal.api.filters import UtcDateTimeFilter
 from portal.models import Team
 
-from .choices import PoolKind
-from .models import Node, Pool, Quota, Reservation
+from .choices import PoolKind, QuotaRequestState
+from .models import Node, Pool, Quota, QuotaRequest, Reservation
 
 
 class PoolFilterSet(django_filters.FilterSet):
@@ -56,3 +56,13 @@ class NamespaceLimitsFilterSet(django_filters.FilterSet):
     class Meta:
         model = Team
         fields = ["team"]
+
+
+class QuotaRequestFilterSet(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__slug", label="team (slug)")
+    pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
+    state = django_filters.ChoiceFilter(choices=QuotaRequestState.choices)
+
+    class Meta:
+        model = QuotaRequest
+        fields = ["team", "pool", "state"]

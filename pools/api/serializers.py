@@ -5,8 +5,9 @@ from rest_framework import serializers
 
 from portal.api.base import FullCleanMixin, GpuField
 from portal.api.serializers import TeamSlugField
+from portal.models import Team
 
-from ..models import NamespaceLimits, Node, Pool, Quota, Reservation, TeamNamespace
+from ..models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation, TeamNamespace
 from ..occupancy import JOB_SIZES
 
 
@@ -180,3 +181,53 @@ class NamespaceLimitsSerializer(FullCleanMixin, serializers.ModelSerializer):
     @extend_schema_field(NamespaceStateSerializer)
     def get_namespace(self, limits) -> dict:
         return namespace_state(limits.team_id)
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    """A lead's request to change a team's quota in a pool, and what became of it."""
+
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id",
+            "team",
+            "pool",
+            "previous_max_gpus",
+            "max_gpus",
+            "reason",
+            "state",
+            "requested_by",
+            "created_at",
+            "decided_by",
+            "decided_at",
+            "decision_note",
+        ]
+        read_only_fields = fields
+
+
+class QuotaRequestCreateSerializer(serializers.Serializer):
+    """What a lead asks for. The team is one the caller can see (any other is "unknown")."""
+
+    team = TeamSlugField(queryset=Team.objects.none())
+    pool = PoolSlugField(queryset=Pool.objects.none())
+    max_gpus = GpuField(help_text=_("The quota asked for: GPUs of the pool the team may use at once."))
+    reason = serializers.CharField(max_length=2000, help_text=_("Why the team needs the change."))
+
+    def get_fields(self):
+        fields = super().get_fields()
+        request = self.context.get("request")
+        if request is not None:
+            fields["team"].queryset = Team.objects.visible_to(request.user)
+            fields["pool"].queryset = Pool.objects.visible_to(request.user)
+        return fields
+
+
+class QuotaRequestDecisionSerializer(serializers.Serializer):
+    note = serializers.CharField(
+        max_length=2000, required=False, allow_blank=True, default="", help_text=_("Why, for the team lead.")
+    )

@@ -4,8 +4,9 @@ occupancy; team-scoped rows are filtered by `visible_to`; only platform admins w
 from django.db.models import IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -15,8 +16,15 @@ from portal.api.base import AdminWrites
 from portal.models import Team
 
 from .. import services
-from ..filters import NamespaceLimitsFilterSet, NodeFilterSet, PoolFilterSet, QuotaFilterSet, ReservationFilterSet
-from ..models import NamespaceLimits, Node, Pool, Quota, Reservation
+from ..filters import (
+    NamespaceLimitsFilterSet,
+    NodeFilterSet,
+    PoolFilterSet,
+    QuotaFilterSet,
+    QuotaRequestFilterSet,
+    ReservationFilterSet,
+)
+from ..models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 from ..occupancy import JOB_SIZES, Occupancy, pool_occupancy
 from .serializers import (
     NamespaceLimitsSerializer,
@@ -24,6 +32,9 @@ from .serializers import (
     OccupancySerializer,
     PoolSerializer,
     QuotaChangeSerializer,
+    QuotaRequestCreateSerializer,
+    QuotaRequestDecisionSerializer,
+    QuotaRequestSerializer,
     QuotaSerializer,
     ReservationEndSerializer,
     ReservationSerializer,
@@ -238,3 +249,74 @@ class NamespaceLimitsViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelView
         serializer.instance = services.set_namespace_limits(
             team=limits.team, user=self.request.user, **serializer.validated_data
         )
+
+
+class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """Team leads' requests to change a quota. Leads see and make their teams' requests and withdraw their own;
+    platform admins see all and approve (the quota is set at once, or the approval fails with the reason and the
+    request stays pending) or reject. Researchers see none. At most one request per team and pool is pending."""
+
+    serializer_class = QuotaRequestSerializer
+    filterset_class = QuotaRequestFilterSet
+    ordering_fields = ["created_at", "decided_at", "max_gpus"]
+    ordering = ["-created_at", "-id"]
+
+    def get_queryset(self):
+        return (
+            QuotaRequest.objects.visible_to(self.request.user)
+            .select_related("team", "pool", "requested_by", "decided_by")
+            .order_by("-created_at", "-id")
+        )
+
+    @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
+    def create(self, request, *args, **kwargs):
+        """Ask for a team's quota in a pool to change (team leads)."""
+        serializer = QuotaRequestCreateSerializer(data=request.data, context=self.get_serializer_context())
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        if not services.can_request_quota_change(request.user, data["team"]):
+            raise exceptions.PermissionDenied(_("Only a lead of the team can request a change of its quota."))
+        quota_request = services.request_quota_change(**data, user=request.user)
+        return Response(QuotaRequestSerializer(quota_request).data, status=status.HTTP_201_CREATED)
+
+    def _decide(self, request, decide):
+        quota_request = self.get_object()
+        if not request.user.is_admin:
+            raise exceptions.PermissionDenied(_("Only platform admins decide on quota requests."))
+        decision = QuotaRequestDecisionSerializer(data=request.data)
+        decision.is_valid(raise_exception=True)
+        quota_request = decide(request=quota_request, user=request.user, note=decision.validated_data["note"])
+        return Response(QuotaRequestSerializer(quota_request).data)
+
+    @extend_schema(
+        request=QuotaRequestDecisionSerializer,
+        responses=QuotaRequestSerializer,
+        description="Approve a pending request: the team's quota becomes the requested GPUs. When that is refused "
+        "(below the team's reservation or what its running jobs use) the answer is 400 with the reason and the "
+        "request stays pending. Platform admins only.",
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        return self._decide(request, services.approve_quota_request)
+
+    @extend_schema(
+        request=QuotaRequestDecisionSerializer,
+        responses=QuotaRequestSerializer,
+        description="Reject a pending request; the quota stays as it is. Platform admins only.",
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        return self._decide(request, services.reject_quota_request)
+
+    @extend_schema(
+        request=None,
+        responses=QuotaRequestSerializer,
+        description="Take back a pending request. Only the lead who made it.",
+    )
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        quota_request = self.get_object()
+        if quota_request.requested_by_id != request.user.pk:
+            raise exceptions.PermissionDenied(_("Only the lead who made a request can withdraw it."))
+        quota_request = services.withdraw_quota_request(request=quota_request, user=request.user)
+        return Response(QuotaRequestSerializer(quota_request).data)

@@ -8,6 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from pools import services as pool_services
+from tests.factories import PoolFactory
+
 ANON, OUTSIDER, RESEARCHER, LEAD, ADMIN = "anonymous", "outsider", "researcher", "lead", "admin"
 ROLES = [ANON, OUTSIDER, RESEARCHER, LEAD, ADMIN]
 
@@ -44,6 +47,14 @@ def _alpha_reservation(w):
 
 def _alpha_quota(w):
     return w["quotas"]["alpha"].pk
+
+
+def _alpha_quota_request(w):
+    return w["quota_requests"]["alpha"].pk
+
+
+# Quota requests are for a team's leads and the admins: researchers see none (404), leads may not decide (403).
+LEADS_AND_ADMINS = {ANON: 401, OUTSIDER: 404, RESEARCHER: 404, LEAD: 200, ADMIN: 200}
 
 
 SOON = timezone.now() + timedelta(days=60)
@@ -142,6 +153,42 @@ MATRIX = [
         lambda w: {"max_pods": 40},
         admin_only_write(200, outsider=404),
     ),
+    ("quota requests list", "get", lambda w: "/api/v1/quota-requests/", None, everyone(200)),
+    (
+        "quota request read",
+        "get",
+        lambda w: f"/api/v1/quota-requests/{_alpha_quota_request(w)}/",
+        None,
+        LEADS_AND_ADMINS,
+    ),
+    (
+        "quota request create",
+        "post",
+        lambda w: "/api/v1/quota-requests/",
+        lambda w: {"team": "alpha", "pool": "train", "max_gpus": 12, "reason": "Fine-tuning sprint"},
+        {ANON: 401, OUTSIDER: 400, RESEARCHER: 403, LEAD: 201, ADMIN: 201},
+    ),
+    (
+        "quota request approve",
+        "post",
+        lambda w: f"/api/v1/quota-requests/{_alpha_quota_request(w)}/approve/",
+        lambda w: {"note": "ok"},
+        {**LEADS_AND_ADMINS, LEAD: 403},
+    ),
+    (
+        "quota request reject",
+        "post",
+        lambda w: f"/api/v1/quota-requests/{_alpha_quota_request(w)}/reject/",
+        lambda w: {"note": "no"},
+        {**LEADS_AND_ADMINS, LEAD: 403},
+    ),
+    (
+        "quota request withdraw",
+        "post",
+        lambda w: f"/api/v1/quota-requests/{_alpha_quota_request(w)}/withdraw/",
+        None,
+        {**LEADS_AND_ADMINS, ADMIN: 403},
+    ),
     ("jobs list", "get", lambda w: "/api/v1/jobs/", None, everyone(200)),
     ("job read", "get", lambda w: f"/api/v1/jobs/{_alpha_job(w)}/", None, members(200)),
     (
@@ -171,6 +218,16 @@ MATRIX = [
     ),
     ("audit list", "get", lambda w: "/api/v1/audit/", None, hidden_from_non_admins(200)),
 ]
+
+
+@pytest.fixture
+def world(world, team, lead):
+    """The API world, plus a pending quota request of alpha (asked by its lead) in a second pool."""
+    infer = PoolFactory(slug="infer", name="Inference")
+    world["quota_requests"] = {
+        "alpha": pool_services.request_quota_change(team=team, pool=infer, max_gpus=4, reason="Serving", user=lead)
+    }
+    return world
 
 
 @pytest.fixture
