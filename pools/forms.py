@@ -27,6 +27,7 @@ class QuotaRequestForm(forms.Form):
     )
 
     def __init__(self, *args, team: Team, user, **kwargs):
+        kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         quotas = dict(Quota.objects.filter(team=team).values_list("pool_id", "max_gpus"))
         pool_field = self.fields["pool"]
