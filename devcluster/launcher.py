@@ -38,6 +38,7 @@ from devcluster.processes import (
     ProcessRecord,
     free_port,
     node_usable,
+    spawn,
     tail,
 )
 
@@ -174,21 +175,7 @@ class Cluster:
 
     # -- start -----------------------------------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str], port: int, health_url: str) -> ProcessRecord:
-        log_path = self.log_path(name)
-        with log_path.open("ab") as log:
-            log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
-            log.flush()
-            process = subprocess.Popen(  # noqa: S603 - binaries from our own build cache
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.state_dir,
-                start_new_session=True,  # outlives the launcher, e.g. under `make dev`
-                close_fds=True,
-            )
-        create_time = psutil.Process(process.pid).create_time()
-        return ProcessRecord(name, process.pid, create_time, argv[0], port, health_url, str(log_path))
+        return spawn(name, argv, port=port, health_url=health_url, log_path=self.log_path(name), cwd=self.state_dir)
 
     def _wait_healthy(self, records: Iterable[ProcessRecord], timeout: float) -> None:
         pending = list(records)

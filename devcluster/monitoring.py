@@ -17,7 +17,6 @@ import http.client
 import json
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -27,7 +26,7 @@ from typing import Any
 import psutil
 import yaml
 
-from devcluster.processes import ProcessRecord, free_port, tail
+from devcluster.processes import ProcessRecord, free_port, spawn, tail
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROMETHEUS_CANDIDATES = ("/usr/bin/prometheus", "/usr/local/bin/prometheus")
@@ -164,21 +163,9 @@ class Monitoring:
         return path
 
     def _spawn(self, name: str, argv: list[str], port: int, health_url: str) -> ProcessRecord:
+        cwd = REPO_ROOT if name == "dcgm-exporter" else self.directory  # the exporter imports devcluster
         log_path = self.directory / "logs" / f"{name}.log"
-        with log_path.open("ab") as log:
-            log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
-            log.flush()
-            process = subprocess.Popen(  # noqa: S603 - our exporter and Debian's prometheus
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=REPO_ROOT if name == "dcgm-exporter" else self.directory,  # the exporter imports devcluster
-                start_new_session=True,
-                close_fds=True,
-            )
-        create_time = psutil.Process(process.pid).create_time()
-        return ProcessRecord(name, process.pid, create_time, argv[0], port, health_url, str(log_path))
+        return spawn(name, argv, port=port, health_url=health_url, log_path=log_path, cwd=cwd)
 
     def _wait_healthy(self, record: ProcessRecord, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -7,7 +7,9 @@ import http.client
 import json
 import socket
 import ssl
+import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,3 +154,35 @@ def node_usable(node: dict[str, Any]) -> bool:
     ready = any(item.get("type") == "Ready" and item.get("status") == "True" for item in conditions)
     taints = node.get("spec", {}).get("taints") or []
     return ready and not any(taint.get("key") in NOT_READY_TAINTS for taint in taints)
+
+
+def spawn(name: str, argv: list[str], *, port: int, health_url: str, log_path: Path, cwd: Path) -> ProcessRecord:
+    """Start `argv` in a session of its own (it outlives the launcher, e.g. under `make dev`), appending its
+    output to `log_path`, and record it once it has exec'd.
+
+    Between fork and exec the child still shows the launcher's command line; on a busy machine, or when the binary
+    is not yet in the page cache, that gap is long enough for a health check to take the child for someone else's
+    process. So wait (briefly) for the exec before recording."""
+    with log_path.open("ab") as log:
+        log.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(argv)}\n".encode())
+        log.flush()
+        process = subprocess.Popen(  # noqa: S603 - binaries from our own build cache, our exporter, Debian's prometheus
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
+            close_fds=True,
+        )
+    child = psutil.Process(process.pid)
+    create_time = child.create_time()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            if child.cmdline()[:1] == [argv[0]]:
+                break
+        except psutil.Error:
+            break
+        time.sleep(0.01)
+    return ProcessRecord(name, process.pid, create_time, argv[0], port, health_url, str(log_path))
