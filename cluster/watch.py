@@ -170,6 +170,8 @@ class ListWatch:
                 failures += 1
                 version = self._after_failure(version, failures)
             except Exception:  # noqa: BLE001 - connection failures: back off and resume from `version`
+                if self.stop.is_set():
+                    break  # close() cut the stream on purpose
                 failures += 1
                 log.warning("%s: watch interrupted (attempt %d); resuming", self.name, failures, exc_info=True)
                 version = self._after_failure(version, failures)
