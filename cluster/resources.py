@@ -9,7 +9,7 @@ from kubernetes.client.exceptions import ApiException
 
 from . import client
 from .errors import with_retries
-from .manifests import LABEL_MANAGED_BY, MANAGED_BY, render_priority_classes
+from .manifests import render_priority_classes
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,6 @@ def patch_node_taints(name: str, taints: list[dict]) -> None:
     core = client.core()
     with_retries(lambda: core.patch_node(name, {"spec": {"taints": taints}}))
 
-
-def is_owned(metadata) -> bool:
-    labels = (metadata.labels if hasattr(metadata, "labels") else metadata.get("labels")) or {}
-    return labels.get(LABEL_MANAGED_BY) == MANAGED_BY
 
 
 def list_scaling_objects() -> list[dict]:

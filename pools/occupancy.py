@@ -86,25 +86,3 @@ def pool_occupancy(pool_ids: list[int] | None = None) -> dict[int, Occupancy]:
             fits={size: int(row[f"fits_{size}"]) for size in JOB_SIZES},
         )
     return result
-
-
-def fits_from_free(free_per_node: list[int], size: int) -> int:
-    """The same arithmetic in Python, for one job size (used by tests and the pending view's hints)."""
-    return sum(free // size for free in free_per_node)
-
-
-def node_free_gpus(pool_id: int) -> list[tuple[str, int, int, bool]]:
-    """(node, allocatable, used, ready) for each node of a pool, by name."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT n.name, n.gpu_allocatable, COALESCE(SUM(p.gpus), 0), n.ready AND NOT n.unschedulable
-            FROM pools_node n
-            LEFT JOIN jobs_pod p ON p.node_name = n.name AND p.scheduled AND p.phase IN ('Pending', 'Running')
-            WHERE n.pool_id = %s
-            GROUP BY n.id
-            ORDER BY n.name
-            """,
-            [pool_id],
-        )
-        return [(name, int(alloc), int(used), bool(ready)) for name, alloc, used, ready in cursor.fetchall()]
