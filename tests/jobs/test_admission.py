@@ -209,3 +209,19 @@ def test_submit_and_cancel_are_audited_whatever_the_caller(sent, team, researche
     assert [(e.action, e.actor) for e in entries] == [("job.submit", researcher), ("job.cancel", researcher)]
     assert entries[1].before["state"] == JobState.SUBMITTED
     assert entries[1].after["state"] == JobState.CANCELLED
+
+
+def test_demo_jobs_fill_the_demo_once(sent, db):
+    import io
+
+    from django.core.management import call_command
+
+    call_command("seed_demo", stdout=io.StringIO())
+    out = io.StringIO()
+    call_command("demo_jobs", stdout=out, stderr=out)
+    states = dict(Job.objects.values_list("name", "state"))
+    assert len(states) == 9, out.getvalue()
+    assert states["llama-pretrain-shard-c"] == JobState.QUEUED  # over the team's quota: shows the queue
+    assert sum(state == JobState.SUBMITTED for state in states.values()) == 8
+    call_command("demo_jobs", stdout=io.StringIO())
+    assert Job.objects.count() == 9
