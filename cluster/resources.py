@@ -189,7 +189,6 @@ def patch_node_taints(name: str, taints: list[dict]) -> None:
     with_retries(lambda: core.patch_node(name, {"spec": {"taints": taints}}))
 
 
-
 def list_scaling_objects() -> list[dict]:
     """PodDisruptionBudgets, HorizontalPodAutoscalers, Deployments and StatefulSets of every namespace, as plain
     dicts with their `kind` (read-only; for the PDB lint of `manage.py export_manifests --from-cluster`)."""
