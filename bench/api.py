@@ -26,10 +26,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.benchdb import bench_database  # noqa: E402
+
 TARGET_P95_MS = 100.0
 
 
@@ -42,26 +44,6 @@ def parse_args():
     parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker")
     return parser.parse_args()
-
-
-def bench_urls() -> tuple[str, str]:
-    base = os.environ.get("DATABASE_URL", "postgres://reservoir:reservoir@127.0.0.1:5432/reservoir")
-    parts = urlsplit(base)
-    name = parts.path.lstrip("/") + "_apibench"
-    maintenance = urlunsplit(parts._replace(path="/postgres"))
-    return urlunsplit(parts._replace(path="/" + name)), maintenance, name
-
-
-def ensure_database(maintenance_url: str, name: str) -> None:
-    import psycopg2
-
-    connection = psycopg2.connect(maintenance_url)
-    connection.autocommit = True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-        if cursor.fetchone() is None:
-            cursor.execute(f'CREATE DATABASE "{name}"')
-    connection.close()
 
 
 def seed(*, jobs: int, teams: int) -> dict:
@@ -205,7 +187,7 @@ def run_clients(*, port: int, clients: int, duration: float, make_request) -> di
 
 def main() -> None:
     args = parse_args()
-    database_url, maintenance_url, name = bench_urls()
+    database_url = bench_database("apibench")
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
     os.environ.update(
         {
@@ -216,7 +198,6 @@ def main() -> None:
             "DJANGO_LOG_LEVEL": "WARNING",
         }
     )
-    ensure_database(maintenance_url, name)
     import django
 
     django.setup()

@@ -26,10 +26,11 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.benchdb import bench_database  # noqa: E402
 
 
 def parse_args():
@@ -41,25 +42,6 @@ def parse_args():
     parser.add_argument("--repeat", type=int, default=3, help="runs of each timed step; the best is reported")
     parser.add_argument("--reuse", action="store_true", help="keep the data of a previous run of the same size")
     return parser.parse_args()
-
-
-def bench_database_url() -> str:
-    base = os.environ.get("DATABASE_URL", "postgres://reservoir:reservoir@127.0.0.1:5432/reservoir")
-    parts = urlsplit(base)
-    name = parts.path.lstrip("/") + "_bench"
-    return urlunsplit(parts._replace(path="/" + name)), base, name
-
-
-def ensure_database(base_url: str, name: str) -> None:
-    import psycopg2
-
-    connection = psycopg2.connect(base_url)
-    connection.autocommit = True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-        if cursor.fetchone() is None:
-            cursor.execute(f'CREATE DATABASE "{name}"')
-    connection.close()
 
 
 class PeakSampler:
@@ -169,9 +151,7 @@ def best_of(repeat: int, function):
 
 def main():
     args = parse_args()
-    url, base, name = bench_database_url()
-    ensure_database(base, name)
-    os.environ["DATABASE_URL"] = url
+    os.environ["DATABASE_URL"] = bench_database("bench")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
     os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only")
 

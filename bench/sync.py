@@ -12,7 +12,7 @@ Measures:
 
 Usage: ``python bench/sync.py [--nodes 1000] [--pods 10000] [--repeat 3] [--lag-samples 200] [--keep]``.
 It uses its own cluster state directory (.state/devcluster-bench-sync) and its own database
-(reservoir_bench_sync), so it never touches the development data. The last line printed is a JSON summary.
+(`<DATABASE_URL name>_syncbench`), so it never touches the development data. The last line printed is a JSON summary.
 """
 
 from __future__ import annotations
@@ -31,29 +31,14 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
-BENCH_DB = "reservoir_bench_sync"
+
+from bench.benchdb import bench_database  # noqa: E402
+
 TARGETS = {"resync_ratio": 2.0, "watch_lag_p99_ms": 2000.0, "sync_peak_rss_mb": 500.0}
 
 
 def log(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def database_url() -> str:
-    base = os.environ.get("DATABASE_URL", "postgres://reservoir:reservoir@127.0.0.1:5432/reservoir")
-    return base.rsplit("/", 1)[0] + f"/{BENCH_DB}"
-
-
-def prepare_database(url: str) -> None:
-    import psycopg2
-
-    admin = psycopg2.connect(url.rsplit("/", 1)[0] + "/postgres")
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [BENCH_DB])
-        if cursor.fetchone() is None:
-            cursor.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    admin.close()
 
 
 def start_cluster(state_dir: Path, nodes: int):
@@ -227,8 +212,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     args = parser.parse_args()
 
-    url = database_url()
-    prepare_database(url)
+    url = bench_database("syncbench")
     env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE="portal.settings.dev")
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, env=env, check=True)
     subprocess.run(

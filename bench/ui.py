@@ -21,10 +21,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.benchdb import bench_database  # noqa: E402
+
 TARGET_P95_MS = 150
 
 
@@ -41,26 +43,6 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--reuse", action="store_true", help="keep the data of a previous run of the same size")
     return parser.parse_args()
-
-
-def bench_database_url() -> tuple[str, str, str]:
-    base = os.environ.get("DATABASE_URL", "postgres://reservoir:reservoir@127.0.0.1:5432/reservoir")
-    parts = urlsplit(base)
-    name = parts.path.lstrip("/") + "_uibench"
-    return urlunsplit(parts._replace(path="/" + name)), base, name
-
-
-def ensure_database(base_url: str, name: str) -> None:
-    import psycopg2
-
-    # Connect to the server's maintenance database: the one DATABASE_URL names need not exist.
-    connection = psycopg2.connect(urlunsplit(urlsplit(base_url)._replace(path="/postgres")))
-    connection.autocommit = True
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-        if cursor.fetchone() is None:
-            cursor.execute(f'CREATE DATABASE "{name}"')
-    connection.close()
 
 
 LOAD_SQL = """
@@ -166,9 +148,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def main():
     args = parse_args()
-    url, base, name = bench_database_url()
-    ensure_database(base, name)
-    os.environ["DATABASE_URL"] = url
+    os.environ["DATABASE_URL"] = bench_database("uibench")
     os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings.test"
 
     import django
