@@ -15,7 +15,6 @@ import base64
 import contextlib
 import fcntl
 import http.client
-import json
 import os
 import signal
 import ssl
@@ -38,8 +37,10 @@ from devcluster.processes import (
     ProcessRecord,
     free_port,
     node_usable,
+    read_state,
     spawn,
     tail,
+    write_state,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -89,15 +90,10 @@ class Cluster:
 
     # -- state -----------------------------------------------------------------------------------------------------
     def _read_state(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.state_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            return {}
+        return read_state(self.state_file)
 
     def _write_state(self, state: dict[str, Any]) -> None:
-        temporary = self.state_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(state, indent=2) + "\n")
-        temporary.replace(self.state_file)
+        write_state(self.state_file, state)
 
     def records(self, state: dict[str, Any] | None = None) -> list[ProcessRecord]:
         state = self._read_state() if state is None else state

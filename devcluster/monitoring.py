@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 import yaml
 
-from devcluster.processes import ProcessRecord, free_port, spawn, tail
+from devcluster.processes import ProcessRecord, free_port, read_state, spawn, tail, write_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROMETHEUS_CANDIDATES = ("/usr/bin/prometheus", "/usr/local/bin/prometheus")
@@ -70,15 +70,10 @@ class Monitoring:
         return self.directory / STATE_FILE
 
     def _read_state(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.state_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            return {}
+        return read_state(self.state_file)
 
     def _write_state(self, state: dict[str, Any]) -> None:
-        temporary = self.state_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(state, indent=2) + "\n")
-        temporary.replace(self.state_file)
+        write_state(self.state_file, state)
 
     def records(self) -> list[ProcessRecord]:
         return [ProcessRecord(**record) for record in self._read_state().get("processes", [])]

@@ -186,3 +186,18 @@ def spawn(name: str, argv: list[str], *, port: int, health_url: str, log_path: P
             break
         time.sleep(0.01)
     return ProcessRecord(name, process.pid, create_time, argv[0], port, health_url, str(log_path))
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The recorded state of a set of processes ({} when there is none or it is unreadable)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def write_state(path: Path, state: dict[str, Any]) -> None:
+    """Write the state atomically (a reader never sees half a file)."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2) + "\n")
+    temporary.replace(path)
