@@ -23,7 +23,7 @@ from cluster.errors import ClusterError, describe
 from pools.models import Pool
 from portal.htmx import render_page_or_partial
 
-from . import job_templates, reasons, selectors, services
+from . import job_templates, selectors, services
 from .choices import JobState
 from .filters import JobFilterSet
 from .forms import JobSubmitForm
@@ -38,7 +38,9 @@ LIST_POLL_SECONDS = 10
 
 
 def _visible_job(request, pk: int) -> Job:
-    return get_object_or_404(Job.objects.visible_to(request.user).select_related("team", "pool", "submitted_by"), pk=pk)
+    return get_object_or_404(
+        Job.objects.visible_to(request.user).select_related("team", "pool", "submitted_by", "admitted_pool"), pk=pk
+    )
 
 
 def _querystring(request, **changes) -> str:
@@ -80,9 +82,7 @@ def _detail_context(job: Job) -> dict:
         "events": events,
         "placement": selectors.placement_of(job),
         "queue_position": services.queue_position(job),
-        "pending_in_words": reasons.plain_reason(job.pending_reason)
-        if job.state == JobState.PENDING and job.pending_reason and not job.node_name
-        else job.pending_reason,
+        "pending_in_words": job.pending_reason,
         "command_line": " ".join([*job.command, *job.args]),
         "now": timezone.now(),
         "poll": STATUS_POLL_SECONDS,

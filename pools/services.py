@@ -173,12 +173,13 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
 def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> None:
     """Refuse a quota below the GPUs the team's admitted jobs hold in the pool now, naming those jobs.
 
-    The caller holds the Quota row lock, which admission takes too, so no job is admitted meanwhile."""
-    from jobs.choices import ADMITTED_STATES
+    Kueue admits independently of this lock, so a job admitted meanwhile can still push usage above the new quota
+    until it finishes; Kueue then admits nothing more until usage is below it."""
     from jobs.models import Job
 
     jobs = list(
-        Job.objects.filter(team=team, pool=pool, state__in=ADMITTED_STATES)
+        Job.objects.filter(team=team, pool=pool)
+        .holding_quota()
         .order_by("-gpus", "id")
         .values_list("id", "name", "gpus", "state")
     )
