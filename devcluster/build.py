@@ -247,7 +247,7 @@ class _Builder:
                 self.progress("kueue: already built")
                 return
             self.progress(f"kueue: the binary in the cache is {found or 'of an unknown version'}; rebuilding")
-        self.progress(f"kueue {versions.KUEUE_VERSION}: building (about 4 minutes on 2 cores when the cache is cold)")
+        self.progress(f"kueue {versions.KUEUE_VERSION}: building (5-9 minutes on 2 cores with a cold Go cache)")
         started = time.monotonic()
         self.install(
             versions.KUEUE_MODULE,

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from devcluster import build, kueue, launcher, topology
+from devcluster import build, kueue, launcher, pytest_plugin, topology
 from devcluster.processes import free_port
 
 pytestmark = pytest.mark.cluster
@@ -321,6 +321,15 @@ def test_up_starts_kueue_on_a_running_control_plane_without_it(local_cluster, ap
     assert next(r.pid for r in local_cluster.records() if r.name == "kube-apiserver") == apiserver_pid
     assert local_cluster.status().healthy
     assert set(webhook_configurations(apis)) == {name for _, name in kueue.WEBHOOK_CONFIGURATIONS.values()}
+
+
+def test_the_session_fixture_refuses_a_kubeconfig_cluster_without_kueues_api(kube_cluster, monkeypatch):
+    path = str(kube_cluster.kubeconfig_path)
+    assert pytest_plugin._kueue_problem_at(path) is None
+    monkeypatch.setattr(kueue, "REQUIRED_CRDS", (*kueue.REQUIRED_CRDS, "nosuchqueues.kueue.x-k8s.io"))
+    monkeypatch.setenv("KUBECONFIG", path)
+    with pytest.raises(RuntimeError, match=r"Kueue is not usable .*nosuchqueues\.kueue\.x-k8s\.io: HTTP 404"):
+        pytest_plugin._start_cluster()
 
 
 def _etcd_count(port: int, prefix: str) -> int:
