@@ -52,7 +52,7 @@ esac
 bash scripts/services.sh
 
 if [ -z "${KUBECONFIG:-}" ]; then
-  say "local Kubernetes control plane (built on first use; a cold build takes 15-30 minutes)"
+  say "local Kubernetes control plane and Kueue (built on first use; a cold build takes 10-30 minutes)"
   $PY -m devcluster up
   eval "$($PY -m devcluster env)"
   if [ -z "${PROMETHEUS_URL:-}" ]; then

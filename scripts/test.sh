@@ -7,8 +7,8 @@ started=$(date +%s)
 
 bash scripts/services.sh
 if [ -z "${KUBECONFIG:-}" ]; then
-  # Build the control plane into the cache outside the repo when it is missing (a cold build takes a while);
-  # the pytest session fixture starts the cluster itself.
+  # Build the control plane and Kueue into the cache outside the repo when missing (a cold build takes a while);
+  # the pytest session fixture starts the cluster, Kueue included, itself.
   $PY -m devcluster build
 fi
 
