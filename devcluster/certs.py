@@ -9,11 +9,13 @@ RSA because every Kubernetes component has always accepted that one.
 from __future__ import annotations
 
 import datetime
+import fcntl
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -243,3 +245,72 @@ def ensure_pki(directory: Path) -> PKI:
     pki.admin_cert.write_bytes(_cert_pem(admin_cert))
     pki.ca_cert.write_bytes(_cert_pem(ca_cert))
     return pki
+
+
+# -- serving pairs outside the control plane's own PKI (Kueue) --------------------------------------------------------
+RENEW_BEFORE = datetime.timedelta(days=1)
+
+
+def pair_is_valid(cert_path: Path, key_path: Path, issuer: Path | None = None) -> bool:
+    """True when both files parse, the key is the certificate's, the certificate is not about to expire and, when
+    ``issuer`` is given, it was issued by that CA."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        if issuer is not None:
+            cert.verify_directly_issued_by(x509.load_pem_x509_certificate(issuer.read_bytes()))
+    except (OSError, ValueError, TypeError, InvalidSignature):
+        return False
+    if key.public_key() != cert.public_key():
+        return False
+    return cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC) > RENEW_BEFORE
+
+
+def _write_pair_atomically(directory: Path, key, cert: x509.Certificate) -> None:
+    """Write tls.key then tls.crt, each through a temporary file and a rename, so a reader never sees half a file."""
+    for name, data, mode in (("tls.key", _key_pem(key), 0o600), ("tls.crt", _cert_pem(cert), 0o644)):
+        temporary = directory / f".{name}.tmp"
+        temporary.write_bytes(data)
+        temporary.chmod(mode)
+        temporary.replace(directory / name)
+
+
+def ensure_serving_pair(pki: PKI, directory: Path, *, common_name: str, ip: str = "127.0.0.1") -> Path:
+    """A serving certificate for ``ip`` signed by the cluster's CA, as ``tls.crt``/``tls.key`` in ``directory``
+    (made when missing, unreadable, about to expire or issued by another CA). Returns ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if pair_is_valid(directory / "tls.crt", directory / "tls.key", issuer=pki.ca_cert):
+        return directory
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    key, cert = _leaf(
+        ca_cert,
+        ca_key,
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]),
+        [ExtendedKeyUsageOID.SERVER_AUTH],
+        [x509.IPAddress(ipaddress.ip_address(ip)), x509.DNSName("localhost")],
+    )
+    _write_pair_atomically(directory, key, cert)
+    return directory
+
+
+def ensure_shared_serving_pair(directory: Path, *, common_name: str) -> bool:
+    """A serving pair ``tls.crt``/``tls.key`` for 127.0.0.1 in a directory several clusters share (Kueue's
+    hard-coded metrics certificate path), signed by a throwaway CA: nothing verifies it, nothing scrapes that
+    endpoint here. It is written only when missing or invalid, under a file lock, so a cluster starting never
+    swaps the pair under another cluster's running Kueue. Returns True when it wrote the pair."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if pair_is_valid(directory / "tls.crt", directory / "tls.key"):
+            return False
+        ca_key, ca_cert = _certificate_authority(f"{common_name}-ca")
+        key, cert = _leaf(
+            ca_cert,
+            ca_key,
+            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]),
+            [ExtendedKeyUsageOID.SERVER_AUTH],
+            [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")],
+        )
+        _write_pair_atomically(directory, key, cert)
+        return True

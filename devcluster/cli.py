@@ -1,12 +1,14 @@
-"""Command line: ``python -m devcluster build|up|down|status|env``."""
+"""Command line: ``python -m devcluster build|up|down|status|env|monitoring``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from devcluster import build, launcher, topology
+from devcluster import kueue as kueue_module
 from devcluster import monitoring as monitoring_module
 
 
@@ -31,6 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     up = with_state_dir(sub.add_parser("up", help="build if needed, start, create the topology's nodes"))
     up.add_argument("--topology", type=Path, default=None, help=f"default: {topology.DEFAULT_TOPOLOGY.name}")
     up.add_argument("--scale-nodes", type=int, default=None, help="scale the topology's pools to N nodes in all")
+    up.add_argument(
+        "--kueue-pods-ready-timeout",
+        default=None,
+        metavar="DURATION",
+        help="Kueue's waitForPodsReady timeout, a Go duration (default: what runs, else "
+        f"{kueue_module.DEFAULT_PODS_READY_TIMEOUT}; env RESERVOIR_KUEUE_PODS_READY_TIMEOUT)",
+    )
     down = with_state_dir(sub.add_parser("down", help="stop the processes `up` started"))
     down.add_argument("--purge", action="store_true", help="also delete the state directory")
     with_state_dir(sub.add_parser("status", help="say what runs and whether it is healthy"))
@@ -53,7 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "monitoring":
             return _monitoring(cluster, args)
         if args.command == "up":
-            cluster.up(args.topology, scale_nodes=args.scale_nodes)
+            cluster.up(
+                args.topology,
+                scale_nodes=args.scale_nodes,
+                kueue_pods_ready_timeout=args.kueue_pods_ready_timeout
+                or os.environ.get("RESERVOIR_KUEUE_PODS_READY_TIMEOUT")
+                or None,
+            )
             print(cluster.env())
         elif args.command == "down":
             stopped = cluster.down()
@@ -77,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     except (
         build.BuildError,
         launcher.ClusterError,
+        kueue_module.KueueError,
         topology.TopologyError,
         monitoring_module.MonitoringError,
     ) as error:

@@ -1,12 +1,15 @@
 """Start, check and stop a local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
-KWOK, each a real process on 127.0.0.1 with a free port, logging to a file in the state directory.
+KWOK, then Kueue (``devcluster/kueue.py``), each a real process on 127.0.0.1 with a free port, logging to a file in
+the state directory.
 
 The idea: everything a cluster needs lives in one state directory (PKI, kubeconfig, component configs, etcd data,
 logs, and ``cluster.json`` with the pid, start time and port of every process). Processes run in their own session
 so they outlive the launcher; ``down`` reads ``cluster.json`` and stops exactly those pids, after checking that each
 pid still is the process it started (same start time, same binary). ``up`` is idempotent: on a healthy cluster it
 only makes sure the topology's nodes are there and Ready. A fresh ``up`` starts from an empty etcd, so every run
-sees the same cluster; the PKI is kept, so credentials someone exported stay valid.
+sees the same cluster; the PKI is kept, so credentials someone exported stay valid. On a healthy control plane
+whose Kueue is missing (a cluster started before Kueue was added) or unhealthy, ``up`` starts or repairs Kueue
+alone.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import psutil
 import yaml
 
 from devcluster import build, certs
+from devcluster import kueue as kueue_module
 from devcluster import topology as topology_module
 from devcluster.processes import (
     ApiConnection,
@@ -47,6 +51,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state" / "devcluster"
 STAGES_DIR = Path(__file__).with_name("stages")
 STATE_FILE = "cluster.json"
+# The control plane; Kueue (kueue_module.NAME) is started after it and recorded beside it.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # Fake pod IPs come from here; nothing ever sends traffic to them (there is no pod network).
 POD_CIDR = "10.64.0.0/10"
@@ -70,6 +75,7 @@ class Cluster:
         self.state_dir = self.state_dir.expanduser().resolve()
         self.progress = progress or (lambda message: None)
         self.pki = certs.PKI(self.state_dir / "pki")
+        self.kueue = kueue_module.Kueue(self)
         self._lock_depth = 0
 
     # -- paths -----------------------------------------------------------------------------------------------------
@@ -147,14 +153,22 @@ class Cluster:
         return True, "ok"
 
     def status(self, *, count_nodes: bool = True) -> ClusterStatus:
+        """Each recorded process: alive, healthy, port, log. Kueue is healthy when it answers /readyz and both its
+        webhook configurations call it; a cluster without a Kueue record reports Kueue as not running."""
         state = self._read_state()
         result = ClusterStatus(self.state_dir)
         for record in self.records(state):
             alive = record.process() is not None
             healthy, detail = self._check_health(record) if alive else (False, "not running")
+            if healthy and record.name == kueue_module.NAME:
+                problem = self.kueue.health_problem(record)
+                healthy, detail = problem is None, problem or detail
             result.components.append(
                 ComponentStatus(record.name, alive, healthy, record.pid, record.port, record.log, detail)
             )
+        if result.components and not any(c.name == kueue_module.NAME for c in result.components):
+            log = str(self.log_path(kueue_module.NAME))
+            result.components.append(ComponentStatus(kueue_module.NAME, False, False, log=log, detail="not started"))
         if count_nodes and result.healthy:
             try:
                 code, body = self.api().request("GET", "/api/v1/nodes")
@@ -168,6 +182,11 @@ class Cluster:
 
     def is_healthy(self) -> bool:
         return self.status(count_nodes=False).healthy
+
+    @staticmethod
+    def _control_plane_healthy(status: ClusterStatus) -> bool:
+        healthy = {component.name for component in status.components if component.healthy}
+        return set(COMPONENTS) <= healthy
 
     # -- start -----------------------------------------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str], port: int, health_url: str) -> ProcessRecord:
@@ -446,36 +465,51 @@ class Cluster:
         *,
         scale_nodes: int | None = None,
         build_if_missing: bool = True,
+        kueue_pods_ready_timeout: str | None = None,
     ) -> bool:
-        """Start the cluster with ``topology`` (the demo topology by default) unless it is already up and healthy.
-        Returns True when it started processes, False when a healthy cluster was already running."""
+        """Start the cluster with ``topology`` (the demo topology by default) unless it is already up and healthy;
+        on a healthy control plane whose Kueue is missing or unhealthy, start or repair Kueue alone.
+        ``kueue_pods_ready_timeout`` (a Go duration, default 5m) is Kueue's waitForPodsReady timeout; None keeps
+        the running Kueue's. Returns True when it started the control plane, False when one was already running."""
         if not isinstance(topology, topology_module.Topology):
             topology = topology_module.load(topology, scale_nodes=scale_nodes)
         elif scale_nodes:
             topology = topology.scaled(scale_nodes)
+        if kueue_pods_ready_timeout is not None:
+            kueue_module.check_duration(kueue_pods_ready_timeout)
         with self._lock():
-            return self._up(topology, build_if_missing)
+            return self._up(topology, build_if_missing, kueue_pods_ready_timeout)
 
-    def _up(self, topology: topology_module.Topology, build_if_missing: bool) -> bool:
+    def _binaries(self, build_if_missing: bool) -> Path:
+        if build_if_missing:
+            return build.ensure_built(self.progress)
+        if build.is_built():
+            return build.bin_dir()
+        raise ClusterError(f"the binaries are not built in {build.bin_dir()}; run: python -m devcluster build")
+
+    def _up(self, topology: topology_module.Topology, build_if_missing: bool, pods_ready_timeout: str | None) -> bool:
         current = self.status(count_nodes=False)
-        if current.healthy:
-            self.progress(f"already up and healthy in {self.state_dir}")
+        if self._control_plane_healthy(current):
+            running_timeout = self.kueue.settings().get("pods_ready_timeout")
+            if current.healthy and pods_ready_timeout in (None, running_timeout):
+                self.progress(f"already up and healthy in {self.state_dir}")
+            elif self.kueue.ensure(lambda: self._binaries(build_if_missing), pods_ready_timeout=pods_ready_timeout):
+                self.progress("control plane already up; started Kueue")
             self.apply_topology(topology)
             return False
         if current.running:
             self.progress("a previous start is half running; stopping it first")
             self.down()
-        if build_if_missing:
-            binaries = build.ensure_built(self.progress)
-        elif build.is_built():
-            binaries = build.bin_dir()
-        else:
-            raise ClusterError(f"the binaries are not built in {build.bin_dir()}; run: python -m devcluster build")
+        binaries = self._binaries(build_if_missing)
         certs.ensure_pki(self.pki.directory)
         started = time.monotonic()
         try:
             self._start_processes(binaries)
-            self.apply_topology(topology)
+            kueue = self.kueue.start(
+                binaries, pods_ready_timeout=pods_ready_timeout or kueue_module.DEFAULT_PODS_READY_TIMEOUT
+            )
+            self.apply_topology(topology)  # while Kueue starts
+            self.kueue.finish_start(kueue)
         except BaseException:
             self.down()
             raise
@@ -488,7 +522,10 @@ class Cluster:
 
     def restart_component(self, name: str, *, timeout: float = 120.0) -> None:
         """Stop one running component and start it again with the same command line and port (its data, e.g.
-        etcd's, is kept): for tests of how the portal lives through an apiserver restart."""
+        etcd's, is kept): for tests of how the portal lives through an apiserver or Kueue restart.
+
+        Kueue's webhooks stay registered while it is down (Job creates fail until it is back, rather than a
+        labelled Job starting unsuspended); once it answers again they are re-registered if they were removed."""
         state = self._read_state()
         for entry in state.get("processes", []):
             if entry["name"] != name:
@@ -508,11 +545,14 @@ class Cluster:
             entry.update(new.__dict__)
             self._write_state(state)
             self._wait_healthy([new], timeout=timeout)
+            if name == kueue_module.NAME:
+                self.kueue.register_webhooks(new)
             return
         raise ClusterError(f"no component named {name} in {self.state_file}")
 
     def down(self, *, timeout: float = 20.0) -> list[str]:
-        """Stop the processes this state directory records, and only those: first kwok, the scheduler and the
+        """Stop the processes this state directory records, and only those: first Kueue (after deleting its
+        webhook configurations, while the API server still answers), then kwok, the scheduler and the
         controller-manager, then the API server, then etcd (the API server's shutdown still talks to etcd).
         Returns the names it stopped. Prometheus and the DCGM exporter of `devcluster monitoring`, when they run
         beside this cluster, are stopped first."""
@@ -521,8 +561,11 @@ class Cluster:
         with self._lock():
             Monitoring(self.state_dir, progress=self.progress).down()
             records = {record.name: record for record in self.records()}
+            if kueue_module.NAME in records and "kube-apiserver" in records:
+                self.kueue.remove_webhooks()
             waves = [
-                [name for name in records if name not in ("kube-apiserver", "etcd")],
+                [kueue_module.NAME],
+                [name for name in records if name not in ("kube-apiserver", "etcd", kueue_module.NAME)],
                 ["kube-apiserver"],
                 ["etcd"],
             ]
@@ -531,6 +574,12 @@ class Cluster:
                 stopped += self._stop([records[name] for name in wave if name in records], timeout)
             self.state_file.unlink(missing_ok=True)
             return stopped
+
+    def stop_kueue(self) -> list[str]:
+        """Delete Kueue's webhook configurations, then stop Kueue alone (what ``down`` does first); the control
+        plane keeps running and accepts every Job again. The next ``up`` starts Kueue."""
+        with self._lock():
+            return self.kueue.stop()
 
     def _stop(self, records: list[ProcessRecord], timeout: float) -> list[str]:
         signalled = []

@@ -94,11 +94,13 @@ class ClusterStatus:
         if not self.components:
             lines.append("not started")
         for component in self.components:
+            log = f"  log {component.log}" if component.log else ""
             if component.running:
                 state = "healthy" if component.healthy else f"UNHEALTHY ({component.detail})"
-                lines.append(f"  {component.name:<24} pid {component.pid:<8} port {component.port:<6} {state}")
+                lines.append(f"  {component.name:<24} pid {component.pid:<8} port {component.port:<6} {state}{log}")
             else:
-                lines.append(f"  {component.name:<24} not running")
+                why = f" ({component.detail})" if component.detail not in ("", "not running") else ""
+                lines.append(f"  {component.name:<24} not running{why}{log}")
         if self.nodes_total is not None:
             lines.append(f"nodes: {self.nodes_ready}/{self.nodes_total} Ready")
         lines.append("cluster: " + ("healthy" if self.healthy else "NOT healthy"))
@@ -125,11 +127,13 @@ class ApiConnection:
             self._local.connection = connection
         return connection
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def request(self, method: str, path: str, body: Any = None, *, content_type: str | None = None) -> tuple[int, Any]:
+        """Send ``body`` as JSON (``content_type`` overrides the header, e.g. for server-side apply's
+        ``application/apply-patch+yaml``, of which JSON is a subset); return the status and the decoded answer."""
         payload = json.dumps(body).encode() if body is not None else None
         headers = {"Accept": "application/json"}
         if payload is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type or "application/json"
         for attempt in range(2):
             connection = self._connection()
             try:

@@ -1,10 +1,12 @@
 """pytest fixtures for tests that need a real Kubernetes API: ``kube_cluster`` (session) and ``kube_namespace``.
 
 ``kube_cluster`` uses the cluster ``$KUBECONFIG`` points at when it answers; otherwise it starts (building the
-binaries first if they are missing) a local control plane with the demo topology in ``<repo>/.state/devcluster-test``,
-or reuses the one already healthy there, so repeated runs start in about a second. A cluster this session
-started is left running for the next run, unless ``CI`` or ``RESERVOIR_DEVCLUSTER_TEARDOWN=1`` is set. If the
-cluster cannot be built or started, every test that needs it fails with the reason: none is skipped.
+binaries first if they are missing) a local control plane with the demo topology and Kueue in
+``<repo>/.state/devcluster-test``, or reuses the one already healthy there, so repeated runs start in about a
+second. A cluster this session started is left running for the next run, unless ``CI`` or
+``RESERVOIR_DEVCLUSTER_TEARDOWN=1`` is set. If the cluster cannot be built or started, or Kueue is not healthy
+(local: its process answers /readyz and its webhooks are registered; ``$KUBECONFIG``'s: Kueue's CRDs are
+Established and its ClusterQueue API answers), every test that needs it fails with the reason: none is skipped.
 
 Register with ``pytest_plugins = ["devcluster.pytest_plugin"]`` in the root conftest.py.
 """
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import launcher
+from devcluster import kueue, launcher
 
 TEST_STATE_DIR = launcher.REPO_ROOT / ".state" / "devcluster-test"
 
@@ -60,6 +62,32 @@ def _kubeconfig_reachable(path: str) -> str | None:
     return None
 
 
+def _kueue_problem_at(path: str) -> str | None:
+    """None when Kueue's CRDs are Established and its ClusterQueue API answers on the cluster of ``path``."""
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=path)
+    try:
+        extensions = client.ApiextensionsV1Api(api_client)
+        for name in kueue.REQUIRED_CRDS:
+            try:
+                crd = extensions.read_custom_resource_definition(name, _request_timeout=10)
+            except client.ApiException as error:
+                return f"CRD {name}: HTTP {error.status} (is Kueue installed?)"
+            conditions = crd.status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conditions):
+                return f"CRD {name} is not Established"
+        try:
+            client.CustomObjectsApi(api_client).list_cluster_custom_object(
+                kueue.GROUP, kueue.VERSION, "clusterqueues", limit=1, _request_timeout=10
+            )
+        except client.ApiException as error:
+            return f"listing {kueue.GROUP}/{kueue.VERSION} clusterqueues: HTTP {error.status} {error.reason}"
+    finally:
+        api_client.close()
+    return None
+
+
 def _report(message: str) -> None:
     print(f"[devcluster] {message}", flush=True)
 
@@ -69,10 +97,16 @@ def _start_cluster() -> KubeCluster:
     if configured and Path(configured).is_file():
         problem = _kubeconfig_reachable(configured)
         if problem is None:
+            kueue_problem = _kueue_problem_at(configured)
+            if kueue_problem is not None:
+                raise RuntimeError(f"Kueue is not usable on the cluster of KUBECONFIG={configured}: {kueue_problem}")
             return KubeCluster(Path(configured))
         _report(f"KUBECONFIG={configured} does not answer ({problem}); starting the test cluster instead")
     cluster = launcher.Cluster(TEST_STATE_DIR, progress=_report)
     started = cluster.up()
+    component = next(c for c in cluster.status(count_nodes=False).components if c.name == kueue.NAME)
+    if not component.healthy:
+        raise RuntimeError(f"Kueue is not healthy in {TEST_STATE_DIR} ({component.detail}); see {component.log}")
     return KubeCluster(cluster.kubeconfig_path, started_here=started, cluster=cluster)
 
 
@@ -82,7 +116,9 @@ def kube_cluster():
     try:
         cluster = _start_cluster()
     except Exception as error:  # noqa: BLE001 - turn any start failure into a failed test with its reason
-        pytest.fail(f"the development Kubernetes cluster could not be built or started: {error}", pytrace=False)
+        pytest.fail(
+            f"the development Kubernetes cluster (with Kueue) could not be built or started: {error}", pytrace=False
+        )
     yield cluster
     teardown = os.environ.get("CI") or os.environ.get("RESERVOIR_DEVCLUSTER_TEARDOWN") == "1"
     if cluster.started_here and cluster.cluster is not None and teardown:

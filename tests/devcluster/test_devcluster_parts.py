@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import datetime
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -10,7 +13,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from devcluster import build, certs, launcher, topology, versions
+from devcluster import build, certs, kueue, launcher, topology, versions
 
 
 def test_demo_topology_is_the_seed_pools():
@@ -130,9 +133,39 @@ def test_cache_is_versioned_and_not_built_without_a_stamp(tmp_path, monkeypatch)
     for name in versions.BINARIES:
         (directory / name).write_text("#!/bin/sh\n")
         (directory / name).chmod(0o755)
+    module = build.kueue_module_dir()
+    assert module == tmp_path / "go" / "mod" / f"sigs.k8s.io/kueue@{versions.KUEUE_VERSION}"
+    (module / "config/components/crd/bases").mkdir(parents=True)
+    (module / "config/components/webhook").mkdir(parents=True)
+    (module / "config/components/webhook/manifests.yaml").write_text("")
     assert not build.is_built()
-    (directory / build.STAMP_NAME).write_text("{}")
+    # A stamp written before Kueue was added (or for another Kueue version) does not count as built.
+    (directory / build.STAMP_NAME).write_text(json.dumps({"kubernetes": versions.KUBERNETES_VERSION}))
+    assert not build.is_built()
+    (directory / build.STAMP_NAME).write_text(json.dumps({"kueue": "v0.16.0"}))
+    assert not build.is_built()
+    (directory / build.STAMP_NAME).write_text(json.dumps({"kueue": versions.KUEUE_VERSION}))
     assert build.is_built()
+    (module / "config/components/webhook/manifests.yaml").unlink()  # module cache cleaned: fetch it again
+    assert not build.is_built()
+
+
+def test_a_cache_without_kueue_gets_kueue_alone(tmp_path, monkeypatch):
+    """The control plane's binaries are there (an older cache): the build goes straight to Kueue."""
+    monkeypatch.setenv("RESERVOIR_CACHE", str(tmp_path))
+    monkeypatch.setenv("GOPROXY", "off")  # so Kueue's fetch fails at once, naming the module
+    directory = build.bin_dir()
+    directory.mkdir(parents=True)
+    for name in versions.BINARIES:
+        if name != "kueue":
+            (directory / name).write_text("#!/bin/sh\n")
+            (directory / name).chmod(0o755)
+    messages: list[str] = []
+    with pytest.raises(build.BuildError, match=r"sigs\.k8s\.io/kueue@v0\.17\.0"):
+        build._Builder(progress=messages.append).run()
+    assert {"etcd: already built", "kwok: already built", "kubernetes: already built"} <= set(messages)
+    assert messages[-1] == f"fetching {versions.KUEUE_MODULE}@{versions.KUEUE_VERSION}"
+    assert not (directory / build.STAMP_NAME).exists()
 
 
 def test_unreachable_module_is_named_in_the_build_error(tmp_path, monkeypatch):
@@ -187,3 +220,119 @@ def test_up_without_binaries_and_without_the_proxy_fails_with_the_reason(tmp_pat
     with pytest.raises(build.BuildError, match=r"cannot fetch Go module go\.etcd\.io/etcd/server/v3@"):
         cluster.up()
     assert not cluster.status().running
+
+
+def test_kueue_configuration_is_for_a_process_on_loopback_with_wait_for_pods_ready(tmp_path):
+    config = kueue.configuration(
+        health_port=1001, metrics_port=1002, webhook_port=1003, cert_dir=tmp_path, pods_ready_timeout="90s"
+    )
+    assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2"
+    assert config["namespace"] == "kueue-system"
+    assert config["health"] == {"healthProbeBindAddress": "127.0.0.1:1001"}
+    assert config["metrics"] == {"bindAddress": "127.0.0.1:1002"}
+    assert config["webhook"] == {"port": 1003, "host": "127.0.0.1", "certDir": str(tmp_path)}
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert config["internalCertManagement"] == {"enable": False}
+    assert config["manageJobsWithoutQueueName"] is False
+    assert config["waitForPodsReady"] == {"timeout": "90s", "blockAdmission": False}
+    assert config["integrations"] == {"frameworks": ["batch/job"]}
+
+
+@pytest.mark.parametrize("text", ["5", "five minutes", "-5m", "0s", ""])
+def test_a_pods_ready_timeout_that_is_no_go_duration_is_refused(text):
+    with pytest.raises(kueue.KueueError, match="Go duration"):
+        kueue.check_duration(text)
+
+
+MANIFESTS = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: mutating-webhook-configuration}
+webhooks:
+- name: mjob.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-batch-v1-job}}
+  failurePolicy: Fail
+  rules: [{apiGroups: [batch], apiVersions: [v1], operations: [CREATE], resources: [jobs]}]
+  admissionReviewVersions: [v1]
+  sideEffects: None
+- name: mpod.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate--v1-pod}}
+  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
+- name: mworkload.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-kueue-x-k8s-io-v1beta2-workload}}
+  rules: [{apiGroups: [kueue.x-k8s.io], apiVersions: [v1beta2], operations: [CREATE], resources: [workloads]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: validating-webhook-configuration}
+webhooks:
+- name: vappwrapper.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /validate-appwrapper}}
+  rules: [{apiGroups: [workload.codeflare.dev], apiVersions: [v1beta2], operations: [CREATE], resources: [appwrappers]}]
+- name: vjob.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /validate-batch-v1-job}}
+  failurePolicy: Fail
+  rules: [{apiGroups: [batch], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [jobs]}]
+"""
+
+
+def test_webhook_configurations_keep_jobs_and_kueue_objects_and_call_loopback():
+    documents = kueue.webhook_configurations(MANIFESTS, port=9443, ca_bundle=b"PEM")
+    by_kind = {document["kind"]: document for document in documents}
+    mutating, validating = by_kind["MutatingWebhookConfiguration"], by_kind["ValidatingWebhookConfiguration"]
+    assert mutating["metadata"]["name"] == "kueue-mutating-webhook-configuration"
+    assert validating["metadata"]["name"] == "kueue-validating-webhook-configuration"
+    assert [w["name"] for w in mutating["webhooks"]] == ["mjob.kb.io", "mworkload.kb.io"]
+    assert [w["name"] for w in validating["webhooks"]] == ["vjob.kb.io"]
+    job = mutating["webhooks"][0]
+    assert job["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/mutate-batch-v1-job",
+        "caBundle": base64.b64encode(b"PEM").decode(),
+    }
+    assert job["failurePolicy"] == "Fail" and job["rules"][0]["resources"] == ["jobs"]
+
+
+def test_webhook_manifests_without_job_entries_are_refused():
+    with pytest.raises(kueue.KueueError, match="batch/v1 Jobs"):
+        kueue.webhook_configurations(
+            MANIFESTS.replace("resources: [jobs]", "resources: [cronjobs]"), port=1, ca_bundle=b""
+        )
+
+
+def test_kueue_webhook_pair_is_for_loopback_signed_by_the_cluster_ca_and_kept(tmp_path):
+    pki = certs.ensure_pki(tmp_path / "pki")
+    directory = certs.ensure_serving_pair(pki, tmp_path / "kueue", common_name="kueue-webhook")
+    cert = x509.load_pem_x509_certificate((directory / "tls.crt").read_bytes())
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()))
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    before = (directory / "tls.crt").read_bytes()
+    certs.ensure_serving_pair(pki, tmp_path / "kueue", common_name="kueue-webhook")
+    assert (directory / "tls.crt").read_bytes() == before
+
+    other = certs.ensure_pki(tmp_path / "other-pki")  # a new CA: the old pair no longer chains to it
+    certs.ensure_serving_pair(other, tmp_path / "kueue", common_name="kueue-webhook")
+    renewed = x509.load_pem_x509_certificate((directory / "tls.crt").read_bytes())
+    renewed.verify_directly_issued_by(x509.load_pem_x509_certificate(other.ca_cert.read_bytes()))
+
+
+def test_shared_metrics_pair_is_written_only_when_missing_or_invalid(tmp_path):
+    shared = tmp_path / "etc-kueue-metrics-certs"
+    assert certs.ensure_shared_serving_pair(shared, common_name="kueue-metrics") is True
+    first = (shared / "tls.crt").read_bytes(), (shared / "tls.key").read_bytes()
+    # A second cluster starting finds a valid pair and leaves it (another cluster's Kueue may be serving it).
+    assert certs.ensure_shared_serving_pair(shared, common_name="kueue-metrics") is False
+    assert ((shared / "tls.crt").read_bytes(), (shared / "tls.key").read_bytes()) == first
+    assert certs.pair_is_valid(shared / "tls.crt", shared / "tls.key")
+
+    (shared / "tls.key").write_text("not a key")
+    assert certs.ensure_shared_serving_pair(shared, common_name="kueue-metrics") is True
+    assert certs.pair_is_valid(shared / "tls.crt", shared / "tls.key")
+    assert oct((shared / "tls.key").stat().st_mode & 0o777) == "0o600"
+    assert not list(shared.glob(".*.tmp"))
+
+
+def test_a_pair_close_to_expiry_is_not_valid(tmp_path, monkeypatch):
+    monkeypatch.setattr(certs, "VALIDITY", datetime.timedelta(hours=12))
+    certs.ensure_shared_serving_pair(tmp_path, common_name="kueue-metrics")
+    assert not certs.pair_is_valid(tmp_path / "tls.crt", tmp_path / "tls.key")
