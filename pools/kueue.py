@@ -62,9 +62,12 @@ def mark_changed() -> None:
 
     The version is bumped after the commit, not inside the caller's transaction, so that no portal write waits on
     the one state row. A reconcile that started before the bump rendered either without the change (and marks an
-    older version applied) or already with it: both leave `applied` false until a reconcile that read the new
-    version is done."""
-    transaction.on_commit(_changed)
+    older version applied) or already with it: either way `applied` stays false until a reconcile that read the
+    new version is done.
+
+    Robust: should the broker be down, the committed change stands (the write did succeed) and the periodic
+    reconcile brings it to Kueue within a minute; the failure is logged."""
+    transaction.on_commit(_changed, robust=True)
 
 
 def _changed() -> None:
@@ -298,16 +301,8 @@ def reconcile_at_reservation_boundary(now: datetime | None = None) -> dict | Non
 
 def state() -> dict:
     """Whether the cluster's Kueue objects hold the latest change: versions, when, and the last error."""
-    row = KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).first()
-    if row is None:
-        return {
-            "applied": False,
-            "desired_version": 0,
-            "applied_version": 0,
-            "applied_at": None,
-            "last_checked_at": None,
-            "last_error": "",
-        }
+    # No row yet reads like a new one: nothing applied.
+    row = KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).first() or KueueProjection()
     boundary_passed = row.rendered_at is None or (
         Reservation.objects.starting_or_ending_between(row.rendered_at, timezone.now()).exists()
     )
