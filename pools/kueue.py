@@ -171,6 +171,18 @@ def reconcile(*, unless_applied: int | None = None) -> dict:
             cursor.execute("SELECT pg_advisory_unlock(%s, 0)", [RECONCILE_LOCK])
 
 
+def summary(outcome: dict[str, str]) -> dict:
+    """A reconcile's outcome in short (what a task returns and Celery logs): how many objects were left as they
+    were, and which ones were created, corrected, deleted or failed."""
+    short: dict = {"unchanged": 0}
+    for key, done in outcome.items():
+        if done == "unchanged":
+            short["unchanged"] += 1
+        else:
+            short.setdefault(done, []).append(key)
+    return short
+
+
 def _audit_instance(manifest: dict, pools: dict[str, Pool], teams: dict[str, Team], state: KueueProjection):
     labels = manifest["metadata"]["labels"]
     if render.LABEL_TEAM in labels and labels[render.LABEL_TEAM] in teams:

@@ -71,7 +71,7 @@ def reconcile_kueue(version: int | None = None) -> dict:
     already applied it; without (the periodic run), always: that is what puts back hand edits."""
     from . import kueue
 
-    return kueue.reconcile(unless_applied=version)
+    return kueue.summary(kueue.reconcile(unless_applied=version))
 
 
 @shared_task(
@@ -85,4 +85,5 @@ def reconcile_kueue_at_reservation_boundary() -> dict | None:
     """Frequent and cheap: reconcile Kueue's objects when a reservation started or ended since the last rendering."""
     from . import kueue
 
-    return kueue.reconcile_at_reservation_boundary()
+    outcome = kueue.reconcile_at_reservation_boundary()
+    return None if outcome is None else kueue.summary(outcome)
