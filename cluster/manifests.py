@@ -312,12 +312,16 @@ def render_limit_range(spec: NamespaceSpec) -> dict:
 
 
 def render_priority_classes() -> list[dict]:
+    """The pods' PriorityClasses. `preemptionPolicy: Never`: the kube-scheduler never evicts one pod for another;
+    only Kueue, which knows the teams' quotas, preempts (a Workload of a WorkloadPriorityClass of the same name and
+    value). Both fields are immutable in the cluster: see `cluster.resources.ensure_priority_classes`."""
     return [
         {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
             "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
             "value": value,
+            "preemptionPolicy": "Never",
             "globalDefault": False,
             "description": f"Reservoir jobs of {name.split('-')[1]} priority",
         }

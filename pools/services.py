@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 from portal import audit
 from portal.models import Team
 
-from . import namespaces
+from . import kueue, namespaces
 from .choices import QuotaRequestState
 from .models import NamespaceLimits, Pool, Quota, QuotaRequest, Reservation
 
@@ -81,6 +81,7 @@ def create_reservation(
     audit.record(
         actor=user, action="reservation.create", instance=reservation, before=None, after=audit.snapshot(reservation)
     )
+    kueue.mark_changed()
     return reservation
 
 
@@ -101,6 +102,7 @@ def end_reservation(*, reservation: Reservation, ends_at: datetime, user=None) -
         before=before,
         after=audit.snapshot(reservation),
     )
+    kueue.mark_changed()
     return reservation
 
 
@@ -167,6 +169,7 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     quota.save()
     audit.record(actor=user, action="quota.set", instance=quota, before=before, after=audit.snapshot(quota))
     namespaces.mark_changed(team)
+    kueue.mark_changed()
     return quota
 
 
@@ -217,6 +220,7 @@ def set_namespace_limits(*, team: Team, user=None, **values) -> NamespaceLimits:
     limits.full_clean()
     limits.save()
     namespaces.mark_changed(team)
+    kueue.mark_changed()
     audit.record(
         actor=user, action="namespace_limits.set", instance=limits, before=before, after=audit.snapshot(limits)
     )
@@ -266,6 +270,7 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
         before=before,
         after=_pool_snapshot(pool),
     )
+    kueue.mark_changed()
     return pool
 
 
@@ -285,6 +290,7 @@ def delete_pool(*, pool: Pool, user=None) -> None:
         ) from None
     pool.pk = pk
     audit.record(actor=user, action="pool.delete", instance=pool, before=before, after=None)
+    kueue.mark_changed()
 
 
 # --- quota requests: a lead asks, an admin decides ------------------------------------------------------------
