@@ -27,6 +27,7 @@ from .manifests import (
     LABEL_MANAGED_BY,
     LABEL_POOL,
     LABEL_TEAM,
+    LOCAL_QUEUE_NAME,
     MANAGED_BY,
     PRIORITY_VALUES,
     PoolTarget,
@@ -39,7 +40,6 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
 COHORT = "reservoir"
-LOCAL_QUEUE_NAME = "reservoir"
 # The label the apiserver puts on every namespace (immutable, equal to its name).
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 COVERED_RESOURCES = (GPU_RESOURCE, "cpu", "memory")

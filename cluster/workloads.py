@@ -12,8 +12,6 @@ from datetime import datetime
 
 from django.utils.dateparse import parse_datetime
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
 WORKLOAD_PLURAL = "workloads"
 PORTAL_JOB_NAME = re.compile(r"^rsv-(\d+)$")
 PREEMPTOR_UID = re.compile(r"\(UID: ([0-9a-fA-F-]+)")
