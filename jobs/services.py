@@ -16,13 +16,14 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from cluster.facts import JobFacts, PodFacts
 from pools.models import NamespaceLimits, Node, Pool, Quota
 from portal import audit
 from portal.choices import Role
 from portal.models import Team
 
 from .choices import ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement
-from .models import Job, JobEvent
+from .models import Job, JobEvent, Pod
 from .specs import JobSpec, validate_spec
 
 log = logging.getLogger(__name__)
@@ -228,6 +229,12 @@ def fail_job(*, job_id: int, message: str) -> None:
         _after_release(job)
 
 
+# === Recorded by the cluster sync ===============================================================================
+# The sync (jobs/sync.py) parses what the watches see into facts (cluster/facts.py) and hands them here: the
+# jobs app records its own rows — pods, and the job states they and the Jobs imply. The sync calls only what is
+# below this line.
+
+
 @dataclass(frozen=True)
 class Observation:
     """What sync saw of a job in the cluster: the state it implies, and details for the job page."""
@@ -237,6 +244,40 @@ class Observation:
     node_name: str = ""
     pending_reason: str = ""
     message: str = ""
+
+
+def pod_observation(pod: PodFacts) -> Observation | None:
+    """The job state a pod of the job implies. Final states come from the Job object, not from its pods."""
+    if pod.phase == "Running":
+        return Observation(
+            state=JobState.RUNNING, at=pod.bound_at, node_name=pod.node_name, message=f"running on {pod.node_name}"
+        )
+    if pod.phase == "Pending":
+        if pod.scheduled:
+            return Observation(
+                state=JobState.PENDING,
+                at=pod.bound_at,
+                node_name=pod.node_name,
+                pending_reason=f"starting on {pod.node_name}",
+            )
+        return Observation(
+            state=JobState.PENDING,
+            pending_reason=pod.pending_reason or "waiting to be scheduled",
+            message=pod.pending_reason,
+        )
+    return None
+
+
+def job_outcome_observation(job: JobFacts) -> Observation | None:
+    """The final state a finished Job implies (None while it has not finished)."""
+    if job.outcome == "Complete":
+        return Observation(state=JobState.SUCCEEDED, at=job.finished_at, message="completed")
+    if job.outcome == "Failed":
+        text = job.message
+        if job.reason == "DeadlineExceeded":
+            text = "stopped: it ran longer than its maximum run time"
+        return Observation(state=JobState.FAILED, at=job.finished_at, message=f"{job.reason}: {text}".strip(": "))
+    return None
 
 
 @transaction.atomic
@@ -274,3 +315,115 @@ def fail_job_deleted_outside(*, job_id: int) -> None:
     if job is None or job.state not in ADMITTED_STATES:
         return
     fail_job(job_id=job_id, message=_("the Job was deleted from the cluster outside the portal"))
+
+
+@dataclass(frozen=True)
+class PodOwner:
+    """Whom a pod is attributed to: its team (by namespace), its pool (its node's, else its portal job's) and its
+    portal job (None for a pod that is no portal job's, whatever its labels say)."""
+
+    team_id: int | None
+    pool_id: int | None
+    job_id: int | None
+
+
+POD_FIELDS = (
+    "team_id",
+    "pool_id",
+    "job_id",
+    "node_name",
+    "gpus",
+    "phase",
+    "scheduled",
+    "pending_reason",
+    "bound_at",
+    "finished_at",
+)
+POD_BATCH = 1000
+
+
+def _pod_row(pod: PodFacts, owner: PodOwner) -> Pod:
+    return Pod(
+        uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        team_id=owner.team_id,
+        pool_id=owner.pool_id,
+        job_id=owner.job_id,
+        node_name=pod.node_name,
+        gpus=pod.gpus,
+        phase=pod.phase,
+        scheduled=pod.scheduled,
+        pending_reason=pod.pending_reason,
+        created_at=pod.created_at or timezone.now(),
+        bound_at=pod.bound_at,
+        finished_at=pod.finished_at,
+    )
+
+
+def _stored_pods(uids: list[str] | None) -> dict[str, tuple]:
+    """uid -> compared values of stored Pod rows (all rows when `uids` is None)."""
+    rows = Pod.objects.all() if uids is None else Pod.objects.filter(uid__in=uids)
+    return {row[0]: tuple(row[1:]) for row in rows.values_list("uid", *POD_FIELDS)}
+
+
+@transaction.atomic
+def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False) -> None:
+    """Record what the cluster says of `pods`: one row per pod, upserted by UID; only new or changed rows are
+    written (a relist mostly finds nothing changed: no write at all). With `complete` (`pods` is every pod there
+    is) the rows of pods missing from it are deleted: they went while nobody watched."""
+    rows = [_pod_row(pod, owner) for pod, owner in pods]
+    stored = _stored_pods(None if complete else [row.uid for row in rows])
+    changed = [row for row in rows if stored.get(row.uid) != tuple(getattr(row, f) for f in POD_FIELDS)]
+    if changed:
+        Pod.objects.bulk_create(
+            changed,
+            batch_size=POD_BATCH,
+            update_conflicts=True,
+            unique_fields=["uid"],
+            update_fields=[f.removesuffix("_id") for f in POD_FIELDS] + ["seen_at"],
+        )
+    if complete:
+        present = {row.uid for row in rows}
+        gone = [uid for uid in stored if uid not in present]
+        if gone:
+            Pod.objects.filter(uid__in=gone).delete()
+
+
+def remove_pod(*, uid: str) -> None:
+    """The pod was deleted from the cluster: its row goes (its GPU time stays in billing)."""
+    Pod.objects.filter(uid=uid).delete()
+
+
+def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
+    """Move admitted jobs to the state their pods show (`pods`: (portal job id, pod)). Jobs not admitted — queued
+    or final — are left alone."""
+    if not pods:
+        return
+    current = dict(Job.objects.filter(pk__in={job_id for job_id, _pod in pods}).values_list("pk", "state"))
+    for job_id, pod in pods:
+        if current.get(job_id) not in ADMITTED_STATES:
+            continue
+        observation = pod_observation(pod)
+        if observation is not None:
+            observe(job_id=job_id, observation=observation)
+
+
+def record_job_state(*, job_id: int, job: JobFacts) -> None:
+    """A portal job's Job, as the cluster shows it: a finished Job finishes the portal job."""
+    observation = job_outcome_observation(job)
+    if observation is not None:
+        observe(job_id=job_id, observation=observation)
+
+
+def settle_missing_jobs(*, present_job_ids: set[int], created_before) -> list[int]:
+    """After a full list of the portal's Jobs: admitted jobs whose Job was created before `created_before` and is
+    not in the list were deleted outside the portal; they fail with that reason. Returns their ids."""
+    missing = list(
+        Job.objects.filter(state__in=ADMITTED_STATES, cluster_created_at__lt=created_before)
+        .exclude(pk__in=present_job_ids)
+        .values_list("pk", flat=True)
+    )
+    for job_id in missing:
+        fail_job_deleted_outside(job_id=job_id)
+    return missing

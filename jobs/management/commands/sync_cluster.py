@@ -30,33 +30,27 @@ def _guarded(handler):
 
 
 def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
+    """One list-then-watch per resource, each routed to its pair of sync handlers. Nodes come first: pods are
+    attributed to pools by the node they run on."""
     core, batch = client.core(), client.batch()
+    managed = {"label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"}
+    watched = [
+        # (name, list call, list arguments, on a full list, on each event)
+        ("nodes", core.list_node, {}, sync.relist_nodes, sync.node_event),
+        ("pods", core.list_pod_for_all_namespaces, {}, sync.relist_pods, sync.pod_event),
+        ("jobs", batch.list_job_for_all_namespaces, managed, sync.relist_jobs, sync.job_event),
+    ]
     return [
         ListWatch(
-            name="nodes",
-            list_call=core.list_node,
-            on_relist=_guarded(sync.relist_nodes),
-            on_event=_guarded(sync.node_event),
-            save_version=_guarded(lambda v: sync.save_version("nodes", v)),
+            name=name,
+            list_call=list_call,
+            list_kwargs=list_kwargs,
+            on_relist=_guarded(on_relist),
+            on_event=_guarded(on_event),
+            save_version=_guarded(lambda version, name=name: sync.save_version(name, version)),
             stop=stop,
-        ),
-        ListWatch(
-            name="pods",
-            list_call=core.list_pod_for_all_namespaces,
-            on_relist=_guarded(sync.relist_pods),
-            on_event=_guarded(sync.pod_event),
-            save_version=_guarded(lambda v: sync.save_version("pods", v)),
-            stop=stop,
-        ),
-        ListWatch(
-            name="jobs",
-            list_call=batch.list_job_for_all_namespaces,
-            list_kwargs={"label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"},
-            on_relist=_guarded(sync.relist_jobs),
-            on_event=_guarded(sync.job_event),
-            save_version=_guarded(lambda v: sync.save_version("jobs", v)),
-            stop=stop,
-        ),
+        )
+        for name, list_call, list_kwargs, on_relist, on_event in watched
     ]
 
 
