@@ -8,10 +8,12 @@ from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
 
-from . import client
+from . import client, live
 from .errors import TransientClusterError, with_retries
+from .facts import NodeFacts, node_facts
 from .kueue import KINDS, KUEUE_GROUP, KUEUE_VERSION
 from .manifests import LABEL_MANAGED_BY, MANAGED_BY, render_priority_classes
+from .watch import list_pages
 
 log = logging.getLogger(__name__)
 
@@ -393,22 +395,15 @@ def patch_job(namespace: str, name: str, patch: dict):
     return with_retries(lambda: batch.patch_namespaced_job(name, namespace, patch))
 
 
-def pod_log_tail(namespace: str, pod_name: str, *, lines: int = 200) -> str:
-    core = client.core()
-    return with_retries(
-        lambda: core.read_namespaced_pod_log(pod_name, namespace, tail_lines=lines, _request_timeout=10), attempts=2
-    )
+def pod_log_tail(namespace: str, pod_name: str, *, lines: int = live.LOG_MAX_LINES) -> str:
+    """The pod's log tail, bounded in bytes: `cluster.live.log_tail` (the one place live reads are made)."""
+    return live.log_tail(namespace, pod_name, max_lines=lines)
 
 
-def events_for(namespace: str, kind: str, name: str) -> list:
-    core = client.core()
-    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
-    result = with_retries(lambda: core.list_namespaced_event(namespace, field_selector=selector, _request_timeout=10))
-    return list(result.items)
-
-
-def list_nodes():
-    return with_retries(lambda: client.core().list_node())
+def list_nodes() -> list[NodeFacts]:
+    """Every node of the cluster, as the facts the sync records (paged, raw JSON, no client models)."""
+    items, _version = with_retries(lambda: list_pages(client.core().list_node))
+    return [node_facts(item) for item in items]
 
 
 def patch_node_taints(name: str, taints: list[dict]) -> None:

@@ -23,6 +23,11 @@ class IllegalTransition(Exception):
     pass
 
 
+def job_name_for(job_id: int) -> str:
+    """The name of job `job_id`'s Kubernetes Job (in its team's namespace)."""
+    return f"rsv-{job_id}"
+
+
 class JobQuerySet(models.QuerySet):
     def visible_to(self, user) -> "JobQuerySet":
         """Jobs of the teams `user` belongs to (all for a platform admin)."""
@@ -112,7 +117,7 @@ class Job(models.Model):
     @property
     def job_name(self) -> str:
         """The Kubernetes name, derived from the id so a retried submission can never create a second Job."""
-        return f"rsv-{self.pk}"
+        return job_name_for(self.pk)
 
     @property
     def is_final(self) -> bool:

@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from cluster.facts import PREEMPTOR_UID, JobFacts, PodFacts, WorkloadFacts
 from pools.models import NamespaceLimits, Node, Pool, Quota
 from portal import audit
 from portal.choices import Role
@@ -162,30 +163,56 @@ def resubmit_job(*, job: Job, user) -> Job:
 # --- Kueue's verdicts -------------------------------------------------------------------------------------------
 
 
-def record_workload(*, facts, job_id: int) -> bool:
-    """Keep the Workload row of `facts` (a cluster.workloads.WorkloadFacts of job `job_id`) and settle the job.
-    Returns True when the job's state or reason changed."""
-    Workload.objects.update_or_create(
-        uid=facts.uid,
-        defaults={
-            "namespace": facts.namespace,
-            "name": facts.name,
-            "job_id": job_id,
-            "cluster_queue": facts.cluster_queue,
-            "priority": facts.priority,
-            "quota_reserved": facts.quota_reserved,
-            "admitted": facts.admitted,
-            "finished": facts.finished,
-            "flavors": list(facts.flavors),
-            "message": facts.message,
-            "evicted_reason": facts.evicted_reason,
-            "evicted_message": facts.evicted_message,
-            "requeue_count": facts.requeue_count,
-            "created_at": facts.created_at or timezone.now(),
-            "admitted_at": facts.admitted_at,
-        },
-    )
+def _workload_fields(facts: WorkloadFacts, job_id: int) -> dict:
+    return {
+        "namespace": facts.namespace,
+        "name": facts.name,
+        "job_id": job_id,
+        "cluster_queue": facts.cluster_queue,
+        "priority": facts.priority,
+        "quota_reserved": facts.quota_reserved,
+        "admitted": facts.admitted,
+        "finished": facts.finished,
+        "flavors": list(facts.flavors),
+        "message": facts.message,
+        "evicted_reason": facts.evicted_reason,
+        "evicted_message": facts.evicted_message,
+        "requeue_count": facts.requeue_count,
+        "created_at": facts.created_at or timezone.now(),
+        "admitted_at": facts.admitted_at,
+    }
+
+
+def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
+    """Keep the Workload row of `facts` (a Workload of portal job `job_id`) and settle the job. True when the
+    job's state or reason changed."""
+    Workload.objects.update_or_create(uid=facts.uid, defaults=_workload_fields(facts, job_id))
     return settle_job(job_id=job_id)
+
+
+def record_workloads(*, workloads: list[tuple[int, WorkloadFacts]]) -> None:
+    """After a full list of Kueue's Workloads (`workloads`: (portal job id, facts) of the portal's ones): rows of
+    Workloads that are gone are deleted, the listed ones upserted (written only when changed), and every job
+    whose Workloads changed is settled."""
+    listed = {facts.uid: (job_id, facts) for job_id, facts in workloads}
+    compared = ["namespace", "name", "job_id", "cluster_queue", "priority", "quota_reserved", "admitted", "finished"]
+    compared += ["flavors", "message", "evicted_reason", "evicted_message", "requeue_count", "created_at"]
+    compared += ["admitted_at"]
+    stored = {row["uid"]: row for row in Workload.objects.values("uid", *compared)}
+    touched: set[int] = set()
+    for uid, row in stored.items():
+        if uid not in listed:
+            touched.add(row["job_id"])
+    Workload.objects.filter(uid__in=[uid for uid in stored if uid not in listed]).delete()
+    for uid, (job_id, facts) in listed.items():
+        fields = _workload_fields(facts, job_id)
+        before = stored.get(uid)
+        if before is not None and all(before[key] == value for key, value in fields.items()):
+            continue
+        Workload.objects.update_or_create(uid=uid, defaults=fields)
+        touched.add(job_id)
+    for job_id in sorted(touched):
+        settle_job(job_id=job_id)
 
 
 def forget_workload(*, uid: str) -> None:
@@ -200,8 +227,6 @@ def _eviction_message(workload: Workload, job: Job) -> str:
     """Why an admitted job went back to the queue, and for whom, in plain words."""
     preemptor = None
     if workload.evicted_reason == "Preempted":
-        from cluster.workloads import PREEMPTOR_UID
-
         match = PREEMPTOR_UID.search(workload.evicted_message)
         if match:
             preemptor = (
@@ -323,6 +348,12 @@ def fail_job(*, job_id: int, message: str) -> None:
     _record(job, job.transition_to(JobState.FAILED, message=message))
 
 
+# === Recorded by the cluster sync ===============================================================================
+# The sync (jobs/sync.py) parses what the watches see into facts (cluster/facts.py) and hands them here: the
+# jobs app records its own rows — pods, and the job states they and the Jobs imply. The sync calls only what is
+# below this line.
+
+
 @dataclass(frozen=True)
 class Observation:
     """What sync saw of a job in the cluster: the state it implies, and details for the job page."""
@@ -334,13 +365,27 @@ class Observation:
     message: str = ""
 
 
+def job_outcome_observation(job: JobFacts) -> Observation | None:
+    """The final state a finished Job implies (None while it has not finished)."""
+    if job.outcome == "Complete":
+        return Observation(state=JobState.SUCCEEDED, at=job.finished_at, message="completed")
+    if job.outcome == "Failed":
+        text = job.message
+        if job.reason == "DeadlineExceeded":
+            text = "stopped: it ran longer than its maximum run time"
+        return Observation(state=JobState.FAILED, at=job.finished_at, message=f"{job.reason}: {text}".strip(": "))
+    return None
+
+
 @transaction.atomic
 def observe(*, job_id: int, observation: Observation) -> bool:
-    """Bring a job to the state the cluster shows, through legal edges; True when something changed.
+    """Bring a job to the final state its Job shows, through legal edges; True when something changed.
 
-    A final job never moves again (a cancelled job's pods may still report Running while they are deleted)."""
+    A final job never moves again (a cancelled job's pods may still report Running while they are deleted). A job
+    still Queued in the portal may finish: a short job can run and complete before the sync has seen its Workload
+    admitted."""
     job = _locked(job_id)
-    if job.is_final or job.state == JobState.QUEUED:
+    if job.is_final:
         return False
     changed = False
     fields = []
@@ -367,3 +412,111 @@ def fail_job_deleted_outside(*, job_id: int) -> None:
     if job is None or job.state not in ACTIVE_STATES:
         return
     fail_job(job_id=job_id, message=_("the Job was deleted from the cluster outside the portal"))
+
+
+@dataclass(frozen=True)
+class PodOwner:
+    """Whom a pod is attributed to: its team (by namespace), its pool (its node's, else its portal job's) and its
+    portal job (None for a pod that is no portal job's, whatever its labels say)."""
+
+    team_id: int | None
+    pool_id: int | None
+    job_id: int | None
+
+
+POD_FIELDS = (
+    "team_id",
+    "pool_id",
+    "job_id",
+    "node_name",
+    "gpus",
+    "phase",
+    "scheduled",
+    "pending_reason",
+    "bound_at",
+    "finished_at",
+)
+POD_BATCH = 1000
+
+
+def _pod_row(pod: PodFacts, owner: PodOwner) -> Pod:
+    return Pod(
+        uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        team_id=owner.team_id,
+        pool_id=owner.pool_id,
+        job_id=owner.job_id,
+        node_name=pod.node_name,
+        gpus=pod.gpus,
+        phase=pod.phase,
+        scheduled=pod.scheduled,
+        pending_reason=pod.pending_reason,
+        created_at=pod.created_at or timezone.now(),
+        bound_at=pod.bound_at,
+        finished_at=pod.finished_at,
+    )
+
+
+def _stored_pods(uids: list[str] | None) -> dict[str, tuple]:
+    """uid -> compared values of stored Pod rows (all rows when `uids` is None)."""
+    rows = Pod.objects.all() if uids is None else Pod.objects.filter(uid__in=uids)
+    return {row[0]: tuple(row[1:]) for row in rows.values_list("uid", *POD_FIELDS)}
+
+
+@transaction.atomic
+def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False) -> None:
+    """Record what the cluster says of `pods`: one row per pod, upserted by UID; only new or changed rows are
+    written (a relist mostly finds nothing changed: no write at all). With `complete` (`pods` is every pod there
+    is) the rows of pods missing from it are deleted: they went while nobody watched."""
+    rows = [_pod_row(pod, owner) for pod, owner in pods]
+    stored = _stored_pods(None if complete else [row.uid for row in rows])
+    changed = [row for row in rows if stored.get(row.uid) != tuple(getattr(row, f) for f in POD_FIELDS)]
+    if changed:
+        Pod.objects.bulk_create(
+            changed,
+            batch_size=POD_BATCH,
+            update_conflicts=True,
+            unique_fields=["uid"],
+            update_fields=[f.removesuffix("_id") for f in POD_FIELDS] + ["seen_at"],
+        )
+    if complete:
+        present = {row.uid for row in rows}
+        gone = [uid for uid in stored if uid not in present]
+        if gone:
+            Pod.objects.filter(uid__in=gone).delete()
+
+
+def remove_pod(*, uid: str) -> None:
+    """The pod was deleted from the cluster: its row goes (its GPU time stays in billing)."""
+    Pod.objects.filter(uid=uid).delete()
+
+
+def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
+    """Pods of portal jobs changed (`pods`: (portal job id, pod), their rows already recorded): settle each
+    unfinished job from its Workload and pods (`settle_job`)."""
+    job_ids = {job_id for job_id, _pod in pods}
+    if not job_ids:
+        return
+    for job_id in Job.objects.filter(pk__in=job_ids, state__in=ACTIVE_STATES).values_list("pk", flat=True):
+        settle_job(job_id=job_id)
+
+
+def record_job_state(*, job_id: int, job: JobFacts) -> None:
+    """A portal job's Job, as the cluster shows it: a finished Job finishes the portal job."""
+    observation = job_outcome_observation(job)
+    if observation is not None:
+        observe(job_id=job_id, observation=observation)
+
+
+def settle_missing_jobs(*, present_job_ids: set[int], created_before) -> list[int]:
+    """After a full list of the portal's Jobs: unfinished jobs whose Job was created before `created_before` and is
+    not in the list were deleted outside the portal; they fail with that reason. Returns their ids."""
+    missing = list(
+        Job.objects.filter(state__in=ACTIVE_STATES, cluster_created_at__lt=created_before)
+        .exclude(pk__in=present_job_ids)
+        .values_list("pk", flat=True)
+    )
+    for job_id in missing:
+        fail_job_deleted_outside(job_id=job_id)
+    return missing

@@ -1,4 +1,4 @@
-"""Writes to pools, reservations and quotas. Every caller (views, API, admin, tasks, commands) uses these.
+"""Writes to pools, nodes, reservations and quotas. Every caller (views, API, admin, tasks, commands) uses these.
 
 The contract invariant — a pool's reservations never add up to more than its contracted GPUs at any moment — is
 checked here under `SELECT ... FOR UPDATE` on the pool row: two requests for the last GPUs of a pool queue on the
@@ -11,14 +11,17 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from cluster.facts import NodeFacts
 from portal import audit
 from portal.models import Team
 
 from . import kueue, namespaces
 from .choices import QuotaRequestState
-from .models import NamespaceLimits, Pool, Quota, QuotaRequest, Reservation
+from .isolation import pool_for
+from .models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 
 
 @dataclass(frozen=True)
@@ -430,3 +433,45 @@ def withdraw_quota_request(*, request: QuotaRequest, user) -> QuotaRequest:
         note="",
         action="quota_request.withdraw",
     )
+
+
+# --- nodes, as the cluster sync sees them -------------------------------------------------------------------------
+
+NODE_FIELDS = ("pool", "labels", "taints", "gpu_capacity", "gpu_allocatable", "ready", "unschedulable", "last_seen_at")
+NODE_BATCH = 1000
+
+
+@transaction.atomic
+def record_nodes(*, nodes: list[NodeFacts], complete: bool = False) -> dict[str, int | None]:
+    """Record what the cluster says of `nodes`: one row per node, upserted by name, in the first pool (by slug)
+    whose selector matches its labels. With `complete` (`nodes` is a full list) the rows of nodes missing from it
+    are deleted. Returns node name -> pool id of the nodes recorded.
+
+    Seeing a node twice writes the same row again; `missing_taints` is left to `pools.isolation`."""
+    pools = list(Pool.objects.order_by("slug"))
+    now = timezone.now()
+    rows = [
+        Node(
+            name=facts.name,
+            pool=pool_for(facts.labels, pools),
+            labels=dict(facts.labels),
+            taints=list(facts.taints),
+            gpu_capacity=facts.gpu_capacity,
+            gpu_allocatable=facts.gpu_allocatable,
+            ready=facts.ready,
+            unschedulable=facts.unschedulable,
+            last_seen_at=now,
+        )
+        for facts in nodes
+    ]
+    Node.objects.bulk_create(
+        rows, batch_size=NODE_BATCH, update_conflicts=True, unique_fields=["name"], update_fields=NODE_FIELDS
+    )
+    if complete:
+        Node.objects.exclude(name__in=[row.name for row in rows]).delete()
+    return {row.name: row.pool_id for row in rows}
+
+
+def remove_node(*, name: str) -> None:
+    """The node left the cluster: its row goes (pods and usage keep the node's name)."""
+    Node.objects.filter(name=name).delete()

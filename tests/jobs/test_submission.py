@@ -11,7 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from cluster.workloads import workload_facts
+from cluster.facts import workload_facts
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, Pod
