@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from billing.models import StaleDay, UsageInterval
 from jobs.choices import JobState
-from jobs.models import Job, Pod
+from jobs.models import Job, Pod, Workload
 from jobs.sync import ClusterSync
 from pools.models import Node
 from tests.factories import JobFactory, PoolFactory, TeamFactory
@@ -83,6 +83,18 @@ def world():
         state=JobState.RUNNING,
         node_name="gpu-a",
         cluster_created_at=timezone.now() - timedelta(hours=1),
+    )
+    # Kueue admitted it in its pool: from here on its pods decide Admitted / Pending / Running.
+    Workload.objects.create(
+        uid="wl-1",
+        namespace=alpha.namespace,
+        name=f"job-{job.job_name}-x",
+        job=job,
+        quota_reserved=True,
+        admitted=True,
+        flavors=[pool.slug],
+        created_at=timezone.now() - timedelta(hours=1),
+        admitted_at=timezone.now() - timedelta(hours=1),
     )
     sync = ClusterSync()
     sync.relist_nodes([node("gpu-a", dict(pool.node_selector)), node("cpu-1", {"role": "system"}, gpus=0)], "10")
