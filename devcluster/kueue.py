@@ -276,18 +276,26 @@ class Kueue:
             return f"cannot check the webhooks: {type(error).__name__}: {error}"
 
     # -- start -----------------------------------------------------------------------------------------------------
-    def start(self, binaries: Path, *, pods_ready_timeout: str) -> ProcessRecord:
-        """Apply the CRDs, wait until they are served, write namespace, certificates and configuration, spawn
-        Kueue and record it. Does not wait for it: ``finish_start`` does (the caller may create nodes meanwhile)."""
-        check_duration(pods_ready_timeout)
+    def apply_crds(self) -> list[dict[str, Any]]:
+        """Server-side apply Kueue's CRDs (the API server takes seconds over the 670 KB Workload CRD and its
+        validation rules, so ``up`` does this while the other components start). Returns them."""
         if not build.kueue_files_present():
             raise KueueError(
                 f"Kueue's module files are missing in {build.kueue_module_dir()}; run: python -m devcluster build"
             )
+        documents = crd_documents(build.kueue_module_dir())
+        apply_crds(self.cluster.api(), documents)
+        self.cluster.progress(f"applied {len(documents)} Kueue CRDs")
+        return documents
+
+    def start(
+        self, binaries: Path, *, pods_ready_timeout: str, crds: list[dict[str, Any]] | None = None
+    ) -> ProcessRecord:
+        """Wait until the CRDs (applied now unless ``crds`` says they were) are served, write namespace,
+        certificates and configuration, spawn Kueue and record it. Does not wait for it: ``finish_start`` does."""
+        check_duration(pods_ready_timeout)
+        documents = crds if crds is not None else self.apply_crds()
         api = self.cluster.api()
-        module = build.kueue_module_dir()
-        documents = crd_documents(module)
-        apply_crds(api, documents)
         wait_crds_served(api, documents)
         ensure_namespace(api)
         self.directory.mkdir(parents=True, exist_ok=True)
