@@ -80,7 +80,7 @@ def seed(*, jobs: int, teams: int) -> dict:
         quotas = Quota.objects.bulk_create(
             [Quota(team=team, pool=pool, max_gpus=1000) for team in team_rows for pool in pool_rows]
         )
-        states = ["running", "running", "running", "succeeded", "failed", "queued", "pending", "cancelled", "submitted"]
+        states = ["running", "running", "running", "succeeded", "failed", "queued", "pending", "cancelled", "admitted"]
         Job.objects.bulk_create(
             [
                 Job(

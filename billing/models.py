@@ -1,9 +1,9 @@
 """Usage as metered: one row per GPU pod's stay on a node.
 
-`UsageInterval` is written by the cluster sync (jobs/sync) and read by metering. A pod's interval is
-[started_at, ended_at): from when it was bound to a node to when it terminated; `ended_at` is NULL while it still
-holds its GPUs. The pod's UID is unique, so a sync that sees the same pod twice (after its own restart, or a
-relist) updates the one row instead of counting it again.
+`UsageInterval` is written only by `billing.services.record_usage` (the cluster sync calls it) and read by
+metering. A pod's interval is [started_at, ended_at): from when it was bound to a node to when it terminated;
+`ended_at` is NULL while it still holds its GPUs. The pod's UID is unique, so a sync that sees the same pod
+twice (after its own restart, or a relist) updates the one row instead of counting it again.
 """
 
 from django.conf import settings

@@ -55,3 +55,7 @@ def batch() -> client.BatchV1Api:
 
 def scheduling() -> client.SchedulingV1Api:
     return client.SchedulingV1Api(api_client())
+
+
+def custom_objects() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client())

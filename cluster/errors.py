@@ -5,9 +5,11 @@ Everything else the apiserver answered (400, 403, 404, 409, 422) is a verdict on
 help, so it is reported at once.
 """
 
+import contextlib
+import contextvars
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import urllib3
@@ -72,9 +74,26 @@ def backoff_seconds(attempt: int, *, base: float = 1.0, cap: float = 60.0) -> fl
     return random.uniform(0, min(cap, base * (2**attempt)))
 
 
+_single_attempt: contextvars.ContextVar[bool] = contextvars.ContextVar("cluster_single_attempt", default=False)
+
+
+@contextlib.contextmanager
+def single_attempt() -> Iterator[None]:
+    """Inside this block every cluster call is tried once: the caller (a Celery task with `autoretry_for`) owns
+    the retrying, so retries are never stacked inside retries."""
+    token = _single_attempt.set(True)
+    try:
+        yield
+    finally:
+        _single_attempt.reset(token)
+
+
 def with_retries(call: Callable[[], T], *, attempts: int | None = None, base: float = 0.5, cap: float = 10.0) -> T:
-    """Run `call`, retrying transient failures with backoff; a non-transient failure is raised at once."""
-    if attempts is None:
+    """Run `call`, retrying transient failures with backoff; a non-transient failure is raised at once.
+    Within `single_attempt()` (tasks) it tries once."""
+    if _single_attempt.get():
+        attempts = 1
+    elif attempts is None:
         from django.conf import settings
 
         attempts = settings.KUBE_CALL_ATTEMPTS

@@ -8,6 +8,11 @@ Placement (PRODUCT.md):
 - spill-after N minutes is rendered as strict until the portal moves it, then as soft.
 The standard affinity is always written; the seed-000 annotations are added for clusters whose scheduler reads
 them.
+
+Admission is Kueue's: every Job is created suspended, labelled with its team's LocalQueue and a
+WorkloadPriorityClass; Kueue unsuspends it when the team's quota (its ClusterQueue in the cohort) has room, and
+injects the assigned flavor's node labels. A strict job's required affinity matches only its home pool's flavor,
+so Kueue can only assign that one; a soft job's matches home ∪ spill pools.
 """
 
 from dataclasses import dataclass, field
@@ -24,6 +29,11 @@ EBCLOUD_ALLOW_SOFT = "scheduling.eks.ebcloud.com/allow-soft-placement"
 RESOURCE_QUOTA_NAME = "reservoir-quota"
 LIMIT_RANGE_NAME = "reservoir-limits"
 PRIORITY_CLASSES = {0: "reservoir-low", 50: "reservoir-normal", 100: "reservoir-high"}
+# Kueue: the LocalQueue every team namespace holds, and the labels that put a Job in it with a priority (the
+# WorkloadPriorityClasses carry the same names and values as the PriorityClasses).
+LOCAL_QUEUE_NAME = "reservoir"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 PRIORITY_VALUES = {"reservoir-low": 1000, "reservoir-normal": 5000, "reservoir-high": 10000}
 
 
@@ -59,7 +69,8 @@ class JobManifestSpec:
     anti_affinity_group: str = ""
     pod_annotations: dict[str, str] = field(default_factory=dict)
     ebcloud_annotations: bool = False
-    suspend: bool = False
+    suspend: bool = True  # Kueue unsuspends it on admission
+    local_queue: str = LOCAL_QUEUE_NAME
 
 
 def cpu_quantity(millicores: int) -> str:
@@ -186,13 +197,18 @@ def render_job(spec: JobManifestSpec) -> dict:
         "containers": [container],
         **scheduling_directives(spec),
     }
+    job_labels_with_queue = {
+        **labels,
+        KUEUE_QUEUE_LABEL: spec.local_queue,
+        KUEUE_PRIORITY_LABEL: priority_class_name(spec.priority),
+    }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": spec.name,
             "namespace": spec.namespace,
-            "labels": labels,
+            "labels": job_labels_with_queue,
             "annotations": dict(annotations),
         },
         "spec": {
@@ -296,12 +312,16 @@ def render_limit_range(spec: NamespaceSpec) -> dict:
 
 
 def render_priority_classes() -> list[dict]:
+    """The pods' PriorityClasses. `preemptionPolicy: Never`: the kube-scheduler never evicts one pod for another;
+    only Kueue, which knows the teams' quotas, preempts (a Workload of a WorkloadPriorityClass of the same name and
+    value). Both fields are immutable in the cluster: see `cluster.resources.ensure_priority_classes`."""
     return [
         {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
             "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
             "value": value,
+            "preemptionPolicy": "Never",
             "globalDefault": False,
             "description": f"Reservoir jobs of {name.split('-')[1]} priority",
         }

@@ -26,6 +26,25 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 500
 
 
+def list_pages(list_call: Callable, list_kwargs: dict | None = None) -> tuple[list[dict], str]:
+    """Every object `list_call` lists (page by page, as raw dicts) and the collection's resourceVersion."""
+    items: list[dict] = []
+    token = None
+    while True:
+        kwargs = dict(list_kwargs or {}, limit=PAGE_SIZE, _preload_content=False, _request_timeout=(5, 120))
+        if token:
+            kwargs["_continue"] = token
+        response = list_call(**kwargs)
+        try:
+            body = json.loads(response.data)
+        finally:
+            response.release_conn()
+        items.extend(body.get("items") or [])
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return items, body["metadata"]["resourceVersion"]
+
+
 class Gone(Exception):
     """The resourceVersion to watch from is too old (HTTP 410): relist."""
 
@@ -58,21 +77,7 @@ class ListWatch:
                 log.debug("%s: closing the watch stream failed", self.name, exc_info=True)
 
     def list_all(self) -> tuple[list[dict], str]:
-        items: list[dict] = []
-        token = None
-        while True:
-            kwargs = dict(self.list_kwargs, limit=PAGE_SIZE, _preload_content=False, _request_timeout=(5, 120))
-            if token:
-                kwargs["_continue"] = token
-            response = self.list_call(**kwargs)
-            try:
-                body = json.loads(response.data)
-            finally:
-                response.release_conn()
-            items.extend(body.get("items") or [])
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return items, body["metadata"]["resourceVersion"]
+        return list_pages(self.list_call, self.list_kwargs)
 
     def relist(self) -> str:
         items, version = self.list_all()

@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 
 class JobState(models.TextChoices):
     QUEUED = "queued", _("Queued")
-    SUBMITTED = "submitted", _("Submitted")
+    ADMITTED = "admitted", _("Admitted")
     PENDING = "pending", _("Pending")
     RUNNING = "running", _("Running")
     SUCCEEDED = "succeeded", _("Succeeded")
@@ -13,17 +13,40 @@ class JobState(models.TextChoices):
 
 
 FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
-# States in which a job holds (or is about to hold) GPUs of its team's quota.
-ADMITTED_STATES = frozenset({JobState.SUBMITTED, JobState.PENDING, JobState.RUNNING})
+# States in which Kueue has admitted the job: it holds GPUs of its team's quota (or is about to use them).
+ADMITTED_STATES = frozenset({JobState.ADMITTED, JobState.PENDING, JobState.RUNNING})
+# States in which the job's batch/v1 Job should exist in the cluster (queued jobs wait there, suspended by Kueue).
+ACTIVE_STATES = frozenset({JobState.QUEUED, *ADMITTED_STATES})
 
-# Every edge of the lifecycle (PRODUCT.md): anything not listed here is refused.
+# Every edge of the lifecycle (PRODUCT.md): anything not listed here is refused. Admitted, Pending and Running go
+# back to Queued when Kueue evicts the job (preempted, or its pods did not all start in time) and requeues it.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    JobState.QUEUED: frozenset({JobState.SUBMITTED, JobState.CANCELLED, JobState.FAILED}),
-    JobState.SUBMITTED: frozenset(
-        {JobState.PENDING, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    JobState.QUEUED: frozenset(
+        {
+            JobState.ADMITTED,
+            JobState.PENDING,
+            JobState.RUNNING,
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+        }
     ),
-    JobState.PENDING: frozenset({JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
-    JobState.RUNNING: frozenset({JobState.PENDING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}),
+    JobState.ADMITTED: frozenset(
+        {
+            JobState.QUEUED,
+            JobState.PENDING,
+            JobState.RUNNING,
+            JobState.SUCCEEDED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+        }
+    ),
+    JobState.PENDING: frozenset(
+        {JobState.QUEUED, JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.RUNNING: frozenset(
+        {JobState.QUEUED, JobState.PENDING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+    ),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.CANCELLED: frozenset(),

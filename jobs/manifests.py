@@ -12,7 +12,7 @@ def pool_target(pool) -> PoolTarget:
     return PoolTarget(slug=pool.slug, node_selector=dict(pool.node_selector), taints=tuple(pool.taints))
 
 
-def manifest_spec(job: Job, *, soft: bool | None = None, suspend: bool = False) -> JobManifestSpec:
+def manifest_spec(job: Job, *, soft: bool | None = None, suspend: bool = True) -> JobManifestSpec:
     """The manifest inputs of `job`. Spill-after jobs render strict until moved (`job.spilled`)."""
     if soft is None:
         soft = job.placement == Placement.SOFT or (job.placement == Placement.SPILL_AFTER and job.spilled)

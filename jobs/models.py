@@ -16,17 +16,30 @@ from django.utils.translation import gettext_lazy as _
 from pools.models import Pool
 from portal.models import Team
 
-from .choices import FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
+from .choices import ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
 
 
 class IllegalTransition(Exception):
     pass
 
 
+def job_name_for(job_id: int) -> str:
+    """The name of job `job_id`'s Kubernetes Job (in its team's namespace)."""
+    return f"rsv-{job_id}"
+
+
 class JobQuerySet(models.QuerySet):
     def visible_to(self, user) -> "JobQuerySet":
         """Jobs of the teams `user` belongs to (all for a platform admin)."""
         return self.filter(team__in=Team.objects.visible_to(user))
+
+    def holding_quota(self) -> "JobQuerySet":
+        """Jobs Kueue has admitted: they hold GPUs of their team's quota (the one definition of "in use")."""
+        return self.filter(state__in=ADMITTED_STATES)
+
+    def gpus_held(self) -> int:
+        """GPUs held by the admitted jobs of this queryset."""
+        return self.holding_quota().aggregate(total=models.Sum(models.F("gpus")))["total"] or 0
 
 
 class Job(models.Model):
@@ -67,6 +80,16 @@ class Job(models.Model):
     )
     pod_annotations = models.JSONField(_("pod annotations"), default=dict, blank=True)
     spilled = models.BooleanField(_("moved to soft placement"), default=False)
+    admitted_pool = models.ForeignKey(
+        Pool,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+        verbose_name=_("admitted in pool"),
+        help_text=_("The pool (Kueue flavor) Kueue assigned the job's GPUs in when it admitted it."),
+    )
+    preemptions = models.PositiveIntegerField(_("times preempted"), default=0)
     resubmitted_from = models.ForeignKey(
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
     )
@@ -94,7 +117,7 @@ class Job(models.Model):
     @property
     def job_name(self) -> str:
         """The Kubernetes name, derived from the id so a retried submission can never create a second Job."""
-        return f"rsv-{self.pk}"
+        return job_name_for(self.pk)
 
     @property
     def is_final(self) -> bool:
@@ -135,6 +158,43 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state} -> {self.to_state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class Workload(models.Model):
+    """Kueue's Workload of a portal job, as the sync last saw it (one row per Workload uid; Kueue makes a new
+    Workload when a suspended Job's pod template changes, e.g. when spill-after widens its placement).
+
+    The job's state follows from its newest Workload and its pods (`jobs.services.settle_job`): not admitted →
+    Queued with `message` (Kueue's reason), admitted → Admitted / Pending / Running.
+    """
+
+    uid = models.CharField(max_length=64, unique=True)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="workloads")
+    cluster_queue = models.CharField(max_length=253, blank=True)
+    priority = models.IntegerField(default=0)
+    quota_reserved = models.BooleanField(default=False)
+    admitted = models.BooleanField(default=False)
+    finished = models.BooleanField(default=False)
+    flavors = models.JSONField(default=list, blank=True, help_text="Flavors (pool slugs) assigned at admission.")
+    message = models.TextField(blank=True, help_text="Kueue's latest word on why the workload waits.")
+    evicted_reason = models.CharField(max_length=80, blank=True)
+    evicted_message = models.TextField(blank=True)
+    requeue_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    seen_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [
+            models.Index(fields=["job", "created_at"], name="jobs_workload_job_created"),
+            models.Index(fields=["cluster_queue", "admitted"], name="jobs_workload_queue_admitted"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 class PodQuerySet(models.QuerySet):

@@ -4,7 +4,10 @@ The scheduler explains an unschedulable pod in one line ("0/9 nodes are availabl
 7 node(s) had untolerated taint {workload: inference}. preemption: ..."). `plain_reason` turns the counted causes
 into a sentence a researcher understands. `fit_hint` compares what the work needs with the pool's occupancy right
 now: it fits now (the scheduler will retry), it would fit with soft placement in a spill pool, or the largest free
-block is too small. Quota waits get their own words: the portal holds the job, not the scheduler.
+block is too small. Quota waits are Kueue's: `kueue_reason` reads the reasons Kueue joins into its QuotaReserved
+message ("couldn't assign flavors to pod set main: flavor elastic doesn't match node affinity, insufficient unused
+quota for nvidia.com/gpu in flavor a800, 2 more needed") and says them with pool names; flavors the job's placement
+excludes are left out. A message of another shape is shown as it is, as what the cluster says.
 """
 
 import re
@@ -67,23 +70,117 @@ def plain_reason(message: str) -> str:
     return f"{lead}: " + "; ".join(parts) + "."
 
 
-def quota_reason(*, in_use: int, quota: int, gpus: int, position: int) -> str:
-    return _(
-        "Over team quota: %(in_use)d of %(quota)d GPUs in use, this job needs %(gpus)d more; queued at position %(k)d."
-    ) % {"in_use": in_use, "quota": quota, "gpus": gpus, "k": position}
+_UNUSED = re.compile(
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^\s,]+), (?P<more>\S+) more needed"
+)
+_MAXIMUM = re.compile(
+    r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^\s,]+), .*?current podset request "
+    r"\((?P<request>[^)]*)\) > maximum capacity \((?P<maximum>[^)]*)\)"
+)
+_NO_AFFINITY = re.compile(r"flavor (?P<flavor>[^\s,]+) doesn't match node affinity")
+_PREEMPTING = re.compile(r"Pending the preemption of (?P<n>\d+) workload")
+_INACTIVE = re.compile(r"ClusterQueue (?P<queue>\S+) (is inactive|not found)")
 
 
-def quota_hint(*, in_use: int, quota: int, gpus: int) -> str:
+def _resource(name: str) -> str:
+    words = {"nvidia.com/gpu": _("GPUs"), "cpu": _("CPU"), "memory": _("memory")}
+    return words.get(name, name)
+
+
+def kueue_reason(message: str, pool_names: dict[str, str] | None = None) -> str:
+    """Kueue's word on why a workload is not admitted, as whole sentences (see the module docstring)."""
+    pool_names = pool_names or {}
+
+    def pool(flavor: str) -> str:
+        return pool_names.get(flavor, flavor)
+
+    if not message:
+        return _("Waiting for Kueue to admit it against the team's quota.")
+    sentences = []
+    for match in _MAXIMUM.finditer(message):
+        sentences.append(
+            _("It needs %(request)s %(resource)s in %(pool)s, more than the team may ever use there (%(maximum)s).")
+            % {
+                "request": match["request"],
+                "resource": _resource(match["resource"]),
+                "pool": pool(match["flavor"]),
+                "maximum": match["maximum"],
+            }
+        )
+    for match in _UNUSED.finditer(message):
+        sentences.append(
+            _(
+                "Waiting for its team's quota in %(pool)s: %(more)s more %(resource)s needed than the team's "
+                "reservation and what it may borrow leave free now."
+            )
+            % {"pool": pool(match["flavor"]), "more": match["more"], "resource": _resource(match["resource"])}
+        )
+    preempting = _PREEMPTING.search(message)
+    if preempting:
+        sentences.append(
+            ngettext(
+                "Kueue is preempting %(n)d job to make room for it.",
+                "Kueue is preempting %(n)d jobs to make room for it.",
+                int(preempting["n"]),
+            )
+            % {"n": int(preempting["n"])}
+        )
+    inactive = _INACTIVE.search(message)
+    if inactive:
+        sentences.append(_("The team's queue in the cluster is not ready yet; the portal sets it up within a minute."))
+    if "Exceeded the PodsReady timeout" in message:
+        sentences.append(_("Its pods did not all start in time: it gave its GPUs back and waits again."))
+    if not sentences and _NO_AFFINITY.search(message) and not _UNUSED.search(message):
+        sentences.append(_("No pool the team has quota in matches the job's placement."))
+    if not sentences:
+        return _("The cluster says: %(message)s") % {"message": message}
+    return " ".join(sentences)
+
+
+def quota_hint(*, in_use: int, quota: int, gpus: int, position: int | None = None) -> str:
+    """What would let a queued job in: GPUs of the team's quota freed, or the jobs ahead of it admitted first."""
     if gpus > quota:
         return _("over team quota: it can never fit in %(quota)d GPUs") % {"quota": quota}
     needed = in_use + gpus - quota
-    if needed <= 0:
-        return _("admitted as soon as the jobs ahead of it are")
-    return ngettext(
-        "over team quota: starts when %(n)d GPU of the team's quota is freed",
-        "over team quota: starts when %(n)d GPUs of the team's quota are freed",
-        needed,
-    ) % {"n": needed}
+    if needed > 0:
+        return ngettext(
+            "starts when %(n)d GPU of the team's quota is freed",
+            "starts when %(n)d GPUs of the team's quota are freed",
+            needed,
+        ) % {"n": needed}
+    if position and position > 1:
+        return ngettext(
+            "the team's quota has room; %(n)d job of the team is ahead of it",
+            "the team's quota has room; %(n)d jobs of the team are ahead of it",
+            position - 1,
+        ) % {"n": position - 1}
+    return _("the team's quota has room: it waits for GPUs other teams borrowed in the pool to be given back")
+
+
+def eviction_reason(
+    *, reason: str, message: str, preemptor_job_id: int | None, preemptor_same_team: bool, preemptor_team: str
+) -> str:
+    """Why an admitted job was sent back to the queue, and for whom (Kueue's Evicted/Preempted condition)."""
+    if reason == "Preempted":
+        if "reclamation within the cohort" in message:
+            who = (
+                _("%(team)s reclaimed GPUs of its reservation") % {"team": preemptor_team}
+                if preemptor_team and not preemptor_same_team
+                else _("the owner of the GPUs it borrowed reclaimed them")
+            )
+            return _("Preempted: %(who)s; requeued.") % {"who": who}
+        if preemptor_same_team and preemptor_job_id:
+            return _("Preempted for job #%(id)d of the same team, which has a higher priority; requeued.") % {
+                "id": preemptor_job_id
+            }
+        return _("Preempted for a job with a higher priority; requeued.")
+    if reason == "PodsReadyTimeout" or "PodsReady timeout" in message:
+        return _("Its pods did not all start in time: it gave its GPUs back and was requeued.")
+    if reason == "ClusterQueueStopped":
+        return _("The team's queue was stopped: requeued.")
+    if message:
+        return _("Sent back to the queue by Kueue (%(reason)s): %(message)s") % {"reason": reason, "message": message}
+    return _("Sent back to the queue by Kueue.")
 
 
 def fit_hint(

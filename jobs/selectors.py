@@ -23,7 +23,7 @@ from pools.occupancy import Occupancy, pool_occupancy
 from portal.models import Team, User
 
 from . import reasons
-from .choices import ADMITTED_STATES, JobState, Placement
+from .choices import JobState, Placement
 from .manifests import render
 from .models import Job, JobEvent, JobTemplate, Pod
 from .services import check_fits_limits, gpus_in_use
@@ -118,7 +118,7 @@ def placement_of(job: Job) -> PodPlacement:
 
 @dataclass
 class PendingRow:
-    kind: str  # "pod" (in the cluster, unschedulable) or "queued" (held by the portal for quota)
+    kind: str  # "pod" (in the cluster, unschedulable) or "queued" (waiting for Kueue to admit it against quota)
     since: datetime
     visible: bool
     team_name: str
@@ -166,21 +166,19 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
     pod_rows = list(
         pods.values_list("team_id", "pool_id", "job_id", "gpus", "created_at", "pending_reason", "name").order_by()
     )
+    # Kueue's order within a team's ClusterQueue (one per team, all its pools): priority, then submission time.
     queued_rows = list(
         queued.annotate(
             position=Window(
                 RowNumber(),
-                partition_by=[F("team_id"), F("pool_id")],
+                partition_by=[F("team_id")],
                 order_by=[F("priority").desc(), "created_at", "id"],
             )
-        ).values_list("id", "team_id", "pool_id", "gpus", "created_at", "position")
+        ).values_list("id", "team_id", "pool_id", "gpus", "created_at", "position", "pending_reason")
     )
     in_use = {
         (row["team_id"], row["pool_id"]): row["total"]
-        for row in Job.objects.filter(state__in=ADMITTED_STATES)
-        .values("team_id", "pool_id")
-        .annotate(total=Sum("gpus"))
-        .order_by()
+        for row in Job.objects.holding_quota().values("team_id", "pool_id").annotate(total=Sum("gpus")).order_by()
     }
     quotas = {(t, p): q for t, p, q in Quota.objects.values_list("team_id", "pool_id", "max_gpus")}
 
@@ -200,7 +198,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                 pod_name=pod_name if shown else "",
             )
         )
-    for job_id, team_id, pool_id, gpus, created_at, position in queued_rows:
+    for job_id, team_id, pool_id, gpus, created_at, position, kueue_reason in queued_rows:
         shown = team_id in visible
         rows.append(
             PendingRow(
@@ -210,7 +208,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                 team_name=visible.get(team_id, ""),
                 pool=pools.get(pool_id),
                 gpus=gpus,
-                reason="",
+                reason=kueue_reason,
                 job_id=job_id if shown else None,
                 position=position,
                 team_pool=(team_id, pool_id),
@@ -233,8 +231,8 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
         if row.kind == "queued":
             team_pool = row.team_pool
             used, quota = in_use.get(team_pool, 0), quotas.get(team_pool, 0)
-            row.reason = reasons.quota_reason(in_use=used, quota=quota, gpus=row.gpus, position=row.position)
-            row.hint = reasons.quota_hint(in_use=used, quota=quota, gpus=row.gpus)
+            row.reason = row.reason or reasons.kueue_reason("")
+            row.hint = reasons.quota_hint(in_use=used, quota=quota, gpus=row.gpus, position=row.position)
         else:
             row.reason = reasons.plain_reason(row.reason)
             if row.pool is not None:
@@ -302,12 +300,14 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
         )
     quota = Quota.objects.filter(team=team, pool=pool).values_list("max_gpus", flat=True).first() or 0
     in_use = gpus_in_use(team=team, pool=pool)
-    ahead = Job.objects.filter(team=team, pool=pool, state=JobState.QUEUED, priority__gte=spec.priority).count()
+    ahead = Job.objects.filter(team=team, state=JobState.QUEUED, priority__gte=spec.priority).count()
     outlook = Outlook(start="", start_text="", quota=quota, in_use=in_use, after=in_use + spec.gpus)
     outlook.manifest_yaml = manifest_preview(team=team, pool=pool, spec=spec)
     if ahead or in_use + spec.gpus > quota:
         outlook.start, outlook.position = "queued", ahead + 1
-        outlook.start_text = _("Queued at position %(k)d: it starts when the team's quota has room.") % {"k": ahead + 1}
+        outlook.start_text = _("Queued at position %(k)d: Kueue admits it when the team's quota has room.") % {
+            "k": ahead + 1
+        }
         return outlook
     pool_ids = [pool.pk, *pool.spill_pools.values_list("pk", flat=True)]
     occupancy = pool_occupancy(pool_ids)

@@ -1,10 +1,12 @@
-"""Writes to jobs: submission, the admission queue, cancel, resubmit, and the state changes sync observes.
+"""Writes to jobs: submission, cancel, resubmit, and the state changes the cluster reports.
 
-Admission: a job is admitted (Queued -> Submitted) only while its team's GPUs in use in the pool plus its own stay
-within the team's quota there. All admissions for one (team, pool) run under `SELECT ... FOR UPDATE` on that
-Quota row, so concurrent submissions queue on the lock and each sees the GPUs the previous ones took: the quota
-can never be exceeded by a race. The queue is strict: jobs are admitted in order (higher priority first, then
-older first) and a job that does not fit holds back the ones behind it, so large jobs are not starved.
+Admission is Kueue's (kubernetes-sigs/kueue). A submitted job is saved as Queued and, once committed, its batch/v1
+Job is created in the team namespace, suspended and labelled with the team's LocalQueue; Kueue admits it against
+the team's ClusterQueue (its reservation as nominal quota, quota above it borrowed in the cohort), unsuspends it
+and chooses the pool (flavor). The portal checks beforehand what can never run (quota, per-container limits, the
+largest node, spill pools) and mirrors Kueue's verdicts back: `record_workload` keeps the Workload row and
+`settle_job` derives the job's state from its newest Workload and its pods, so the order in which the watches
+deliver Workload and pod events does not matter.
 """
 
 import logging
@@ -12,17 +14,19 @@ from dataclasses import dataclass
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q, Sum
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from cluster.facts import PREEMPTOR_UID, JobFacts, PodFacts, WorkloadFacts
 from pools.models import NamespaceLimits, Node, Pool, Quota
 from portal import audit
 from portal.choices import Role
 from portal.models import Team
 
-from .choices import ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement
-from .models import Job, JobEvent
+from . import reasons
+from .choices import ACTIVE_STATES, TRANSITIONS, JobState, Placement
+from .models import Job, JobEvent, Pod, Workload
 from .specs import JobSpec, validate_spec
 
 log = logging.getLogger(__name__)
@@ -35,9 +39,8 @@ def _can_submit(user, team: Team) -> bool:
 
 
 def gpus_in_use(*, team: Team, pool: Pool) -> int:
-    return (
-        Job.objects.filter(team=team, pool=pool, state__in=ADMITTED_STATES).aggregate(total=Sum("gpus"))["total"] or 0
-    )
+    """GPUs the team's admitted jobs hold in the pool."""
+    return Job.objects.filter(team=team, pool=pool).gpus_held()
 
 
 def check_fits_limits(*, team: Team, pool: Pool, spec: JobSpec) -> None:
@@ -87,10 +90,23 @@ def _record(job: Job, event: JobEvent) -> None:
     event.save()
 
 
+def _send_to_cluster(job: Job) -> None:
+    """Create the job's Job in the cluster once this transaction has committed."""
+    from .tasks import submit_job_to_cluster
+
+    transaction.on_commit(lambda job_id=job.pk: submit_job_to_cluster.delay(job_id))
+
+
+def _delete_from_cluster(job: Job) -> None:
+    """Delete the job's Job (and so its Workload and pods) once this transaction has committed."""
+    from .tasks import delete_job_from_cluster
+
+    transaction.on_commit(lambda job_id=job.pk: delete_job_from_cluster.delay(job_id))
+
+
 @transaction.atomic
 def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from: Job | None = None) -> Job:
-    """Create a job as Queued and admit it at once if the team's quota allows; admitted jobs are sent to the
-    cluster by the `jobs.submit_job` task after commit."""
+    """Save a job as Queued and, after commit, create its Job in the cluster, where Kueue admits it."""
     if not _can_submit(user, team):
         raise ValidationError({"team": _("You are not a member of %(team)s.") % {"team": team.name}})
     validate_spec(spec)
@@ -102,53 +118,17 @@ def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from:
     JobEvent.objects.create(
         job=job, from_state="", to_state=JobState.QUEUED, at=job.created_at, message=note, actor=user
     )
-    admit_queued(team_id=team.pk, pool_id=pool.pk)
-    job.refresh_from_db()
+    _send_to_cluster(job)
     audit.record(actor=user, action="job.submit", instance=job, before=None, after=audit.snapshot(job))
     return job
 
 
-def admit_queued(*, team_id: int, pool_id: int) -> list[int]:
-    """Admit queued jobs of (team, pool) in queue order while the quota allows. Returns the admitted ids."""
-    from .tasks import submit_job_to_cluster
-
-    admitted: list[int] = []
-    with transaction.atomic():
-        quota = Quota.objects.select_for_update().filter(team_id=team_id, pool_id=pool_id).first()
-        if quota is None:
-            return admitted
-        in_use = (
-            Job.objects.filter(team_id=team_id, pool_id=pool_id, state__in=ADMITTED_STATES).aggregate(
-                total=Sum("gpus")
-            )["total"]
-            or 0
-        )
-        queued = (
-            Job.objects.select_for_update()
-            .filter(team_id=team_id, pool_id=pool_id, state=JobState.QUEUED)
-            .order_by("-priority", "created_at", "id")
-        )
-        for job in queued:
-            if in_use + job.gpus > quota.max_gpus:
-                break
-            event = job.transition_to(
-                JobState.SUBMITTED,
-                message=_("admitted: %(used)d of %(quota)d GPUs of the quota in use")
-                % {"used": in_use + job.gpus, "quota": quota.max_gpus},
-            )
-            _record(job, event)
-            in_use += job.gpus
-            admitted.append(job.pk)
-        for job_id in admitted:
-            transaction.on_commit(lambda job_id=job_id: submit_job_to_cluster.delay(job_id))
-    return admitted
-
-
 def queue_position(job: Job) -> int | None:
-    """1 for the head of its (team, pool) queue; None when the job is not queued."""
+    """1 for the head of its team's queue (Kueue's order in a ClusterQueue: priority, then submission time);
+    None when the job is not queued."""
     if job.state != JobState.QUEUED:
         return None
-    ahead = Job.objects.filter(team_id=job.team_id, pool_id=job.pool_id, state=JobState.QUEUED).filter(
+    ahead = Job.objects.filter(team_id=job.team_id, state=JobState.QUEUED).filter(
         Q(priority__gt=job.priority)
         | Q(priority=job.priority, created_at__lt=job.created_at)
         | Q(priority=job.priority, created_at=job.created_at, id__lt=job.id)
@@ -160,28 +140,16 @@ def _locked(job_id: int) -> Job:
     return Job.objects.select_for_update().get(pk=job_id)
 
 
-def _after_release(job: Job) -> None:
-    """GPUs of (team, pool) were freed: admit what waits, once this transaction has committed."""
-    from .tasks import admit_queued_jobs
-
-    transaction.on_commit(lambda: admit_queued_jobs.delay(job.team_id, job.pool_id))
-
-
 @transaction.atomic
 def cancel_job(*, job: Job, user) -> Job:
-    """Cancel a job. A job already in the cluster has its Job and pods deleted by the `jobs.delete_job` task."""
-    from .tasks import delete_job_from_cluster
-
+    """Cancel a job; its Job (with its Workload and pods) is deleted from the cluster by `jobs.delete_job`."""
     job = _locked(job.pk)
     if job.is_final:
         raise ValidationError(_("Job #%(id)d is already %(state)s.") % {"id": job.pk, "state": job.get_state_display()})
     before = audit.snapshot(job)
-    was_admitted = job.state in ADMITTED_STATES
     _record(job, job.transition_to(JobState.CANCELLED, message=_("cancelled"), actor=user))
     audit.record(actor=user, action="job.cancel", instance=job, before=before, after=audit.snapshot(job))
-    if was_admitted:
-        transaction.on_commit(lambda: delete_job_from_cluster.delay(job.pk))
-        _after_release(job)
+    _delete_from_cluster(job)
     return job
 
 
@@ -190,6 +158,161 @@ def resubmit_job(*, job: Job, user) -> Job:
     if not job.is_final:
         raise ValidationError(_("Only a finished job can be resubmitted; cancel it first."))
     return submit_job(team=job.team, pool=job.pool, user=user, spec=JobSpec.from_job(job), resubmitted_from=job)
+
+
+# --- Kueue's verdicts -------------------------------------------------------------------------------------------
+
+
+def _workload_fields(facts: WorkloadFacts, job_id: int) -> dict:
+    return {
+        "namespace": facts.namespace,
+        "name": facts.name,
+        "job_id": job_id,
+        "cluster_queue": facts.cluster_queue,
+        "priority": facts.priority,
+        "quota_reserved": facts.quota_reserved,
+        "admitted": facts.admitted,
+        "finished": facts.finished,
+        "flavors": list(facts.flavors),
+        "message": facts.message,
+        "evicted_reason": facts.evicted_reason,
+        "evicted_message": facts.evicted_message,
+        "requeue_count": facts.requeue_count,
+        "created_at": facts.created_at or timezone.now(),
+        "admitted_at": facts.admitted_at,
+    }
+
+
+def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
+    """Keep the Workload row of `facts` (a Workload of portal job `job_id`) and settle the job. True when the
+    job's state or reason changed."""
+    Workload.objects.update_or_create(uid=facts.uid, defaults=_workload_fields(facts, job_id))
+    return settle_job(job_id=job_id)
+
+
+def record_workloads(*, workloads: list[tuple[int, WorkloadFacts]]) -> None:
+    """After a full list of Kueue's Workloads (`workloads`: (portal job id, facts) of the portal's ones): rows of
+    Workloads that are gone are deleted, the listed ones upserted (written only when changed), and every job
+    whose Workloads changed is settled."""
+    listed = {facts.uid: (job_id, facts) for job_id, facts in workloads}
+    compared = ["namespace", "name", "job_id", "cluster_queue", "priority", "quota_reserved", "admitted", "finished"]
+    compared += ["flavors", "message", "evicted_reason", "evicted_message", "requeue_count", "created_at"]
+    compared += ["admitted_at"]
+    stored = {row["uid"]: row for row in Workload.objects.values("uid", *compared)}
+    touched: set[int] = set()
+    for uid, row in stored.items():
+        if uid not in listed:
+            touched.add(row["job_id"])
+    Workload.objects.filter(uid__in=[uid for uid in stored if uid not in listed]).delete()
+    for uid, (job_id, facts) in listed.items():
+        fields = _workload_fields(facts, job_id)
+        before = stored.get(uid)
+        if before is not None and all(before[key] == value for key, value in fields.items()):
+            continue
+        Workload.objects.update_or_create(uid=uid, defaults=fields)
+        touched.add(job_id)
+    for job_id in sorted(touched):
+        settle_job(job_id=job_id)
+
+
+def forget_workload(*, uid: str) -> None:
+    """A Workload was deleted (its Job was deleted, or Kueue replaced it after the pod template changed)."""
+    job_id = Workload.objects.filter(uid=uid).values_list("job_id", flat=True).first()
+    Workload.objects.filter(uid=uid).delete()
+    if job_id is not None:
+        settle_job(job_id=job_id)
+
+
+def _eviction_message(workload: Workload, job: Job) -> str:
+    """Why an admitted job went back to the queue, and for whom, in plain words."""
+    preemptor = None
+    if workload.evicted_reason == "Preempted":
+        match = PREEMPTOR_UID.search(workload.evicted_message)
+        if match:
+            preemptor = (
+                Workload.objects.filter(uid=match.group(1))
+                .select_related("job__team")
+                .values_list("job_id", "job__team_id", "job__team__name")
+            ).first()
+    return reasons.eviction_reason(
+        reason=workload.evicted_reason,
+        message=workload.evicted_message,
+        preemptor_job_id=preemptor[0] if preemptor else None,
+        preemptor_same_team=bool(preemptor) and preemptor[1] == job.team_id,
+        preemptor_team=preemptor[2] if preemptor else "",
+    )
+
+
+def _observed_state(job: Job, workload: Workload) -> tuple[str, str, str, object]:
+    """(state, node, reason, since) that the job's newest Workload and its live pods imply."""
+    if not workload.admitted:
+        pool_names = dict(Pool.objects.values_list("slug", "name"))
+        return JobState.QUEUED, "", reasons.kueue_reason(workload.message, pool_names), None
+    pods = list(
+        Pod.objects.filter(job=job, phase__in=["Pending", "Running"])
+        .order_by("-created_at")
+        .values_list("phase", "scheduled", "node_name", "pending_reason", "bound_at", "created_at")
+    )
+    running = [pod for pod in pods if pod[0] == "Running"]
+    if running:
+        return JobState.RUNNING, running[0][2], "", running[0][4]
+    placed = [pod for pod in pods if pod[1]]
+    if placed:
+        return JobState.PENDING, placed[0][2], _("starting on %(node)s") % {"node": placed[0][2]}, placed[0][4]
+    if pods:
+        return JobState.PENDING, "", reasons.plain_reason(pods[0][3]), pods[0][5]
+    return JobState.ADMITTED, "", "", workload.admitted_at
+
+
+@transaction.atomic
+def settle_job(*, job_id: int) -> bool:
+    """Bring an unfinished job to the state its newest Workload and its pods imply, recording each step.
+
+    Not admitted → Queued with Kueue's reason in plain words (from Admitted/Pending/Running: evicted, with why and
+    for whom); admitted → Running if a pod runs, Pending while pods wait for or start on a node, else Admitted.
+    Final states come from the Job's own conditions (`observe`), never from here. True when something changed."""
+    job = Job.objects.select_for_update().filter(pk=job_id).first()
+    if job is None or job.is_final:
+        return False
+    workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()
+    if workload is None:
+        return False
+    state, node_name, reason, since = _observed_state(job, workload)
+    fields = set()
+    flavor_pool = None
+    if workload.admitted and workload.flavors:
+        flavor_pool = Pool.objects.filter(slug=workload.flavors[0]).values_list("pk", flat=True).first()
+    if job.admitted_pool_id != flavor_pool:
+        job.admitted_pool_id = flavor_pool
+        fields.add("admitted_pool")
+    if node_name and job.node_name != node_name:
+        job.node_name = node_name
+        fields.add("node_name")
+    if job.pending_reason != reason:
+        job.pending_reason = reason
+        fields.add("pending_reason")
+    changed = False
+    if state != job.state and state in TRANSITIONS[job.state]:
+        # Cluster times have second precision: never record a step before the one it follows.
+        at = max(since or timezone.now(), job.state_changed_at, job.created_at)
+        if state == JobState.QUEUED:
+            message = _eviction_message(workload, job)
+            if workload.evicted_reason == "Preempted":
+                job.preemptions += 1
+                fields.add("preemptions")
+        elif state == JobState.ADMITTED:
+            pool_name = Pool.objects.filter(pk=flavor_pool).values_list("name", flat=True).first() or "?"
+            message = _("admitted by Kueue in %(pool)s") % {"pool": pool_name}
+        elif state == JobState.RUNNING:
+            message = _("running on %(node)s") % {"node": node_name}
+        else:
+            message = reason
+        event = job.transition_to(state, message=message, at=at)
+        event.save()
+        changed = True
+    if changed or fields:
+        job.save()
+    return changed or bool(fields)
 
 
 # --- what the cluster tells us ---------------------------------------------------------------------------------
@@ -222,10 +345,13 @@ def fail_job(*, job_id: int, message: str) -> None:
     if job.is_final:
         return
     job.last_error = message
-    was_admitted = job.state in ADMITTED_STATES
     _record(job, job.transition_to(JobState.FAILED, message=message))
-    if was_admitted:
-        _after_release(job)
+
+
+# === Recorded by the cluster sync ===============================================================================
+# The sync (jobs/sync.py) parses what the watches see into facts (cluster/facts.py) and hands them here: the
+# jobs app records its own rows — pods, and the job states they and the Jobs imply. The sync calls only what is
+# below this line.
 
 
 @dataclass(frozen=True)
@@ -239,13 +365,27 @@ class Observation:
     message: str = ""
 
 
+def job_outcome_observation(job: JobFacts) -> Observation | None:
+    """The final state a finished Job implies (None while it has not finished)."""
+    if job.outcome == "Complete":
+        return Observation(state=JobState.SUCCEEDED, at=job.finished_at, message="completed")
+    if job.outcome == "Failed":
+        text = job.message
+        if job.reason == "DeadlineExceeded":
+            text = "stopped: it ran longer than its maximum run time"
+        return Observation(state=JobState.FAILED, at=job.finished_at, message=f"{job.reason}: {text}".strip(": "))
+    return None
+
+
 @transaction.atomic
 def observe(*, job_id: int, observation: Observation) -> bool:
-    """Bring a job to the state the cluster shows, through legal edges; True when something changed.
+    """Bring a job to the final state its Job shows, through legal edges; True when something changed.
 
-    A final job never moves again (a cancelled job's pods may still report Running while they are deleted)."""
+    A final job never moves again (a cancelled job's pods may still report Running while they are deleted). A job
+    still Queued in the portal may finish: a short job can run and complete before the sync has seen its Workload
+    admitted."""
     job = _locked(job_id)
-    if job.is_final or job.state == JobState.QUEUED:
+    if job.is_final:
         return False
     changed = False
     fields = []
@@ -260,8 +400,6 @@ def observe(*, job_id: int, observation: Observation) -> bool:
         at = max(observation.at or timezone.now(), job.state_changed_at)
         job.transition_to(observation.state, message=observation.message, at=at).save()
         changed = True
-        if job.state in FINAL_STATES:
-            _after_release(job)
     if changed or fields:
         job.save()
         return True
@@ -271,6 +409,114 @@ def observe(*, job_id: int, observation: Observation) -> bool:
 def fail_job_deleted_outside(*, job_id: int) -> None:
     """The Job of an admitted portal job disappeared from the cluster without the portal deleting it."""
     job = Job.objects.filter(pk=job_id).only("state").first()
-    if job is None or job.state not in ADMITTED_STATES:
+    if job is None or job.state not in ACTIVE_STATES:
         return
     fail_job(job_id=job_id, message=_("the Job was deleted from the cluster outside the portal"))
+
+
+@dataclass(frozen=True)
+class PodOwner:
+    """Whom a pod is attributed to: its team (by namespace), its pool (its node's, else its portal job's) and its
+    portal job (None for a pod that is no portal job's, whatever its labels say)."""
+
+    team_id: int | None
+    pool_id: int | None
+    job_id: int | None
+
+
+POD_FIELDS = (
+    "team_id",
+    "pool_id",
+    "job_id",
+    "node_name",
+    "gpus",
+    "phase",
+    "scheduled",
+    "pending_reason",
+    "bound_at",
+    "finished_at",
+)
+POD_BATCH = 1000
+
+
+def _pod_row(pod: PodFacts, owner: PodOwner) -> Pod:
+    return Pod(
+        uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        team_id=owner.team_id,
+        pool_id=owner.pool_id,
+        job_id=owner.job_id,
+        node_name=pod.node_name,
+        gpus=pod.gpus,
+        phase=pod.phase,
+        scheduled=pod.scheduled,
+        pending_reason=pod.pending_reason,
+        created_at=pod.created_at or timezone.now(),
+        bound_at=pod.bound_at,
+        finished_at=pod.finished_at,
+    )
+
+
+def _stored_pods(uids: list[str] | None) -> dict[str, tuple]:
+    """uid -> compared values of stored Pod rows (all rows when `uids` is None)."""
+    rows = Pod.objects.all() if uids is None else Pod.objects.filter(uid__in=uids)
+    return {row[0]: tuple(row[1:]) for row in rows.values_list("uid", *POD_FIELDS)}
+
+
+@transaction.atomic
+def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False) -> None:
+    """Record what the cluster says of `pods`: one row per pod, upserted by UID; only new or changed rows are
+    written (a relist mostly finds nothing changed: no write at all). With `complete` (`pods` is every pod there
+    is) the rows of pods missing from it are deleted: they went while nobody watched."""
+    rows = [_pod_row(pod, owner) for pod, owner in pods]
+    stored = _stored_pods(None if complete else [row.uid for row in rows])
+    changed = [row for row in rows if stored.get(row.uid) != tuple(getattr(row, f) for f in POD_FIELDS)]
+    if changed:
+        Pod.objects.bulk_create(
+            changed,
+            batch_size=POD_BATCH,
+            update_conflicts=True,
+            unique_fields=["uid"],
+            update_fields=[f.removesuffix("_id") for f in POD_FIELDS] + ["seen_at"],
+        )
+    if complete:
+        present = {row.uid for row in rows}
+        gone = [uid for uid in stored if uid not in present]
+        if gone:
+            Pod.objects.filter(uid__in=gone).delete()
+
+
+def remove_pod(*, uid: str) -> None:
+    """The pod was deleted from the cluster: its row goes (its GPU time stays in billing)."""
+    Pod.objects.filter(uid=uid).delete()
+
+
+def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
+    """Pods of portal jobs changed (`pods`: (portal job id, pod), their rows already recorded): settle each
+    unfinished job from its Workload and pods (`settle_job`)."""
+    job_ids = {job_id for job_id, _pod in pods}
+    if not job_ids:
+        return
+    for job_id in Job.objects.filter(pk__in=job_ids, state__in=ACTIVE_STATES).values_list("pk", flat=True):
+        settle_job(job_id=job_id)
+
+
+def record_job_state(*, job_id: int, job: JobFacts) -> None:
+    """A portal job's Job, as the cluster shows it: a finished Job finishes the portal job."""
+    observation = job_outcome_observation(job)
+    if observation is not None:
+        observe(job_id=job_id, observation=observation)
+
+
+def settle_missing_jobs(*, present_job_ids: set[int], created_before) -> list[int]:
+    """After a full list of the portal's Jobs: unfinished jobs whose Job was created before `created_before` and is
+    not in the list were deleted outside the portal; they fail with that reason. Returns their ids."""
+    missing = list(
+        Job.objects.filter(state__in=ACTIVE_STATES, cluster_created_at__lt=created_before)
+        .exclude(pk__in=present_job_ids)
+        .values_list("pk", flat=True)
+    )
+    for job_id in missing:
+        fail_job_deleted_outside(job_id=job_id)
+    return missing

@@ -1,9 +1,11 @@
-"""Spill-after (seed 000's mixed mode): a job placed strictly that is still unschedulable after N minutes is moved
-to soft placement. Kubernetes lets a suspended Job's scheduling directives change, so the move is: suspend the
-Job, wait until its pods are gone, replace affinity and tolerations (and the seed-000 annotations), resume."""
+"""Spill-after (seed 000's mixed mode): a job placed strictly that Kueue has not admitted after N minutes is moved
+to soft placement. A Job waiting for Kueue is suspended, and Kubernetes lets a suspended Job's scheduling directives
+change: the portal replaces its affinity and tolerations (and the seed-000 annotations) so that they also match the
+home pool's spill pools. Kueue then sees a new pod template and may assign a spill pool's flavor. If Kueue admits
+the job at the same moment, the Job is no longer suspended and the apiserver refuses the change: the job simply
+runs in its home pool."""
 
 import logging
-import time
 from datetime import timedelta
 
 from django.db import transaction
@@ -22,43 +24,32 @@ log = logging.getLogger(__name__)
 
 
 def due_jobs():
+    """Spill-after jobs still waiting for admission N minutes after their Job was created."""
     now = timezone.now()
     waited = ExpressionWrapper(now - F("cluster_created_at"), output_field=DurationField())
     candidates = (
         Job.objects.filter(
             placement=Placement.SPILL_AFTER,
             spilled=False,
-            state__in=[JobState.SUBMITTED, JobState.PENDING],
+            state=JobState.QUEUED,
             cluster_created_at__isnull=False,
-            pods__scheduled=False,
         )
         .annotate(waited=waited)
         .select_related("team", "pool")
-        .distinct()
     )
     return [job for job in candidates if job.waited >= timedelta(minutes=job.spill_after_minutes)]
 
 
-def _wait_until_quiet(namespace: str, name: str, *, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = resources.read_job(namespace, name)
-        if job is None:
-            return
-        status = job.status
-        if not (status.active or 0) and status.start_time is None:
-            return
-        time.sleep(0.5)
-    raise ClusterError(f"Job {namespace}/{name} did not stop its pods within {timeout:.0f}s of being suspended")
-
-
-def spill(job: Job) -> None:
+def spill(job: Job) -> bool:
+    """Widen the placement of `job`'s suspended Job; False when Kueue admitted it first (nothing changed)."""
     namespace, name = job.team.namespace, job.job_name
     soft = manifest_spec(job, soft=True)
     directives = scheduling_directives(soft)
-    resources.patch_job(namespace, name, {"spec": {"suspend": True}})
-    _wait_until_quiet(namespace, name)
+    current = resources.read_job(namespace, name)
+    if current is None or not current.spec.suspend:
+        return False
     patch = [
+        {"op": "test", "path": "/spec/suspend", "value": True},
         {"op": "add", "path": "/spec/template/spec/affinity", "value": directives["affinity"]},
         {"op": "add", "path": "/spec/template/spec/tolerations", "value": directives["tolerations"]},
     ]
@@ -67,25 +58,30 @@ def spill(job: Job) -> None:
             patch.append(
                 {"op": "add", "path": f"/spec/template/metadata/annotations/{key.replace('/', '~1')}", "value": value}
             )
-    resources.patch_job(namespace, name, patch)
-    resources.patch_job(namespace, name, {"spec": {"suspend": False}})
+    try:
+        resources.patch_job(namespace, name, patch)
+    except ClusterError as error:
+        if error.status in (409, 422):  # admitted (unsuspended) meanwhile: its template is fixed now
+            return False
+        raise
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
         locked.spilled = True
         locked.save(update_fields=["spilled"])
         JobEvent.objects.create(
             job=locked,
-            message=f"still unschedulable after {job.spill_after_minutes} min: moved to soft placement "
+            message=f"not admitted after {job.spill_after_minutes} min: moved to soft placement "
             f"(may run in {', '.join(p.slug for p in soft.spill_pools)})",
         )
+    return True
 
 
 def spill_due_jobs() -> list[int]:
     moved = []
     for job in due_jobs():
         try:
-            spill(job)
-            moved.append(job.pk)
+            if spill(job):
+                moved.append(job.pk)
         except ClusterError as error:
             log.warning("could not move job %s to soft placement: %s", job.pk, error)
             JobEvent.objects.create(job=job, message=f"moving to soft placement failed, will retry: {error}")

@@ -1,171 +1,51 @@
-"""Keep the portal's view of the cluster current: nodes, GPU pods and the portal's Jobs.
+"""Keep the portal's view of the cluster current: nodes, GPU pods, the portal's Jobs and their Kueue Workloads.
 
-Idea: every object is reduced to the row it implies (a Node row, a Pod row, a UsageInterval, a job state), and
-writing that row is an upsert keyed by the object's name or UID. Seeing the same object twice — after a relist,
-a restart of this process, or a replayed watch — therefore writes the same row again instead of a second one:
-nothing is counted twice. A pod's GPU interval runs from when it was bound to a node (its PodScheduled
-condition) to when it terminated (its containers' finish time, or when it was deleted), so the times come from
-the cluster, not from when sync happened to look.
+Idea: this module only routes. Each watched object is parsed into facts (`cluster.facts`), attributed (which
+team by namespace, which pool by node, which portal job — if any), and handed to the app whose rows it implies:
+nodes to `pools.services`, pods and job states to `jobs.services`, GPU time to `billing.services`. Each of those
+writes is an upsert keyed by the object's name or UID, so seeing the same object twice — after a relist, a
+restart of this process, or a replayed watch — writes the same row again instead of a second one: nothing is
+counted twice. A relist also settles what disappeared while nobody watched: pods that are gone are closed at the
+time of the relist (the earliest moment sync can know), and admitted jobs whose Job is gone fail with that
+reason.
 
-A relist also settles what disappeared while nobody watched: pods that are gone are closed at the time of the
-relist (the earliest moment sync can know), and admitted jobs whose Job is gone fail with that reason.
+A label proves nothing: anyone who may create a pod or a Job in some namespace can write `reservoir.io/job-id`.
+An object belongs to portal job N only if it is the Job `rsv-N` in N's own team namespace, or a pod that Job
+controls in that namespace (`Attribution.portal_job`). Anything else carrying the label is a foreign object: it
+is still metered (team by namespace, pool by node) but never linked to job N and never changes N's state.
+
+Adding a watched resource: a parser in `cluster/facts.py`, a recording service in the app that owns the rows,
+a `relist_<name>` / `<name>_event` pair here that routes one to the other, and one row in
+`jobs/management/commands/sync_cluster.py`'s `build_watches`.
 """
 
 import logging
 import time
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from billing.models import UsageInterval
-from cluster.manifests import GPU_RESOURCE, LABEL_JOB_ID
-from pools.isolation import pool_for
-from pools.models import Node, Pool
+from billing import services as billing
+from cluster.facts import JobFacts, PodFacts, WorkloadFacts, job_facts, node_facts, pod_facts, workload_facts
+from pools import services as pools
+from pools.models import Node
 from portal.models import Team
 
-from . import services
-from .choices import ADMITTED_STATES, JobState
-from .models import Job, Pod, SyncState
+from . import services as jobs
+from .models import Job, SyncState, job_name_for
 
 log = logging.getLogger(__name__)
-BATCH = 1000
 
-
-def _time(value: str | None) -> datetime | None:
-    return parse_datetime(value) if value else None
-
-
-def _gpus(container: dict) -> int:
-    resources = container.get("resources") or {}
-    value = (resources.get("requests") or {}).get(GPU_RESOURCE) or (resources.get("limits") or {}).get(GPU_RESOURCE)
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0
-
-
-def pod_gpus(pod: dict) -> int:
-    """GPUs a pod holds: the sum over its containers (init containers run before them and are not added)."""
-    spec = pod.get("spec") or {}
-    return sum(_gpus(container) for container in spec.get("containers") or [])
-
-
-def _condition(pod: dict, kind: str) -> dict | None:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == kind:
-            return condition
-    return None
-
-
-def finished_at(pod: dict) -> datetime | None:
-    """When a terminated pod's last container finished (None while it runs)."""
-    status = pod.get("status") or {}
-    if status.get("phase") not in ("Succeeded", "Failed"):
-        return None
-    times = [
-        _time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-        for s in status.get("containerStatuses") or []
-    ]
-    times = [t for t in times if t]
-    if times:
-        return max(times)
-    ready = _condition(pod, "Ready")
-    return _time(ready.get("lastTransitionTime")) if ready else None
-
-
-@dataclass
-class PodFacts:
-    uid: str
-    namespace: str
-    name: str
-    job_id: int | None
-    node_name: str
-    gpus: int
-    phase: str
-    scheduled: bool
-    pending_reason: str
-    created_at: datetime
-    bound_at: datetime | None
-    finished_at: datetime | None
-
-
-def pod_facts(pod: dict) -> PodFacts:
-    metadata = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    scheduled_condition = _condition(pod, "PodScheduled")
-    node_name = (pod.get("spec") or {}).get("nodeName") or ""
-    scheduled = bool(node_name) and (scheduled_condition is None or scheduled_condition.get("status") == "True")
-    bound_at = None
-    if scheduled:
-        bound_at = _time((scheduled_condition or {}).get("lastTransitionTime")) or _time(status.get("startTime"))
-        bound_at = bound_at or _time(metadata.get("creationTimestamp"))
-    reason = ""
-    if not scheduled and scheduled_condition is not None and scheduled_condition.get("status") == "False":
-        reason = scheduled_condition.get("message") or scheduled_condition.get("reason") or ""
-    job_label = (metadata.get("labels") or {}).get(LABEL_JOB_ID)
-    return PodFacts(
-        uid=metadata["uid"],
-        namespace=metadata.get("namespace", ""),
-        name=metadata.get("name", ""),
-        job_id=int(job_label) if job_label and job_label.isdigit() else None,
-        node_name=node_name,
-        gpus=pod_gpus(pod),
-        phase=status.get("phase") or "Pending",
-        scheduled=scheduled,
-        pending_reason=reason,
-        created_at=_time(metadata.get("creationTimestamp")) or timezone.now(),
-        bound_at=bound_at,
-        finished_at=finished_at(pod),
-    )
-
-
-def job_observation(facts: PodFacts) -> services.Observation | None:
-    """The job state a portal pod implies. Final states come from the Job object, not from its pods."""
-    if facts.phase == "Running":
-        return services.Observation(
-            state=JobState.RUNNING,
-            at=facts.bound_at,
-            node_name=facts.node_name,
-            message=f"running on {facts.node_name}",
-        )
-    if facts.phase == "Pending":
-        if facts.scheduled:
-            return services.Observation(
-                state=JobState.PENDING,
-                at=facts.bound_at,
-                node_name=facts.node_name,
-                pending_reason=f"starting on {facts.node_name}",
-            )
-        return services.Observation(
-            state=JobState.PENDING,
-            pending_reason=facts.pending_reason or "waiting to be scheduled",
-            message=facts.pending_reason,
-        )
-    return None
-
-
-def job_final_observation(job_obj: dict) -> services.Observation | None:
-    for condition in (job_obj.get("status") or {}).get("conditions") or []:
-        if condition.get("status") != "True":
-            continue
-        at = _time(condition.get("lastTransitionTime"))
-        if condition.get("type") == "Complete":
-            return services.Observation(state=JobState.SUCCEEDED, at=at, message="completed")
-        if condition.get("type") == "Failed":
-            reason = condition.get("reason") or "Failed"
-            text = condition.get("message") or ""
-            if reason == "DeadlineExceeded":
-                text = "stopped: it ran longer than its maximum run time"
-            return services.Observation(state=JobState.FAILED, at=at, message=f"{reason}: {text}".strip(": "))
-    return None
+# A Job created in the cluster this recently may be missing from a list that was taken just before it.
+JUST_CREATED = timedelta(seconds=30)
 
 
 class Attribution:
-    """Caches of namespace -> team and node -> pool. A miss reloads the mapping, at most once every
-    `REFRESH_SECONDS`, so that thousands of pods in a namespace that is no team's cost no query each."""
+    """Who a cluster object is attributed to. Caches namespace -> team and node -> pool; a miss reloads the
+    mapping, at most once every `REFRESH_SECONDS`, so that thousands of pods in a namespace that is no team's
+    cost no query each."""
 
     REFRESH_SECONDS = 10.0
 
@@ -181,8 +61,6 @@ class Attribution:
         self._load_nodes()
 
     def _load_teams(self) -> None:
-        from django.conf import settings
-
         prefix = settings.TEAM_NAMESPACE_PREFIX
         self.teams = {f"{prefix}{slug}": pk for pk, slug in Team.objects.values_list("pk", "slug")}
         self._teams_loaded = time.monotonic()
@@ -192,8 +70,6 @@ class Attribution:
         self._nodes_loaded = time.monotonic()
 
     def team_id(self, namespace: str) -> int | None:
-        from django.conf import settings
-
         if namespace in self.teams:
             return self.teams[namespace]
         prefix = settings.TEAM_NAMESPACE_PREFIX
@@ -214,9 +90,31 @@ class Attribution:
             self._load_nodes()
         return self.node_pools.get(node_name)
 
+    @staticmethod
+    def jobs(job_ids: set[int]) -> dict[int, tuple[int, int]]:
+        """Portal job id -> (team id, pool id) of the jobs among `job_ids` that exist."""
+        if not job_ids:
+            return {}
+        return {
+            pk: (team_id, pool_id)
+            for pk, team_id, pool_id in Job.objects.filter(pk__in=job_ids).values_list("pk", "team_id", "pool_id")
+        }
+
+    def portal_job(
+        self, *, claimed: int | None, job_name: str, namespace: str, jobs: dict[int, tuple[int, int]]
+    ) -> int | None:
+        """The portal job an object belongs to, or None for a foreign one. `claimed` is the id its label names;
+        `job_name` is the object's own name for a Job, the name of the Job that controls it for a pod. The claim
+        holds only for the Job `rsv-<id>` (and its pods) in the namespace of job <id>'s own team."""
+        if claimed is None or claimed not in jobs or job_name != job_name_for(claimed):
+            return None
+        team_id, _pool_id = jobs[claimed]
+        return claimed if self.team_id(namespace) == team_id else None
+
 
 class ClusterSync:
-    """Applies what the watches see to the database. Thread-safe per resource (one watch thread each)."""
+    """Routes what the watches see to the services that record it. Thread-safe per resource (one watch thread
+    each)."""
 
     def __init__(self):
         self.attribution = Attribution()
@@ -233,277 +131,135 @@ class ClusterSync:
             defaults["listed_at"] = timezone.now()
         SyncState.objects.update_or_create(resource=resource, defaults=defaults)
 
-    # --- nodes ----------------------------------------------------------------------------------------------
-    def _node_row(self, node: dict, pools: list[Pool]) -> Node:
-        metadata = node.get("metadata") or {}
-        status = node.get("status") or {}
-        labels = metadata.get("labels") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        pool = pool_for(labels, pools)
-
-        def count(section: str) -> int:
-            try:
-                return int((status.get(section) or {}).get(GPU_RESOURCE) or 0)
-            except ValueError:
-                return 0
-
-        capacity = count("capacity")
-        return Node(
-            name=metadata["name"],
-            pool=pool,
-            labels=labels,
-            taints=[
-                {"key": t.get("key"), "value": t.get("value", ""), "effect": t.get("effect")}
-                for t in (node.get("spec") or {}).get("taints") or []
-            ],
-            gpu_capacity=capacity,
-            gpu_allocatable=min(count("allocatable"), capacity),
-            ready=ready,
-            unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-            last_seen_at=timezone.now(),
-        )
-
-    def _upsert_nodes(self, rows: list[Node]) -> None:
-        Node.objects.bulk_create(
-            rows,
-            batch_size=BATCH,
-            update_conflicts=True,
-            unique_fields=["name"],
-            update_fields=[
-                "pool",
-                "labels",
-                "taints",
-                "gpu_capacity",
-                "gpu_allocatable",
-                "ready",
-                "unschedulable",
-                "last_seen_at",
-            ],
-        )
-
+    # --- nodes -> pools -------------------------------------------------------------------------------------
     def relist_nodes(self, nodes: list[dict], version: str) -> None:
-        pools = list(Pool.objects.order_by("slug"))
-        rows = [self._node_row(node, pools) for node in nodes]
+        facts = [node_facts(node) for node in nodes]
         with transaction.atomic():
-            self._upsert_nodes(rows)
-            Node.objects.exclude(name__in=[row.name for row in rows]).delete()
+            node_pools = pools.record_nodes(nodes=facts, complete=True)
             self.save_version("nodes", version, listed=True)
-        self.attribution.node_pools = {row.name: row.pool_id for row in rows}
+        self.attribution.node_pools = node_pools
 
     def node_event(self, kind: str, node: dict) -> None:
-        name = node["metadata"]["name"]
+        facts = node_facts(node)
         if kind == "DELETED":
-            Node.objects.filter(name=name).delete()
-            self.attribution.node_pools.pop(name, None)
+            pools.remove_node(name=facts.name)
+            self.attribution.node_pools.pop(facts.name, None)
             return
-        row = self._node_row(node, list(Pool.objects.order_by("slug")))
-        self._upsert_nodes([row])
-        self.attribution.node_pools[name] = row.pool_id
+        self.attribution.node_pools.update(pools.record_nodes(nodes=[facts]))
 
-    # --- pods -----------------------------------------------------------------------------------------------
+    # --- pods -> jobs (pods, job states) and billing (usage intervals) --------------------------------------
     @staticmethod
     def interesting(facts: PodFacts) -> bool:
         return facts.gpus > 0 or facts.job_id is not None
 
-    def _pod_row(self, facts: PodFacts, job_pools: dict[int, int]) -> Pod:
-        pool_id = self.attribution.pool_id(facts.node_name) if facts.node_name else None
-        if pool_id is None and facts.job_id is not None:
-            pool_id = job_pools.get(facts.job_id)
-        return Pod(
-            uid=facts.uid,
-            namespace=facts.namespace,
-            name=facts.name,
-            team_id=self.attribution.team_id(facts.namespace),
-            pool_id=pool_id,
-            job_id=facts.job_id if facts.job_id in job_pools else None,
-            node_name=facts.node_name,
-            gpus=facts.gpus,
-            phase=facts.phase,
-            scheduled=facts.scheduled,
-            pending_reason=facts.pending_reason,
-            created_at=facts.created_at,
-            bound_at=facts.bound_at,
-            finished_at=facts.finished_at,
-        )
-
-    def _interval_row(self, facts: PodFacts, row: Pod, *, ended_at: datetime | None = None) -> UsageInterval | None:
-        if facts.gpus <= 0 or not facts.scheduled or facts.bound_at is None:
-            return None
-        pool_id = self.attribution.pool_id(facts.node_name)
-        if pool_id is None:
-            return None  # a node outside every pool is not metered
-        end = ended_at or facts.finished_at
-        if end is not None and end < facts.bound_at:
-            end = facts.bound_at
-        return UsageInterval(
-            pod_uid=facts.uid,
-            namespace=facts.namespace,
-            pod_name=facts.name,
-            team_id=row.team_id,
-            pool_id=pool_id,
-            node_name=facts.node_name,
-            job_id=row.job_id,
-            gpus=facts.gpus,
-            started_at=facts.bound_at,
-            ended_at=end,
-        )
-
-    POD_FIELDS = (
-        "team_id",
-        "pool_id",
-        "job_id",
-        "node_name",
-        "gpus",
-        "phase",
-        "scheduled",
-        "pending_reason",
-        "bound_at",
-        "finished_at",
-    )
-    INTERVAL_FIELDS = ("team_id", "pool_id", "node_name", "job_id", "gpus", "started_at", "ended_at")
-
-    @classmethod
-    def _existing_pods(cls, uids: list[str] | None) -> dict[str, tuple]:
-        """uid -> compared values of stored Pod rows (all rows when `uids` is None)."""
-        rows = Pod.objects.all() if uids is None else Pod.objects.filter(uid__in=uids)
-        return {row[0]: tuple(row[1:]) for row in rows.values_list("uid", *cls.POD_FIELDS)}
-
-    @classmethod
-    def _upsert_pods(cls, rows: list[Pod], existing: dict[str, tuple] | None = None) -> None:
-        """Write the rows that are new or changed (a relist mostly finds nothing changed: no write at all)."""
-        if existing is None:
-            existing = cls._existing_pods([row.uid for row in rows])
-        changed = [row for row in rows if existing.get(row.uid) != tuple(getattr(row, f) for f in cls.POD_FIELDS)]
-        if not changed:
-            return
-        Pod.objects.bulk_create(
-            changed,
-            batch_size=BATCH,
-            update_conflicts=True,
-            unique_fields=["uid"],
-            update_fields=[f.removesuffix("_id") for f in cls.POD_FIELDS] + ["seen_at"],
-        )
-
-    @classmethod
-    def _upsert_intervals(cls, rows: list[UsageInterval]) -> None:
-        """Write new or changed intervals. An interval that was closed stays closed at its first end: a replayed
-        event cannot reopen or move it."""
-        if not rows:
-            return
-        stored = {
-            row[0]: tuple(row[1:])
-            for row in UsageInterval.objects.filter(pod_uid__in=[r.pod_uid for r in rows]).values_list(
-                "pod_uid", *cls.INTERVAL_FIELDS
+    def _owners(self, pods: list[PodFacts]) -> list[jobs.PodOwner]:
+        portal_jobs = self.attribution.jobs({f.job_id for f in pods if f.job_id is not None})
+        owners = []
+        for pod in pods:
+            job_id = self.attribution.portal_job(
+                claimed=pod.job_id, job_name=pod.owner_job, namespace=pod.namespace, jobs=portal_jobs
             )
-        }
-        end_index = cls.INTERVAL_FIELDS.index("ended_at")
-        changed = []
-        for row in rows:
-            before = stored.get(row.pod_uid)
-            if before is not None and before[end_index] is not None:
-                continue
-            if before != tuple(getattr(row, f) for f in cls.INTERVAL_FIELDS):
-                changed.append(row)
-        if not changed:
-            return
-        UsageInterval.objects.bulk_create(
-            changed,
-            batch_size=BATCH,
-            update_conflicts=True,
-            unique_fields=["pod_uid"],
-            update_fields=[f.removesuffix("_id") for f in cls.INTERVAL_FIELDS],
-        )
+            pool_id = self.attribution.pool_id(pod.node_name) if pod.node_name else None
+            if pool_id is None and job_id is not None:
+                pool_id = portal_jobs[job_id][1]  # not placed yet: the pool it was submitted to
+            owners.append(
+                jobs.PodOwner(team_id=self.attribution.team_id(pod.namespace), pool_id=pool_id, job_id=job_id)
+            )
+        return owners
 
-    def _job_pools(self, job_ids: set[int]) -> dict[int, int]:
-        return dict(Job.objects.filter(pk__in=job_ids).values_list("pk", "pool_id")) if job_ids else {}
-
-    def _observe_jobs(self, facts_list: list[PodFacts]) -> None:
-        portal = [f for f in facts_list if f.job_id is not None]
-        if not portal:
-            return
-        current = dict(Job.objects.filter(pk__in={f.job_id for f in portal}).values_list("pk", "state"))
-        for facts in portal:
-            state = current.get(facts.job_id)
-            if state is None or state not in ADMITTED_STATES:
-                continue
-            observation = job_observation(facts)
-            if observation is not None:
-                services.observe(job_id=facts.job_id, observation=observation)
+    def _interval(self, pod: PodFacts, owner: jobs.PodOwner, **kwargs):
+        """The pod's GPU time: metered in the pool of the node it is bound to (none: not metered)."""
+        node_pool = self.attribution.pool_id(pod.node_name) if pod.scheduled else None
+        return billing.usage_interval(pod, team_id=owner.team_id, pool_id=node_pool, job_id=owner.job_id, **kwargs)
 
     def relist_pods(self, pods: list[dict], version: str) -> None:
         now = timezone.now()
-        facts_list = [f for f in (pod_facts(p) for p in pods) if self.interesting(f)]
-        job_pools = self._job_pools({f.job_id for f in facts_list if f.job_id is not None})
-        rows = [self._pod_row(f, job_pools) for f in facts_list]
-        intervals = [i for i in (self._interval_row(f, r) for f, r in zip(facts_list, rows, strict=True)) if i]
-        seen = {f.uid for f in facts_list}
+        facts = [f for f in (pod_facts(p) for p in pods) if self.interesting(f)]
+        owners = self._owners(facts)
+        intervals = [i for i in (self._interval(f, o) for f, o in zip(facts, owners, strict=True)) if i]
         with transaction.atomic():
-            existing = self._existing_pods(None)
-            self._upsert_pods(rows, existing)
-            self._upsert_intervals(intervals)
-            gone = [uid for uid in existing if uid not in seen]
-            if gone:
-                Pod.objects.filter(uid__in=gone).delete()
-            # Pods that vanished while nobody watched: closed at the earliest moment we can know it.
-            UsageInterval.objects.filter(ended_at__isnull=True).exclude(pod_uid__in=seen).update(ended_at=now)
+            jobs.record_pods(pods=list(zip(facts, owners, strict=True)), complete=True)
+            billing.record_usage(intervals=intervals)
+            billing.close_usage_of_vanished_pods(present_pod_uids={f.uid for f in facts}, at=now)
             self.save_version("pods", version, listed=True)
-        self._observe_jobs(facts_list)
+        jobs.record_pod_states(pods=[(o.job_id, f) for f, o in zip(facts, owners, strict=True) if o.job_id])
 
     def pod_event(self, kind: str, pod: dict) -> None:
         facts = pod_facts(pod)
         if not self.interesting(facts):
             return
-        job_pools = self._job_pools({facts.job_id} if facts.job_id else set())
-        row = self._pod_row(facts, job_pools)
+        (owner,) = self._owners([facts])
         with transaction.atomic():
             if kind == "DELETED":
-                ended = facts.finished_at or timezone.now()
-                interval = self._interval_row(facts, row, ended_at=ended)
+                interval = self._interval(facts, owner, ended_at=facts.finished_at or timezone.now())
                 if interval:
-                    self._upsert_intervals([interval])
-                Pod.objects.filter(uid=facts.uid).delete()
+                    billing.record_usage(intervals=[interval])
+                jobs.remove_pod(uid=facts.uid)
             else:
-                self._upsert_pods([row])
-                interval = self._interval_row(facts, row)
+                jobs.record_pods(pods=[(facts, owner)])
+                interval = self._interval(facts, owner)
                 if interval:
-                    self._upsert_intervals([interval])
-        if kind != "DELETED":
-            self._observe_jobs([facts])
+                    billing.record_usage(intervals=[interval])
+        if kind != "DELETED" and owner.job_id is not None:
+            jobs.record_pod_states(pods=[(owner.job_id, facts)])
 
-    # --- jobs -----------------------------------------------------------------------------------------------
-    @staticmethod
-    def _portal_job_id(job_obj: dict) -> int | None:
-        label = ((job_obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_ID)
-        return int(label) if label and label.isdigit() else None
+    # --- the portal's Jobs -> jobs (job states) -------------------------------------------------------------
+    def _portal_jobs(self, job_objs: list[JobFacts]) -> list[tuple[int, JobFacts]]:
+        portal_jobs = self.attribution.jobs({f.job_id for f in job_objs if f.job_id is not None})
+        accepted = []
+        for facts in job_objs:
+            job_id = self.attribution.portal_job(
+                claimed=facts.job_id, job_name=facts.name, namespace=facts.namespace, jobs=portal_jobs
+            )
+            if job_id is not None:
+                accepted.append((job_id, facts))
+            elif facts.job_id is not None:
+                log.warning(
+                    "Job %s/%s claims portal job %s but is not its Job: ignored",
+                    facts.namespace,
+                    facts.name,
+                    facts.job_id,
+                )
+        return accepted
 
     def job_event(self, kind: str, job_obj: dict) -> None:
-        job_id = self._portal_job_id(job_obj)
-        if job_id is None:
-            return
-        if kind == "DELETED":
-            services.fail_job_deleted_outside(job_id=job_id)
-            return
-        observation = job_final_observation(job_obj)
-        if observation is not None:
-            services.observe(job_id=job_id, observation=observation)
+        for job_id, facts in self._portal_jobs([job_facts(job_obj)]):
+            if kind == "DELETED":
+                jobs.fail_job_deleted_outside(job_id=job_id)
+            else:
+                jobs.record_job_state(job_id=job_id, job=facts)
 
     def relist_jobs(self, job_objs: list[dict], version: str) -> None:
-        present = set()
-        for job_obj in job_objs:
-            job_id = self._portal_job_id(job_obj)
-            if job_id is None:
-                continue
-            present.add(job_id)
-            observation = job_final_observation(job_obj)
-            if observation is not None:
-                services.observe(job_id=job_id, observation=observation)
+        accepted = self._portal_jobs([job_facts(obj) for obj in job_objs])
+        for job_id, facts in accepted:
+            jobs.record_job_state(job_id=job_id, job=facts)
         # Admitted jobs created in the cluster before this list whose Job is gone were deleted outside the portal.
-        cutoff = timezone.now() - timedelta(seconds=30)
-        missing = (
-            Job.objects.filter(state__in=ADMITTED_STATES, cluster_created_at__lt=cutoff)
-            .exclude(pk__in=present)
-            .values_list("pk", flat=True)
+        jobs.settle_missing_jobs(
+            present_job_ids={job_id for job_id, _facts in accepted}, created_before=timezone.now() - JUST_CREATED
         )
-        for job_id in missing:
-            services.fail_job_deleted_outside(job_id=job_id)
         self.save_version("jobs", version, listed=True)
+
+    # --- Kueue's Workloads -> jobs (workload rows, job states) ---------------------------------------------------
+    def _portal_workloads(self, workloads: list[WorkloadFacts]) -> list[tuple[int, WorkloadFacts]]:
+        """The Workloads of portal jobs: owned by the Job `rsv-<id>` in job <id>'s own team namespace."""
+        portal_jobs = self.attribution.jobs({f.portal_job_id for f in workloads if f.portal_job_id is not None})
+        accepted = []
+        for facts in workloads:
+            job_id = self.attribution.portal_job(
+                claimed=facts.portal_job_id, job_name=facts.job_name, namespace=facts.namespace, jobs=portal_jobs
+            )
+            if job_id is not None:
+                accepted.append((job_id, facts))
+        return accepted
+
+    def relist_workloads(self, workloads: list[dict], version: str) -> None:
+        jobs.record_workloads(workloads=self._portal_workloads([workload_facts(w) for w in workloads]))
+        self.save_version("workloads", version, listed=True)
+
+    def workload_event(self, kind: str, workload: dict) -> None:
+        facts = workload_facts(workload)
+        if kind == "DELETED":
+            jobs.forget_workload(uid=facts.uid)
+            return
+        for job_id, accepted in self._portal_workloads([facts]):
+            jobs.record_workload(facts=accepted, job_id=job_id)

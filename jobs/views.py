@@ -18,12 +18,12 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from cluster import resources
+from cluster import live
 from cluster.errors import ClusterError, describe
 from pools.models import Pool
 from portal.htmx import render_page_or_partial
 
-from . import job_templates, reasons, selectors, services
+from . import job_templates, selectors, services
 from .choices import JobState
 from .filters import JobFilterSet
 from .forms import JobSubmitForm
@@ -38,7 +38,9 @@ LIST_POLL_SECONDS = 10
 
 
 def _visible_job(request, pk: int) -> Job:
-    return get_object_or_404(Job.objects.visible_to(request.user).select_related("team", "pool", "submitted_by"), pk=pk)
+    return get_object_or_404(
+        Job.objects.visible_to(request.user).select_related("team", "pool", "submitted_by", "admitted_pool"), pk=pk
+    )
 
 
 def _querystring(request, **changes) -> str:
@@ -80,9 +82,7 @@ def _detail_context(job: Job) -> dict:
         "events": events,
         "placement": selectors.placement_of(job),
         "queue_position": services.queue_position(job),
-        "pending_in_words": reasons.plain_reason(job.pending_reason)
-        if job.state == JobState.PENDING and job.pending_reason and not job.node_name
-        else job.pending_reason,
+        "pending_in_words": job.pending_reason,
         "command_line": " ".join([*job.command, *job.args]),
         "now": timezone.now(),
         "poll": STATUS_POLL_SECONDS,
@@ -126,7 +126,7 @@ def job_logs(request, pk: int):
         )
     else:
         try:
-            text = resources.pod_log_tail(job.team.namespace, placement.pod_name, lines=LOG_LINES)
+            text = live.log_tail(job.team.namespace, placement.pod_name, max_lines=LOG_LINES)
         except Exception as error:  # noqa: BLE001 - any failure of the cluster call is shown, not raised
             log.info("log tail of job %s unavailable: %s", job.pk, error)
             why = str(error) if isinstance(error, ClusterError) else describe(error)
@@ -144,29 +144,15 @@ def job_cluster_events(request, pk: int):
     """Kubernetes events of the job's Job object and pod (scheduling, pulling, failures), newest last."""
     job = _visible_job(request, pk)
     placement = selectors.placement_of(job)
-    rows, message = [], ""
+    events, message = [], ""
     try:
-        items = resources.events_for(job.team.namespace, "Job", job.job_name)
+        events = live.events_for(job.team.namespace, "Job", job.job_name)
         if placement.pod_name:
-            items += resources.events_for(job.team.namespace, "Pod", placement.pod_name)
+            events = live.oldest_first(events + live.events_for(job.team.namespace, "Pod", placement.pod_name))
     except Exception as error:  # noqa: BLE001 - shown to the user instead of failing the page
         why = str(error) if isinstance(error, ClusterError) else describe(error)
         message = _("Cluster events are not available: %(why)s") % {"why": why}
-    else:
-        for item in items:
-            at = item.last_timestamp or item.event_time or item.first_timestamp
-            rows.append(
-                {
-                    "at": at,
-                    "type": item.type or "",
-                    "reason": item.reason or "",
-                    "message": item.message or "",
-                    "object": item.involved_object.kind if item.involved_object else "",
-                    "count": item.count or 1,
-                }
-            )
-        rows.sort(key=lambda row: (row["at"] is None, row["at"]))
-    context = {"job": job, "cluster_events": rows, "cluster_events_message": message}
+    context = {"job": job, "cluster_events": events, "cluster_events_message": message}
     return render_page_or_partial(request, "jobs/job_events.html", "jobs/partials/job_cluster_events.html", context)
 
 

@@ -20,7 +20,7 @@ from .models import GpuReading, TelemetryRun, UtilisationSample
 from .rules import Observation
 from .telemetry import latest_ok_run
 
-WAITING_STATES = (JobState.QUEUED, JobState.SUBMITTED, JobState.PENDING)
+WAITING_STATES = (JobState.QUEUED, JobState.ADMITTED, JobState.PENDING)
 
 
 def _gpu_observations(kind: str, run: TelemetryRun | None, value_of) -> list[Observation] | None:

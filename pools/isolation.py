@@ -33,25 +33,24 @@ def pool_for(labels: dict, pools: list[Pool]) -> Pool | None:
 def reconcile_taints() -> dict:
     pools = list(Pool.objects.order_by("slug"))
     reported, applied = [], []
-    for node in resources.list_nodes().items:
-        labels = node.metadata.labels or {}
-        pool = pool_for(labels, pools)
+    for node in resources.list_nodes():
+        pool = pool_for(node.labels, pools)
         if pool is None:
             continue
-        current = [{"key": t.key, "value": t.value or "", "effect": t.effect} for t in (node.spec.taints or [])]
+        current = list(node.taints)
         missing = [
             {"key": t["key"], "value": t.get("value", ""), "effect": t.get("effect", "NoSchedule")}
             for t in pool.taints
             if not _has(current, t)
         ]
         if missing and pool.apply_taints:
-            resources.patch_node_taints(node.metadata.name, current + missing)
-            log.warning("node %s of pool %s lacked taints %s: applied", node.metadata.name, pool.slug, missing)
-            applied.append(node.metadata.name)
+            resources.patch_node_taints(node.name, current + missing)
+            log.warning("node %s of pool %s lacked taints %s: applied", node.name, pool.slug, missing)
+            applied.append(node.name)
             missing = []
         elif missing:
-            log.warning("node %s of pool %s lacks taints %s", node.metadata.name, pool.slug, missing)
-            reported.append(node.metadata.name)
+            log.warning("node %s of pool %s lacks taints %s", node.name, pool.slug, missing)
+            reported.append(node.name)
         with transaction.atomic():
-            Node.objects.filter(name=node.metadata.name).update(missing_taints=missing)
+            Node.objects.filter(name=node.name).update(missing_taints=missing)
     return {"reported": reported, "applied": applied}

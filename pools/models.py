@@ -14,6 +14,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
+from cluster.kueue import MAX_FLAVOR_NODE_LABELS, MAX_FLAVOR_TOLERATIONS
 from portal.models import SLUG_VALIDATOR, Team
 
 from .choices import QUOTA_REQUEST_TRANSITIONS, PoolKind, QuotaRequestState, TaintEffect
@@ -30,6 +31,11 @@ ZERO = Decimal("0")
 def validate_selector(value) -> None:
     if not isinstance(value, dict) or not value:
         raise ValidationError(_("A pool needs at least one node label to select its nodes, e.g. node-role=training."))
+    if len(value) > MAX_FLAVOR_NODE_LABELS:
+        raise ValidationError(
+            _("A pool is selected by at most %(max)d node labels (Kueue's limit for a resource flavor).")
+            % {"max": MAX_FLAVOR_NODE_LABELS}
+        )
     for key, label_value in value.items():
         if not isinstance(key, str) or not isinstance(label_value, str):
             raise ValidationError(_("Selector labels are text: %(key)s.") % {"key": key})
@@ -48,6 +54,11 @@ def validate_selector(value) -> None:
 def validate_taints(value) -> None:
     if not isinstance(value, list):
         raise ValidationError(_("Taints are a list of {key, value, effect}."))
+    if len(value) > MAX_FLAVOR_TOLERATIONS:
+        raise ValidationError(
+            _("A pool has at most %(max)d taints (Kueue's limit for a resource flavor's tolerations).")
+            % {"max": MAX_FLAVOR_TOLERATIONS}
+        )
     for taint in value:
         if not isinstance(taint, dict) or not taint.get("key"):
             raise ValidationError(_("Each taint needs a key, e.g. {'key': 'workload', 'value': 'training'}."))
@@ -99,6 +110,15 @@ class Pool(models.Model):
     )
     min_nodes = models.PositiveIntegerField(_("minimum nodes"), default=0)
     max_nodes = models.PositiveIntegerField(_("maximum nodes"), default=0)
+    gpus_per_node = models.PositiveIntegerField(
+        _("GPUs per node"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Elastic and shared pools: the GPUs of one node, so that Kueue may admit up to maximum nodes × GPUs per "
+            "node. Empty: the largest node of the pool seen in the cluster."
+        ),
+    )
     spill_pools = models.ManyToManyField(
         "self", symmetrical=False, blank=True, related_name="spilled_from", verbose_name=_("may spill into")
     )
@@ -187,6 +207,11 @@ class ReservationQuerySet(models.QuerySet):
     def overlapping(self, starts_at, ends_at) -> "ReservationQuerySet":
         return self.filter(starts_at__lt=ends_at, ends_at__gt=starts_at)
 
+    def starting_or_ending_between(self, since, until) -> "ReservationQuerySet":
+        """Reservations that start or end in (since, until]: what `active_at(since)` and `active_at(until)` disagree
+        on (a reservation is active from its start, inclusive, to its end, exclusive)."""
+        return self.filter(Q(starts_at__gt=since, starts_at__lte=until) | Q(ends_at__gt=since, ends_at__lte=until))
+
 
 class Reservation(models.Model):
     """A team holds `gpus` GPUs of a reserved pool over [starts_at, ends_at), at the price signed for.
@@ -219,7 +244,12 @@ class Reservation(models.Model):
                 condition=Q(monthly_price_per_gpu__gte=0), name="%(app_label)s_%(class)s_price_not_negative"
             ),
         ]
-        indexes = [models.Index(fields=["pool", "starts_at", "ends_at"], name="pools_reservation_pool_period")]
+        indexes = [
+            models.Index(fields=["pool", "starts_at", "ends_at"], name="pools_reservation_pool_period"),
+            # The frequent "did a reservation start or end since?" check (pools.kueue).
+            models.Index(fields=["starts_at"], name="pools_reservation_starts"),
+            models.Index(fields=["ends_at"], name="pools_reservation_ends"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.team} · {self.gpus} GPUs of {self.pool}"
@@ -435,3 +465,34 @@ class QuotaRequest(models.Model):
         self.decided_by = user if user is not None and user.is_authenticated else None
         self.decided_at = timezone.now()
         self.decision_note = note
+
+
+class KueueProjection(models.Model):
+    """Whether Kueue's objects in the cluster match the portal (a single row, pk 1; see `pools.kueue`).
+
+    Every change of pools, reservations, quotas, namespace limits or teams bumps `desired_version` once committed;
+    a reconcile reads it before the rows it renders and copies it into `applied_version` once every object is in
+    the cluster. `rendered_at` is the moment whose active reservations the last applied projection holds, and
+    `last_rendered_at` that of the last attempt: a reservation that starts or ends after it calls for a new one.
+    """
+
+    SINGLETON_PK = 1
+
+    desired_version = models.PositiveIntegerField(default=1)
+    applied_version = models.PositiveIntegerField(default=0)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    rendered_at = models.DateTimeField(null=True, blank=True)
+    last_rendered_at = models.DateTimeField(null=True, blank=True)
+    last_checked_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    # Per object ("Kind/name"), a digest of what the portal last wrote: a cluster object that differs from it was
+    # edited by hand (a change of the portal's own rows is not).
+    applied_digests = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(pk=1), name="%(app_label)s_%(class)s_single_row"),
+        ]
+
+    def __str__(self) -> str:
+        return "Kueue projection"

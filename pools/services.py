@@ -1,4 +1,4 @@
-"""Writes to pools, reservations and quotas. Every caller (views, API, admin, tasks, commands) uses these.
+"""Writes to pools, nodes, reservations and quotas. Every caller (views, API, admin, tasks, commands) uses these.
 
 The contract invariant — a pool's reservations never add up to more than its contracted GPUs at any moment — is
 checked here under `SELECT ... FOR UPDATE` on the pool row: two requests for the last GPUs of a pool queue on the
@@ -11,14 +11,17 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from cluster.facts import NodeFacts
 from portal import audit
 from portal.models import Team
 
-from . import namespaces
+from . import kueue, namespaces
 from .choices import QuotaRequestState
-from .models import NamespaceLimits, Pool, Quota, QuotaRequest, Reservation
+from .isolation import pool_for
+from .models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ def create_reservation(
     audit.record(
         actor=user, action="reservation.create", instance=reservation, before=None, after=audit.snapshot(reservation)
     )
+    kueue.mark_changed()
     return reservation
 
 
@@ -101,6 +105,7 @@ def end_reservation(*, reservation: Reservation, ends_at: datetime, user=None) -
         before=before,
         after=audit.snapshot(reservation),
     )
+    kueue.mark_changed()
     return reservation
 
 
@@ -167,18 +172,20 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     quota.save()
     audit.record(actor=user, action="quota.set", instance=quota, before=before, after=audit.snapshot(quota))
     namespaces.mark_changed(team)
+    kueue.mark_changed()
     return quota
 
 
 def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> None:
     """Refuse a quota below the GPUs the team's admitted jobs hold in the pool now, naming those jobs.
 
-    The caller holds the Quota row lock, which admission takes too, so no job is admitted meanwhile."""
-    from jobs.choices import ADMITTED_STATES
+    Kueue admits independently of this lock, so a job admitted meanwhile can still push usage above the new quota
+    until it finishes; Kueue then admits nothing more until usage is below it."""
     from jobs.models import Job
 
     jobs = list(
-        Job.objects.filter(team=team, pool=pool, state__in=ADMITTED_STATES)
+        Job.objects.filter(team=team, pool=pool)
+        .holding_quota()
         .order_by("-gpus", "id")
         .values_list("id", "name", "gpus", "state")
     )
@@ -216,6 +223,7 @@ def set_namespace_limits(*, team: Team, user=None, **values) -> NamespaceLimits:
     limits.full_clean()
     limits.save()
     namespaces.mark_changed(team)
+    kueue.mark_changed()
     audit.record(
         actor=user, action="namespace_limits.set", instance=limits, before=before, after=audit.snapshot(limits)
     )
@@ -265,6 +273,7 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
         before=before,
         after=_pool_snapshot(pool),
     )
+    kueue.mark_changed()
     return pool
 
 
@@ -284,6 +293,7 @@ def delete_pool(*, pool: Pool, user=None) -> None:
         ) from None
     pool.pk = pk
     audit.record(actor=user, action="pool.delete", instance=pool, before=before, after=None)
+    kueue.mark_changed()
 
 
 # --- quota requests: a lead asks, an admin decides ------------------------------------------------------------
@@ -423,3 +433,45 @@ def withdraw_quota_request(*, request: QuotaRequest, user) -> QuotaRequest:
         note="",
         action="quota_request.withdraw",
     )
+
+
+# --- nodes, as the cluster sync sees them -------------------------------------------------------------------------
+
+NODE_FIELDS = ("pool", "labels", "taints", "gpu_capacity", "gpu_allocatable", "ready", "unschedulable", "last_seen_at")
+NODE_BATCH = 1000
+
+
+@transaction.atomic
+def record_nodes(*, nodes: list[NodeFacts], complete: bool = False) -> dict[str, int | None]:
+    """Record what the cluster says of `nodes`: one row per node, upserted by name, in the first pool (by slug)
+    whose selector matches its labels. With `complete` (`nodes` is a full list) the rows of nodes missing from it
+    are deleted. Returns node name -> pool id of the nodes recorded.
+
+    Seeing a node twice writes the same row again; `missing_taints` is left to `pools.isolation`."""
+    pools = list(Pool.objects.order_by("slug"))
+    now = timezone.now()
+    rows = [
+        Node(
+            name=facts.name,
+            pool=pool_for(facts.labels, pools),
+            labels=dict(facts.labels),
+            taints=list(facts.taints),
+            gpu_capacity=facts.gpu_capacity,
+            gpu_allocatable=facts.gpu_allocatable,
+            ready=facts.ready,
+            unschedulable=facts.unschedulable,
+            last_seen_at=now,
+        )
+        for facts in nodes
+    ]
+    Node.objects.bulk_create(
+        rows, batch_size=NODE_BATCH, update_conflicts=True, unique_fields=["name"], update_fields=NODE_FIELDS
+    )
+    if complete:
+        Node.objects.exclude(name__in=[row.name for row in rows]).delete()
+    return {row.name: row.pool_id for row in rows}
+
+
+def remove_node(*, name: str) -> None:
+    """The node left the cluster: its row goes (pods and usage keep the node's name)."""
+    Node.objects.filter(name=name).delete()

@@ -56,3 +56,34 @@ def reconcile_node_taints() -> dict:
     from .isolation import reconcile_taints
 
     return reconcile_taints()
+
+
+@shared_task(
+    name="pools.reconcile_kueue",
+    acks_late=True,
+    autoretry_for=(TransientClusterError,),
+    retry_backoff=2,
+    retry_backoff_max=120,
+    max_retries=8,
+)
+def reconcile_kueue(version: int | None = None) -> dict:
+    """Make Kueue's objects match the portal. With `version` (sent by a change), nothing is done when a reconcile
+    already applied it; without (the periodic run), always: that is what puts back hand edits."""
+    from . import kueue
+
+    return kueue.summary(kueue.reconcile(unless_applied=version))
+
+
+@shared_task(
+    name="pools.reconcile_kueue_at_reservation_boundary",
+    acks_late=True,
+    autoretry_for=(TransientClusterError,),
+    retry_backoff=2,
+    max_retries=3,
+)
+def reconcile_kueue_at_reservation_boundary() -> dict | None:
+    """Frequent and cheap: reconcile Kueue's objects when a reservation started or ended since the last rendering."""
+    from . import kueue
+
+    outcome = kueue.reconcile_at_reservation_boundary()
+    return None if outcome is None else kueue.summary(outcome)

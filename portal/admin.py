@@ -83,9 +83,17 @@ class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
 
 @admin.register(Team)
 class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    list_display = ["name", "slug", "namespace", "created_at"]
+    list_display = ["name", "slug", "namespace", "queueing_strategy", "created_at"]
+    list_filter = ["queueing_strategy"]
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
+
+    def save_model(self, request, obj, form, change):
+        # The service audits the team and sends the change to Kueue (its ClusterQueue's queueing order).
+        services.save_team(team=obj, user=request.user)
+
+    def delete_model(self, request, obj):
+        services.delete_team(team=obj, user=request.user)
 
 
 @admin.register(Membership)

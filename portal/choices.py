@@ -7,3 +7,10 @@ class Role(models.TextChoices):
 
     RESEARCHER = "researcher", _("Researcher")
     LEAD = "lead", _("Team lead")
+
+
+class QueueingStrategy(models.TextChoices):
+    """In which order a team's queued jobs are admitted (Kueue's queueing strategies, by their Kueue names)."""
+
+    STRICT_FIFO = "StrictFIFO", _("Strict order: a job that does not fit yet holds back the jobs queued after it")
+    BEST_EFFORT_FIFO = "BestEffortFIFO", _("Best effort: a later job that fits may start before an earlier one")

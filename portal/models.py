@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils.translation import gettext_lazy as _
 
-from .choices import Role
+from .choices import QueueingStrategy, Role
 
 SLUG_VALIDATOR = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
@@ -59,6 +59,16 @@ class Team(models.Model):
     slug = models.SlugField(_("slug"), max_length=40, unique=True, validators=[SLUG_VALIDATOR])
     name = models.CharField(_("name"), max_length=100)
     description = models.TextField(_("description"), blank=True)
+    queueing_strategy = models.CharField(
+        _("queueing order"),
+        max_length=20,
+        choices=QueueingStrategy.choices,
+        default=QueueingStrategy.STRICT_FIFO,
+        help_text=_(
+            "Strict order keeps a large job from being overtaken by smaller ones behind it; best effort uses free "
+            "GPUs sooner."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
 
@@ -66,6 +76,12 @@ class Team(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(queueing_strategy__in=QueueingStrategy.values),
+                name="%(app_label)s_%(class)s_valid_queueing_strategy",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name

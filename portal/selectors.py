@@ -20,7 +20,7 @@ def team_usage(team: Team, *, now) -> dict:
     from django.db.models import F, Sum
 
     from billing.models import DailyUsage
-    from jobs.choices import ADMITTED_STATES, JobState
+    from jobs.choices import JobState
     from jobs.models import Job
     from pools.models import Pool, Quota, Reservation
 
@@ -33,7 +33,7 @@ def team_usage(team: Team, *, now) -> dict:
         .values_list("pool_id", "total")
     )
     jobs = Job.objects.filter(team=team).values("pool_id").order_by()
-    in_use = dict(jobs.filter(state__in=ADMITTED_STATES).annotate(total=Sum("gpus")).values_list("pool_id", "total"))
+    in_use = dict(jobs.holding_quota().annotate(total=Sum("gpus")).values_list("pool_id", "total"))
     queued = dict(jobs.filter(state=JobState.QUEUED).annotate(total=Sum("gpus")).values_list("pool_id", "total"))
     month = {
         row["pool_id"]: row

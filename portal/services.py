@@ -28,6 +28,7 @@ def save_team(*, team: Team, user=None) -> Team:
         before=before,
         after=audit.snapshot(team),
     )
+    _kueue_changed()
     return team
 
 
@@ -45,6 +46,14 @@ def delete_team(*, team: Team, user=None) -> None:
         ) from None
     team.pk = pk
     audit.record(actor=user, action="team.delete", instance=team, before=before, after=None)
+    _kueue_changed()
+
+
+def _kueue_changed() -> None:
+    """A team is a ClusterQueue and a LocalQueue in Kueue (pools.kueue projects them)."""
+    from pools import kueue
+
+    kueue.mark_changed()
 
 
 @transaction.atomic

@@ -16,6 +16,11 @@ class JobSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    admitted_pool = serializers.SlugRelatedField(
+        slug_field="slug",
+        read_only=True,
+        help_text=_("The pool Kueue admitted the job in (its flavor); null while queued."),
+    )
 
     class Meta:
         model = Job
@@ -38,6 +43,8 @@ class JobSerializer(serializers.ModelSerializer):
             "finished_at",
             "node_name",
             "pending_reason",
+            "admitted_pool",
+            "preemptions",
         ]
         read_only_fields = fields
 

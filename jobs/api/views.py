@@ -16,7 +16,7 @@ from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
 
 def _detail(job: Job) -> dict:
     job = (
-        Job.objects.select_related("team", "pool", "submitted_by")
+        Job.objects.select_related("team", "pool", "submitted_by", "admitted_pool")
         .prefetch_related(Prefetch("events", queryset=JobEvent.objects.select_related("actor").order_by("at", "id")))
         .get(pk=job.pk)
     )
@@ -32,7 +32,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self):
         return (
             Job.objects.visible_to(self.request.user)
-            .select_related("team", "pool", "submitted_by")
+            .select_related("team", "pool", "submitted_by", "admitted_pool")
             .order_by("-created_at", "-id")
         )
 
@@ -46,7 +46,8 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
     def create(self, request, *args, **kwargs):
-        """Submit a job: it is admitted at once when the team's quota allows, else queued (see queue_position)."""
+        """Submit a job: it is saved as queued and sent to the cluster, where Kueue admits it when the team's quota
+        has room (see queue_position and pending_reason)."""
         serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

@@ -7,6 +7,7 @@ from portal.api.base import FullCleanMixin, GpuField
 from portal.api.serializers import TeamSlugField
 from portal.models import Team
 
+from .. import kueue
 from ..models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation, TeamNamespace
 from ..occupancy import JOB_SIZES
 
@@ -23,6 +24,16 @@ class PoolSerializer(FullCleanMixin, serializers.ModelSerializer):
     contracted_gpus = GpuField(allow_null=True, required=False)
     min_nodes = serializers.IntegerField(min_value=0, max_value=100_000, required=False)
     max_nodes = serializers.IntegerField(min_value=0, max_value=100_000, required=False)
+    gpus_per_node = serializers.IntegerField(
+        min_value=0,
+        max_value=1024,
+        required=False,
+        allow_null=True,
+        help_text=_(
+            "Elastic and shared pools: GPUs of one node (Kueue admits up to max_nodes × this). "
+            "Null: the largest node of the pool seen in the cluster."
+        ),
+    )
 
     class Meta:
         model = Pool
@@ -40,6 +51,7 @@ class PoolSerializer(FullCleanMixin, serializers.ModelSerializer):
             "hourly_price_per_gpu",
             "min_nodes",
             "max_nodes",
+            "gpus_per_node",
             "spill_pools",
         ]
         read_only_fields = ["id"]
@@ -108,6 +120,19 @@ def namespace_state(team_id: int) -> dict:
     }
 
 
+class KueueStateSerializer(serializers.Serializer):
+    """Whether Kueue's objects in the cluster (flavors, cluster queues, local queues) match the portal yet."""
+
+    applied = serializers.BooleanField(
+        help_text="true once Kueue holds the latest change (and every reservation that started or ended since)"
+    )
+    desired_version = serializers.IntegerField()
+    applied_version = serializers.IntegerField()
+    applied_at = serializers.DateTimeField(allow_null=True)
+    last_checked_at = serializers.DateTimeField(allow_null=True)
+    last_error = serializers.CharField(allow_blank=True)
+
+
 class ReservationSerializer(serializers.ModelSerializer):
     team = TeamSlugField(queryset=Reservation._meta.get_field("team").related_model.objects.all())
     pool = PoolSlugField(queryset=Pool.objects.all())
@@ -147,16 +172,24 @@ class QuotaSerializer(serializers.ModelSerializer):
     max_gpus = GpuField(help_text=_("GPUs of the pool the team may use at once."))
     gpus_in_use = serializers.IntegerField(read_only=True, help_text=_("GPUs its admitted jobs hold now."))
     namespace = serializers.SerializerMethodField()
+    kueue = serializers.SerializerMethodField()
 
     class Meta:
         model = Quota
-        fields = ["id", "team", "pool", "max_gpus", "gpus_in_use", "updated_at", "namespace"]
+        fields = ["id", "team", "pool", "max_gpus", "gpus_in_use", "updated_at", "namespace", "kueue"]
         read_only_fields = ["id", "updated_at"]
         validators = []  # (team, pool) is an upsert key here: set_quota creates or updates
 
     @extend_schema_field(NamespaceStateSerializer)
     def get_namespace(self, quota) -> dict:
         return namespace_state(quota.team_id)
+
+    @extend_schema_field(KueueStateSerializer)
+    def get_kueue(self, quota) -> dict:
+        # One projection for all teams: read once per answer.
+        if "kueue_state" not in self.context:
+            self.context["kueue_state"] = kueue.state()
+        return self.context["kueue_state"]
 
 
 class QuotaChangeSerializer(serializers.Serializer):

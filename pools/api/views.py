@@ -10,7 +10,6 @@ from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from jobs.choices import ADMITTED_STATES
 from jobs.models import Job
 from portal.api.base import AdminWrites
 from portal.models import Team
@@ -167,7 +166,8 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
 
     def get_queryset(self):
         in_use = (
-            Job.objects.filter(team=OuterRef("team"), pool=OuterRef("pool"), state__in=ADMITTED_STATES)
+            Job.objects.filter(team=OuterRef("team"), pool=OuterRef("pool"))
+            .holding_quota()
             .values("team")
             .annotate(total=Sum("gpus"))
             .values("total")

@@ -167,10 +167,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
 }
-# Submission of an admitted job to the cluster: attempts before it is Failed, and the backoff base in seconds.
-JOB_SUBMIT_MAX_ATTEMPTS = env.int("RESERVOIR_JOB_SUBMIT_MAX_ATTEMPTS", default=8)
-JOB_SUBMIT_BACKOFF_SECONDS = env.float("RESERVOIR_JOB_SUBMIT_BACKOFF_SECONDS", default=2.0)
-# Attempts of one cluster call on transient failures (connection refused, timeouts, 429, 5xx) before giving up.
+# Tasks that call the cluster retry transient failures this many times (backoff 2 s doubling to 5 min, jittered)
+# before they give up and say so (a job is then Failed with the reason).
+CLUSTER_TASK_MAX_RETRIES = env.int("RESERVOIR_CLUSTER_TASK_MAX_RETRIES", default=8)
+# Attempts of one cluster call on transient failures outside tasks (the sync, pages, commands); tasks try once.
 KUBE_CALL_ATTEMPTS = env.int("RESERVOIR_KUBE_CALL_ATTEMPTS", default=4)
 
 # --- Monitoring: GPU telemetry from Prometheus (DCGM exporter) and alerts ------------------------------------------

@@ -99,7 +99,12 @@ def test_labels_name_team_pool_and_job_on_job_and_pod():
         "reservoir.io/pool": "training",
         "reservoir.io/job-id": "42",
     }
-    assert manifest["metadata"]["labels"] == expected
+    # The Job also carries Kueue's labels: the team's LocalQueue and the WorkloadPriorityClass.
+    assert manifest["metadata"]["labels"] == {
+        **expected,
+        "kueue.x-k8s.io/queue-name": "reservoir",
+        "kueue.x-k8s.io/priority-class": "reservoir-normal",
+    }
     assert manifest["spec"]["template"]["metadata"]["labels"] == expected
 
 
@@ -108,7 +113,8 @@ def test_job_lifecycle_fields():
     assert manifest["spec"]["activeDeadlineSeconds"] == 7200
     assert manifest["spec"]["backoffLimit"] == 2
     assert manifest["spec"]["ttlSecondsAfterFinished"] == 600
-    assert manifest["spec"]["suspend"] is False
+    assert manifest["spec"]["suspend"] is True  # until Kueue admits it
+    assert manifest["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "reservoir-high"
     assert pod_spec(manifest)["priorityClassName"] == "reservoir-high"
     assert pod_spec(manifest)["restartPolicy"] == "Never"
 

@@ -50,8 +50,8 @@ JOB_PAGES = ["jobs:job_detail", "jobs:job_status", "jobs:job_logs", "jobs:job_cl
     ("who", "status"), [("researcher", 200), ("lead", 200), ("platform_admin", 200), ("outsider", 404)]
 )
 def test_job_pages_and_fragments_follow_team_membership(client, request, job, url_name, who, status, monkeypatch):
-    monkeypatch.setattr(job_views.resources, "pod_log_tail", lambda *a, **k: "")
-    monkeypatch.setattr(job_views.resources, "events_for", lambda *a, **k: [])
+    monkeypatch.setattr(job_views.live, "log_tail", lambda *a, **k: "")
+    monkeypatch.setattr(job_views.live, "events_for", lambda *a, **k: [])
     login(client, request.getfixturevalue(who))
     assert client.get(reverse(url_name, args=[job.pk])).status_code == status
     assert client.get(reverse(url_name, args=[job.pk]), **HTMX).status_code == status
@@ -222,7 +222,7 @@ def test_the_log_tail_shows_the_pods_output(client, researcher, job, monkeypatch
         phase="Running",
         created_at="2026-01-01T00:00:00Z",
     )
-    monkeypatch.setattr(job_views.resources, "pod_log_tail", lambda ns, pod, lines: f"epoch 1 loss 0.5 from {pod}")
+    monkeypatch.setattr(job_views.live, "log_tail", lambda ns, pod, max_lines: f"epoch 1 loss 0.5 from {pod}")
     response = login(client, researcher).get(reverse("jobs:job_logs", args=[job.pk]), **HTMX)
     assert b"epoch 1 loss 0.5 from rsv-1-abc" in response.content
 
@@ -241,7 +241,7 @@ def test_the_log_tail_says_clearly_when_the_cluster_has_no_logs(client, research
     def refuse(*args, **kwargs):
         raise ClusterError("apiserver answered 405 Method Not Allowed", status=405)
 
-    monkeypatch.setattr(job_views.resources, "pod_log_tail", refuse)
+    monkeypatch.setattr(job_views.live, "log_tail", refuse)
     response = login(client, researcher).get(reverse("jobs:job_logs", args=[job.pk]), **HTMX)
     assert response.status_code == 200
     assert b"Logs are not available from the cluster" in response.content

@@ -1,5 +1,7 @@
-"""`manage.py sync_cluster`: the long-lived process that mirrors nodes, GPU pods and the portal's Jobs."""
+"""`manage.py sync_cluster`: the long-lived process that mirrors nodes, GPU pods, the portal's Jobs and their Kueue
+Workloads."""
 
+import functools
 import logging
 import signal
 import threading
@@ -8,6 +10,7 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from cluster import client
+from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
 from cluster.manifests import LABEL_MANAGED_BY, MANAGED_BY
 from cluster.watch import ListWatch, run_forever
 from jobs.sync import ClusterSync
@@ -30,38 +33,39 @@ def _guarded(handler):
 
 
 def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
+    """One list-then-watch per resource, each routed to its pair of sync handlers. Nodes come first: pods are
+    attributed to pools by the node they run on."""
     core, batch = client.core(), client.batch()
+    managed = {"label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"}
+    list_workloads = functools.partial(
+        client.custom_objects().list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "workloads"
+    )
+    watched = [
+        # (name, list call, list arguments, on a full list, on each event)
+        ("nodes", core.list_node, {}, sync.relist_nodes, sync.node_event),
+        ("pods", core.list_pod_for_all_namespaces, {}, sync.relist_pods, sync.pod_event),
+        ("jobs", batch.list_job_for_all_namespaces, managed, sync.relist_jobs, sync.job_event),
+        ("workloads", list_workloads, {}, sync.relist_workloads, sync.workload_event),
+    ]
     return [
         ListWatch(
-            name="nodes",
-            list_call=core.list_node,
-            on_relist=_guarded(sync.relist_nodes),
-            on_event=_guarded(sync.node_event),
-            save_version=_guarded(lambda v: sync.save_version("nodes", v)),
+            name=name,
+            list_call=list_call,
+            list_kwargs=list_kwargs,
+            on_relist=_guarded(on_relist),
+            on_event=_guarded(on_event),
+            save_version=_guarded(lambda version, name=name: sync.save_version(name, version)),
             stop=stop,
-        ),
-        ListWatch(
-            name="pods",
-            list_call=core.list_pod_for_all_namespaces,
-            on_relist=_guarded(sync.relist_pods),
-            on_event=_guarded(sync.pod_event),
-            save_version=_guarded(lambda v: sync.save_version("pods", v)),
-            stop=stop,
-        ),
-        ListWatch(
-            name="jobs",
-            list_call=batch.list_job_for_all_namespaces,
-            list_kwargs={"label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"},
-            on_relist=_guarded(sync.relist_jobs),
-            on_event=_guarded(sync.job_event),
-            save_version=_guarded(lambda v: sync.save_version("jobs", v)),
-            stop=stop,
-        ),
+        )
+        for name, list_call, list_kwargs, on_relist, on_event in watched
     ]
 
 
 class Command(BaseCommand):
-    help = "Mirror the cluster's nodes, GPU pods and the portal's Jobs into the database (list, then watch)."
+    help = (
+        "Mirror the cluster's nodes, GPU pods, the portal's Jobs and their Kueue Workloads into the database "
+        "(list, then watch)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--relist", action="store_true", help="List everything again instead of resuming.")
@@ -77,7 +81,8 @@ class Command(BaseCommand):
         if not versions.get("nodes"):
             watches[0].relist()
             versions["nodes"] = sync.load_version("nodes")
-        self.stdout.write(f"sync_cluster: watching nodes, pods, jobs (resuming from {versions or 'a fresh list'})")
+        resuming = versions or "a fresh list"
+        self.stdout.write(f"sync_cluster: watching nodes, pods, jobs, workloads (resuming from {resuming})")
         # A lambda, so that `connection` is resolved in each watch thread (its own connection), not here.
         threads = run_forever(watches, versions=versions, on_exit=lambda: connection.close())
         while not stop.is_set():

@@ -30,6 +30,7 @@ POOLS = [
         "hourly_price_per_gpu": Decimal("2.4000"),
         "min_nodes": 2,
         "max_nodes": 10,
+        "gpus_per_node": 8,
     },
     {
         "slug": "training",
@@ -59,6 +60,7 @@ POOLS = [
         "hourly_price_per_gpu": Decimal("1.1000"),
         "min_nodes": 0,
         "max_nodes": 20,
+        "gpus_per_node": 8,
     },
     {
         "slug": "reserved-a800",

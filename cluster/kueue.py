@@ -1,0 +1,308 @@
+"""Pure rendering of the Kueue objects the portal owns (kueue.x-k8s.io/v1beta2). No I/O and no Django models:
+plain dataclasses in, plain dicts out, in the order they must be applied.
+
+The projection (PRODUCT.md, "What the cluster must look like"):
+- every pool is a ResourceFlavor named after its slug: `nodeLabels` = the pool's node selector, `tolerations` =
+  the pool's taints (Kueue adds both to the pods it admits on that flavor);
+- every team is a ClusterQueue `team-<slug>` in the cohort `reservoir`, open only to the team's namespace, with one
+  resource group over nvidia.com/gpu, cpu and memory whose flavors are the reserved pools, then the elastic and
+  shared pools (by slug within each kind). Per pool, GPUs: `nominalQuota` = the team's active reservation there,
+  `borrowingLimit` = its quota there minus that reservation, `lendingLimit` = 0 (nobody else may use a team's
+  reservation yet: lending is the next step);
+- every pool also has a ClusterQueue `pool-<slug>-unreserved` in the same cohort that no namespace can submit to:
+  it holds the GPUs nobody reserved and lends them all. A team's quota above its reservation is borrowed from it,
+  so the teams of a pool together never hold more than the pool has;
+- every team namespace has a LocalQueue `reservoir` pointing at the team's ClusterQueue;
+- WorkloadPriorityClasses reservoir-low / normal / high carry the same values as the pods' PriorityClasses.
+
+Every object carries `app.kubernetes.io/managed-by: reservoir`: the reconcile deletes only objects with that label.
+Fields the apiserver would default (stopPolicy, preemption.borrowWithinCohort, flavorFungibility, ...) are written
+out, so that an object read back from the cluster equals its rendering unless someone edited it.
+"""
+
+from dataclasses import dataclass
+
+from .manifests import (
+    GPU_RESOURCE,
+    LABEL_MANAGED_BY,
+    LABEL_POOL,
+    LABEL_TEAM,
+    LOCAL_QUEUE_NAME,
+    MANAGED_BY,
+    PRIORITY_VALUES,
+    PoolTarget,
+    cpu_quantity,
+    memory_quantity,
+    tolerations_for,
+)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+KUEUE_API_VERSION = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+COHORT = "reservoir"
+# The label the apiserver puts on every namespace (immutable, equal to its name).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+COVERED_RESOURCES = (GPU_RESOURCE, "cpu", "memory")
+STRICT_FIFO = "StrictFIFO"
+BEST_EFFORT_FIFO = "BestEffortFIFO"
+QUEUEING_STRATEGIES = (STRICT_FIFO, BEST_EFFORT_FIFO)
+RESERVED_KIND = "reserved"
+# Kueue's limits (ClusterQueue: ≤ 64 flavors per resource group; ResourceFlavor: ≤ 8 node labels, ≤ 8 tolerations).
+MAX_FLAVORS_PER_GROUP = 64
+MAX_FLAVOR_NODE_LABELS = 8
+MAX_FLAVOR_TOLERATIONS = 8
+
+# Kind, plural and whether namespaced, for every kind rendered here (the apply order is the order of KINDS).
+KINDS = {
+    "ResourceFlavor": ("resourceflavors", False),
+    "WorkloadPriorityClass": ("workloadpriorityclasses", False),
+    "ClusterQueue": ("clusterqueues", False),
+    "LocalQueue": ("localqueues", True),
+}
+
+
+@dataclass(frozen=True)
+class PoolFlavorSpec:
+    """A pool as Kueue sees it. `reserved_gpus` is what the pool's active reservations add up to right now;
+    `gpus_per_node` sizes an elastic or shared pool at its autoscaler maximum."""
+
+    slug: str
+    kind: str
+    node_selector: dict[str, str]
+    taints: tuple[dict, ...] = ()
+    contracted_gpus: int = 0
+    reserved_gpus: int = 0
+    max_nodes: int = 0
+    gpus_per_node: int = 0
+
+    @property
+    def is_reserved(self) -> bool:
+        return self.kind == RESERVED_KIND
+
+
+@dataclass(frozen=True)
+class TeamPoolShare:
+    """A team's GPUs in one pool: its active reservation there and its quota (GPUs it may use at once)."""
+
+    pool: str
+    reserved: int = 0
+    quota: int = 0
+
+
+@dataclass(frozen=True)
+class TeamQueueSpec:
+    """A team as Kueue sees it. cpu/memory are the team namespace's ResourceQuota (requests) caps."""
+
+    slug: str
+    namespace: str
+    cpu_millicores: int
+    memory_mib: int
+    shares: tuple[TeamPoolShare, ...] = ()
+    queueing_strategy: str = STRICT_FIFO
+
+    def share(self, pool: str) -> TeamPoolShare:
+        for share in self.shares:
+            if share.pool == pool:
+                return share
+        return TeamPoolShare(pool=pool)
+
+
+def cluster_queue_name(team_slug: str) -> str:
+    return f"team-{team_slug}"
+
+
+def unreserved_queue_name(pool_slug: str) -> str:
+    return f"pool-{pool_slug}-unreserved"
+
+
+def unreserved_gpus(pool: PoolFlavorSpec) -> int:
+    """GPUs of the pool that no team reserved: for a reserved pool its contract minus its active reservations;
+    for an elastic or shared pool, which takes no reservations, what its autoscaler can reach (max nodes × GPUs
+    per node)."""
+    if pool.is_reserved:
+        return max(pool.contracted_gpus - pool.reserved_gpus, 0)
+    return pool.max_nodes * pool.gpus_per_node
+
+
+def flavor_order(pools: list[PoolFlavorSpec]) -> list[PoolFlavorSpec]:
+    """Reserved pools first, then elastic and shared ones; by slug within each."""
+    return sorted(pools, key=lambda pool: (not pool.is_reserved, pool.slug))
+
+
+def _labels(**extra: str) -> dict[str, str]:
+    return {LABEL_MANAGED_BY: MANAGED_BY, **extra}
+
+
+def _quota(name: str, nominal: str, *, borrowing: str, lending: str) -> dict:
+    return {"name": name, "nominalQuota": nominal, "borrowingLimit": borrowing, "lendingLimit": lending}
+
+
+def render_resource_flavor(pool: PoolFlavorSpec) -> dict:
+    tolerations = tolerations_for([PoolTarget(slug=pool.slug, node_selector=pool.node_selector, taints=pool.taints)])
+    spec: dict = {"nodeLabels": dict(sorted(pool.node_selector.items()))}
+    if tolerations:
+        spec["tolerations"] = tolerations
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": pool.slug, "labels": _labels(**{LABEL_POOL: pool.slug})},
+        "spec": spec,
+    }
+
+
+def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) -> dict:
+    """The team's ClusterQueue.
+
+    GPUs per pool: nominal = the active reservation there, borrowingLimit = quota − reservation (never below 0),
+    lendingLimit = 0.
+
+    cpu and memory are not Kueue's to cap: the namespace's ResourceQuota does that, for everything in the
+    namespace. But a flavor must list every covered resource, and Kueue admits nothing whose cpu or memory does
+    not fit. So in each pool where the team has GPUs (a quota or a reservation), cpu and memory get nominal = the
+    namespace's whole requests cap, which a workload can never exceed without the ResourceQuota refusing its
+    pods anyway; borrowingLimit and lendingLimit are 0, so cpu and memory never move between teams (they are not
+    what the cohort shares). In pools where the team has no GPUs they are 0, like the GPUs.
+
+    Preemption: within the team, a higher priority preempts a lower one; across teams, `reclaimWithinCohort: Any`
+    lets a team take back only quota that is lent out of its nominal (a workload inside its own team's nominal
+    quota is never a candidate), and `borrowWithinCohort: Never` means a borrowing workload never preempts.
+
+    Flavor fungibility: `whenCanBorrow: MayStopSearch` admits a job in the first flavor its placement allows
+    even when that means borrowing there (a soft job's home pool first, its quota above the reservation too), and
+    `whenCanPreempt: TryNextFlavor` looks at the next allowed flavor (its spill pools) before preempting in it."""
+    cpu = cpu_quantity(team.cpu_millicores)
+    memory = memory_quantity(team.memory_mib)
+    flavors = []
+    for pool in flavor_order(pools):
+        share = team.share(pool.slug)
+        has_gpus = share.quota > 0 or share.reserved > 0
+        flavors.append(
+            {
+                "name": pool.slug,
+                "resources": [
+                    _quota(
+                        GPU_RESOURCE,
+                        str(share.reserved),
+                        borrowing=str(max(share.quota - share.reserved, 0)),
+                        lending="0",
+                    ),
+                    _quota("cpu", cpu if has_gpus else "0", borrowing="0", lending="0"),
+                    _quota("memory", memory if has_gpus else "0", borrowing="0", lending="0"),
+                ],
+            }
+        )
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": cluster_queue_name(team.slug), "labels": _labels(**{LABEL_TEAM: team.slug})},
+        "spec": {
+            "cohortName": COHORT,
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: team.namespace}},
+            "queueingStrategy": team.queueing_strategy,
+            "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "Never"},
+                "withinClusterQueue": "LowerPriority",
+            },
+            "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
+            "stopPolicy": "None",
+        },
+    }
+
+
+def render_unreserved_cluster_queue(pool: PoolFlavorSpec) -> dict:
+    """The pool's GPUs nobody reserved, lent to the cohort in full. No namespace may submit to it (a null
+    namespaceSelector selects none), so it only ever lends; cpu and memory are the teams' own (see above)."""
+    gpus = str(unreserved_gpus(pool))
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": unreserved_queue_name(pool.slug), "labels": _labels(**{LABEL_POOL: pool.slug})},
+        "spec": {
+            "cohortName": COHORT,
+            "queueingStrategy": BEST_EFFORT_FIFO,
+            "resourceGroups": [
+                {
+                    "coveredResources": list(COVERED_RESOURCES),
+                    "flavors": [
+                        {
+                            "name": pool.slug,
+                            "resources": [
+                                _quota(GPU_RESOURCE, gpus, borrowing="0", lending=gpus),
+                                _quota("cpu", "0", borrowing="0", lending="0"),
+                                _quota("memory", "0", borrowing="0", lending="0"),
+                            ],
+                        }
+                    ],
+                }
+            ],
+            "preemption": {
+                "reclaimWithinCohort": "Never",
+                "borrowWithinCohort": {"policy": "Never"},
+                "withinClusterQueue": "Never",
+            },
+            "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
+            "stopPolicy": "None",
+        },
+    }
+
+
+def render_local_queue(team: TeamQueueSpec) -> dict:
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {
+            "name": LOCAL_QUEUE_NAME,
+            "namespace": team.namespace,
+            "labels": _labels(**{LABEL_TEAM: team.slug}),
+        },
+        "spec": {"clusterQueue": cluster_queue_name(team.slug), "stopPolicy": "None"},
+    }
+
+
+def render_workload_priority_classes() -> list[dict]:
+    """Kueue's priorities for admission and preemption, named and valued like the pods' PriorityClasses."""
+    return [
+        {
+            "apiVersion": KUEUE_API_VERSION,
+            "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name, "labels": _labels()},
+            "value": value,
+            "description": f"Reservoir jobs of {name.split('-')[1]} priority",
+        }
+        for name, value in PRIORITY_VALUES.items()
+    ]
+
+
+def check_limits(pools: list[PoolFlavorSpec]) -> list[str]:
+    """What Kueue would refuse in this set of pools, in words (empty when all is well)."""
+    problems = []
+    if len(pools) > MAX_FLAVORS_PER_GROUP:
+        problems.append(f"{len(pools)} pools: a Kueue ClusterQueue takes at most {MAX_FLAVORS_PER_GROUP} flavors")
+    for pool in pools:
+        if len(pool.node_selector) > MAX_FLAVOR_NODE_LABELS:
+            problems.append(f"pool {pool.slug}: more than {MAX_FLAVOR_NODE_LABELS} selector labels")
+        if len(pool.taints) > MAX_FLAVOR_TOLERATIONS:
+            problems.append(f"pool {pool.slug}: more than {MAX_FLAVOR_TOLERATIONS} taints")
+    return problems
+
+
+def render_projection(pools: list[PoolFlavorSpec], teams: list[TeamQueueSpec]) -> list[dict]:
+    """Every object of the projection, in apply order: flavors, priority classes, cluster queues, local queues."""
+    ordered_pools = flavor_order(pools)
+    objects = [render_resource_flavor(pool) for pool in ordered_pools]
+    objects += render_workload_priority_classes()
+    ordered_teams = sorted(teams, key=lambda team: team.slug)
+    objects += [render_team_cluster_queue(team, ordered_pools) for team in ordered_teams]
+    objects += [render_unreserved_cluster_queue(pool) for pool in ordered_pools]
+    objects += [render_local_queue(team) for team in ordered_teams]
+    return objects
+
+
+def object_key(manifest: dict) -> str:
+    """`Kind/name` or `Kind/namespace/name`: the identity of an object of the projection."""
+    metadata = manifest["metadata"]
+    if metadata.get("namespace"):
+        return f"{manifest['kind']}/{metadata['namespace']}/{metadata['name']}"
+    return f"{manifest['kind']}/{metadata['name']}"

@@ -1,0 +1,328 @@
+"""Kueue's objects as a projection of the portal's pools, teams, reservations, quotas and namespace limits.
+
+PostgreSQL is the source of truth; `reconcile()` makes the cluster hold exactly what `cluster.kueue` renders from
+it: it creates what is missing, replaces what differs, and deletes the objects carrying the portal's label that no
+pool or team wants any more. An object the portal did not create is never touched, even when it has a name the
+portal wants (that is reported as an error instead). Order: ResourceFlavors and WorkloadPriorityClasses, then
+ClusterQueues, then LocalQueues (each team namespace is made first, by `pools.namespaces`); deletions run the
+other way round, so a flavor goes only once no queue of the portal names it.
+
+A hand edit is put back and audited, as for team namespaces: drift is a difference from what the portal itself
+last wrote (a digest per object in `KueueProjection.applied_digests`), not a change of the portal's own rows.
+
+When it runs:
+- on every change of pools, reservations, quotas, namespace limits and teams: the service that writes the change
+  calls `mark_changed()`, which, once the transaction is committed, bumps the desired version and sends the
+  reconcile task (a change rolled back sends nothing);
+- every minute (beat): puts back hand edits and anything a failed attempt left behind;
+- at reservation boundaries. A reservation that starts or ends changes nominal quotas at that moment, though no
+  row changes. Every few seconds (beat, `pools.beat.KUEUE_BOUNDARY_CHECK_SECONDS`) one indexed query asks whether any
+  reservation started or ended since the moment the last projection was rendered (`last_rendered_at`); if one
+  did, the projection is reconciled at once. No Celery message is scheduled for the future (an ETA message sits
+  in Redis unacknowledged and is lost or redelivered with the broker), so nothing is lost when Redis, the worker
+  or beat restarts: the next check after they are back sees the boundary, because it compares moments, not
+  messages.
+
+Until a change is applied, `state()` says `applied: false` — also when a reservation boundary has passed since the
+projection in the cluster was rendered, although no version changed.
+"""
+
+import hashlib
+import json
+import logging
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.db.models import F, Max, Sum
+from django.utils import timezone
+
+from cluster import kueue as render
+from cluster import resources
+from cluster.errors import ClusterError, TransientClusterError
+from portal import audit
+from portal.models import Team
+
+from . import namespaces
+from .models import KueueProjection, NamespaceLimits, Node, Pool, Quota, Reservation
+
+log = logging.getLogger(__name__)
+
+# First key of the PostgreSQL advisory lock that lets one Kueue reconcile run at a time (second key: 0).
+RECONCILE_LOCK = 7_340_002
+
+
+def _row() -> KueueProjection:
+    """The projection's state row, created when missing (concurrent creators do not conflict)."""
+    KueueProjection.objects.bulk_create([KueueProjection(pk=KueueProjection.SINGLETON_PK)], ignore_conflicts=True)
+    return KueueProjection.objects.get(pk=KueueProjection.SINGLETON_PK)
+
+
+def mark_changed() -> None:
+    """Record that something Kueue's objects are rendered from changed; reconcile once the change is committed.
+
+    The version is bumped after the commit, not inside the caller's transaction, so that no portal write waits on
+    the one state row. A reconcile that started before the bump rendered either without the change (and marks an
+    older version applied) or already with it: either way `applied` stays false until a reconcile that read the
+    new version is done.
+
+    Robust: should the broker be down, the committed change stands (the write did succeed) and the periodic
+    reconcile brings it to Kueue within a minute; the failure is logged."""
+    transaction.on_commit(_changed, robust=True)
+
+
+def _changed() -> None:
+    from .tasks import reconcile_kueue
+
+    _row()
+    KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).update(desired_version=F("desired_version") + 1)
+    version = KueueProjection.objects.values_list("desired_version", flat=True).get(pk=KueueProjection.SINGLETON_PK)
+    reconcile_kueue.delay(version)
+
+
+# --- what the portal wants ---------------------------------------------------------------------------------------
+
+
+def gpus_per_node_by_pool() -> dict[int, int]:
+    """GPUs of one node, per pool: the pool's own setting, else the largest allocatable of its synced nodes."""
+    largest = dict(
+        Node.objects.filter(pool__isnull=False)
+        .values("pool")
+        .annotate(largest=Max("gpu_allocatable"))
+        .values_list("pool", "largest")
+    )
+    return {
+        pool_id: setting if setting is not None else largest.get(pool_id, 0)
+        for pool_id, setting in Pool.objects.values_list("pk", "gpus_per_node")
+    }
+
+
+def desired_specs(now: datetime) -> tuple[list[render.PoolFlavorSpec], list[render.TeamQueueSpec]]:
+    """The pools and teams as Kueue sees them at `now` (reservations active at that moment)."""
+    active = Reservation.objects.active_at(now)
+    reserved_by_pool = dict(active.values("pool").annotate(total=Sum("gpus")).values_list("pool", "total"))
+    per_node = gpus_per_node_by_pool()
+    pools = list(Pool.objects.order_by("slug"))
+    pool_specs = [
+        render.PoolFlavorSpec(
+            slug=pool.slug,
+            kind=pool.kind,
+            node_selector=dict(pool.node_selector),
+            taints=tuple(pool.taints),
+            contracted_gpus=pool.contracted_gpus or 0,
+            reserved_gpus=reserved_by_pool.get(pool.pk, 0),
+            max_nodes=pool.max_nodes,
+            gpus_per_node=per_node.get(pool.pk, 0),
+        )
+        for pool in pools
+    ]
+    slugs = {pool.pk: pool.slug for pool in pools}
+    shares: dict[int, dict[str, dict]] = {}
+    for team_id, pool_id, gpus in (
+        active.values("team", "pool").annotate(total=Sum("gpus")).values_list("team", "pool", "total")
+    ):
+        shares.setdefault(team_id, {}).setdefault(slugs[pool_id], {})["reserved"] = gpus
+    for team_id, pool_id, gpus in Quota.objects.values_list("team", "pool", "max_gpus"):
+        shares.setdefault(team_id, {}).setdefault(slugs[pool_id], {})["quota"] = gpus
+    limits = {row.team_id: row for row in NamespaceLimits.objects.all()}
+    default_limits = NamespaceLimits()
+    team_specs = []
+    for team in Team.objects.order_by("slug"):
+        team_limits = limits.get(team.pk, default_limits)
+        team_specs.append(
+            render.TeamQueueSpec(
+                slug=team.slug,
+                namespace=team.namespace,
+                cpu_millicores=team_limits.requests_cpu_millicores,
+                memory_mib=team_limits.requests_memory_mib,
+                queueing_strategy=team.queueing_strategy,
+                shares=tuple(
+                    render.TeamPoolShare(pool=slug, reserved=values.get("reserved", 0), quota=values.get("quota", 0))
+                    for slug, values in sorted(shares.get(team.pk, {}).items())
+                ),
+            )
+        )
+    return pool_specs, team_specs
+
+
+def _digest(compared: dict | None) -> str:
+    return hashlib.sha256(json.dumps(compared, sort_keys=True).encode()).hexdigest()[:24]
+
+
+# --- reconcile ---------------------------------------------------------------------------------------------------
+
+
+def reconcile(*, unless_applied: int | None = None) -> dict:
+    """Make Kueue's objects in the cluster what the portal says now. One reconcile runs at a time (a session
+    advisory lock); with `unless_applied`, nothing is done when that version is applied already (another
+    reconcile rendered the change meanwhile).
+
+    Returns what was done per object ("created", "corrected", "unchanged", "deleted"). Raises ClusterError when
+    an object could not be written, or has the name of an object the portal did not create (after recording it;
+    the other objects are still written)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, 0)", [RECONCILE_LOCK])
+    try:
+        state = _row()
+        if unless_applied is not None and state.applied_version >= unless_applied:
+            return {"skipped": f"version {unless_applied} is applied"}
+        return _reconcile_locked(state)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, 0)", [RECONCILE_LOCK])
+
+
+def summary(outcome: dict[str, str]) -> dict:
+    """A reconcile's outcome in short (what a task returns and Celery logs): how many objects were left as they
+    were, and which ones were created, corrected, deleted or failed."""
+    short: dict = {"unchanged": 0}
+    for key, done in outcome.items():
+        if done == "unchanged":
+            short["unchanged"] += 1
+        else:
+            short.setdefault(done, []).append(key)
+    return short
+
+
+def _audit_instance(manifest: dict, pools: dict[str, Pool], teams: dict[str, Team], state: KueueProjection):
+    labels = manifest["metadata"]["labels"]
+    if render.LABEL_TEAM in labels and labels[render.LABEL_TEAM] in teams:
+        return teams[labels[render.LABEL_TEAM]]
+    if render.LABEL_POOL in labels and labels[render.LABEL_POOL] in pools:
+        return pools[labels[render.LABEL_POOL]]
+    return state
+
+
+def _reconcile_locked(state: KueueProjection) -> dict:
+    version = state.desired_version
+    now = timezone.now()
+    KueueProjection.objects.filter(pk=state.pk).update(last_rendered_at=now)
+    pool_specs, team_specs = desired_specs(now)
+    desired = render.render_projection(pool_specs, team_specs)
+    digests = dict(state.applied_digests or {})
+    outcome: dict[str, str] = {}
+    errors: list[str] = []
+    pools = {pool.slug: pool for pool in Pool.objects.all()}
+    teams = {team.slug: team for team in Team.objects.all()}
+    try:
+        listed = {kind: resources.list_kueue_objects(kind) for kind in render.KINDS}
+        existing = {render.object_key(obj): obj for objects in listed.values() for obj in objects}
+        _ensure_namespaces(team_specs, teams)
+        for manifest in desired:
+            key = render.object_key(manifest)
+            try:
+                outcome[key] = _apply(
+                    manifest, existing.get(key), digests, _audit_instance(manifest, pools, teams, state)
+                )
+            except TransientClusterError:
+                raise
+            except ClusterError as error:
+                outcome[key] = "failed"
+                errors.append(f"{key}: {error}")
+        wanted = {render.object_key(manifest) for manifest in desired}
+        for kind in reversed(render.KINDS):
+            for obj in listed[kind]:
+                key = render.object_key(obj)
+                if key in wanted:
+                    continue
+                metadata = obj["metadata"]
+                if metadata.get("deletionTimestamp"):
+                    outcome[key] = "deleting"  # Kueue holds it until nothing uses it
+                    continue
+                resources.delete_kueue_object(kind, metadata["name"], metadata.get("namespace"))
+                log.info("Kueue projection: deleted %s (no pool or team wants it any more)", key)
+                outcome[key] = "deleted"
+                digests.pop(key, None)
+    except ClusterError as error:
+        _record_failure(state, [*errors, str(error)], digests)
+        raise
+    if errors:
+        _record_failure(state, errors, digests)
+        raise ClusterError("; ".join(errors))
+    finished = timezone.now()
+    KueueProjection.objects.filter(pk=state.pk, applied_version__lt=version).update(
+        applied_version=version, applied_at=finished
+    )
+    KueueProjection.objects.filter(pk=state.pk).update(
+        rendered_at=now, last_error="", last_checked_at=finished, applied_digests=digests
+    )
+    return outcome
+
+
+def _record_failure(state: KueueProjection, errors: list[str], digests: dict) -> None:
+    log.warning("Kueue projection incomplete: %s", "; ".join(errors))
+    KueueProjection.objects.filter(pk=state.pk).update(
+        last_error="; ".join(errors)[:4000], last_checked_at=timezone.now(), applied_digests=digests
+    )
+
+
+def _ensure_namespaces(team_specs: list[render.TeamQueueSpec], teams: dict[str, Team]) -> None:
+    """A LocalQueue lives in its team's namespace: make the namespaces that are missing (with their quota and
+    limits) before the queues."""
+    present = resources.namespace_names()
+    for spec in team_specs:
+        if spec.namespace not in present:
+            namespaces.reconcile(teams[spec.slug])
+
+
+def _apply(manifest: dict, listed: dict | None, digests: dict, instance) -> str:
+    key = render.object_key(manifest)
+    if listed is None:
+        found = resources.read_kueue_object(
+            manifest["kind"], manifest["metadata"]["name"], manifest["metadata"].get("namespace")
+        )
+        if found is not None and key not in digests:
+            # There, without the portal's label, and never written by the portal: somebody else's object.
+            raise ClusterError(
+                f"{manifest['kind']} {manifest['metadata']['name']} exists and was not created by the "
+                "portal: rename or delete it, or label it app.kubernetes.io/managed-by=reservoir"
+            )
+        listed = found
+    result = resources.apply_kueue_object(manifest, listed)
+    last = digests.get(key)
+    if result.corrected and last is not None and _digest(result.before) != last:
+        log.warning("Kueue projection: %s was edited in the cluster and was put back", key)
+        audit.record(
+            actor=None,
+            action=f"kueue.{manifest['kind'].lower()}_put_back",
+            instance=instance,
+            before={"object": key, **result.before},
+            after={"object": key, **result.after},
+        )
+    digests[key] = _digest(result.after)
+    return "created" if result.created else "corrected" if result.corrected else "unchanged"
+
+
+# --- reservation boundaries --------------------------------------------------------------------------------------
+
+
+def reconcile_at_reservation_boundary(now: datetime | None = None) -> dict | None:
+    """Reconcile when a reservation started or ended since the last projection was rendered (or none ever was);
+    None when nothing changed. Cheap: one indexed query."""
+    now = now or timezone.now()
+    last = KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).values_list("last_rendered_at", flat=True)
+    last_rendered_at = last.first()
+    if last_rendered_at is not None and not (
+        Reservation.objects.starting_or_ending_between(last_rendered_at, now).exists()
+    ):
+        return None
+    return reconcile()
+
+
+# --- reads -------------------------------------------------------------------------------------------------------
+
+
+def state() -> dict:
+    """Whether the cluster's Kueue objects hold the latest change: versions, when, and the last error."""
+    # No row yet reads like a new one: nothing applied.
+    row = KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).first() or KueueProjection()
+    boundary_passed = row.rendered_at is None or (
+        Reservation.objects.starting_or_ending_between(row.rendered_at, timezone.now()).exists()
+    )
+    return {
+        "applied": row.applied_version >= row.desired_version and not boundary_passed,
+        "desired_version": row.desired_version,
+        "applied_version": row.applied_version,
+        "applied_at": row.applied_at,
+        "last_checked_at": row.last_checked_at,
+        "last_error": row.last_error,
+    }

@@ -1,0 +1,282 @@
+"""Admission by the real Kueue on the real local cluster: quotas hold under a burst, placement keeps its meaning
+(strict never spills, soft spills, spill-after moves), preemption respects quotas (a higher priority preempts
+within its team; no other team preempts a job inside its own team's reservation), and a gang that cannot start
+whole is not admitted at all.
+
+The portal's projection (pools.kueue) makes each team's ClusterQueue from its quota and reservation; the sync
+(threads of this process) mirrors Workloads and pods into job states. The demo pool reserved-a800 has 32
+contracted GPUs of which the demo teams reserve 24: 8 are unreserved, and that is what a team without a
+reservation borrows.
+"""
+
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from cluster import client
+from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
+from cluster.manifests import GPU_RESOURCE, LOCAL_QUEUE_NAME
+from jobs import services
+from jobs.choices import JobState, Placement, Priority
+from jobs.models import Job, Workload
+from jobs.specs import JobSpec
+from jobs.spill import spill_due_jobs
+from pools import services as pool_services
+from pools.models import Pool
+from portal.choices import Role
+from portal.models import Team
+from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for
+from tests.factories import MembershipFactory, UserFactory
+
+pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
+
+
+def submit(team, pool_slug, *, gpus, runs_for="10m", name=None, user=None, **kwargs):
+    spec = JobSpec(
+        name=name or f"job-{gpus}g",
+        image="registry.example.com/research/train:1.0",
+        gpus=gpus,
+        command=["python", "train.py"],
+        pod_annotations={KWOK_DELAY: runs_for},
+        **kwargs,
+    )
+    pool = Pool.objects.get(slug=pool_slug)
+    return services.submit_job(team=team, pool=pool, user=user or team.researcher, spec=spec)
+
+
+def wait_state(job, state, timeout=60):
+    wait_for(lambda: job_state(job.pk) == state, timeout=timeout, what=f"job #{job.pk} to be {state}")
+    return Job.objects.get(pk=job.pk)
+
+
+def workloads(namespace: str) -> list[dict]:
+    api = client.custom_objects()
+    return api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads")["items"]
+
+
+def admitted_gpus(items: list[dict]) -> int:
+    """GPUs of the workloads Kueue holds quota for right now (reserved or admitted)."""
+    total = 0
+    for item in items:
+        conditions = {c["type"]: c["status"] for c in (item.get("status") or {}).get("conditions") or []}
+        if conditions.get("QuotaReserved") != "True":
+            continue
+        for pod_set in item["spec"]["podSets"]:
+            container = pod_set["template"]["spec"]["containers"][0]
+            total += int(container["resources"]["requests"].get(GPU_RESOURCE, 0)) * int(pod_set["count"])
+    return total
+
+
+@pytest.fixture
+def second_team(portal_cluster):
+    """Another fresh team with its own namespace, deleted afterwards (like clusterkit's cluster_team)."""
+    team = Team.objects.create(slug=f"it-{uuid.uuid4().hex[:6]}", name="Other integration team")
+    user = UserFactory(username=f"{team.slug}-researcher")
+    MembershipFactory(team=team, user=user, role=Role.RESEARCHER)
+    team.researcher = user
+    yield team
+    core = client.core()
+    try:
+        core.delete_collection_namespaced_pod(team.namespace, grace_period_seconds=0)
+        core.delete_namespace(team.namespace, propagation_policy="Background")
+    except Exception:  # noqa: BLE001 - never created: nothing to clean
+        return
+    wait_for(lambda: not core.list_namespaced_pod(team.namespace).items, timeout=60, what="pods to be deleted")
+
+
+def test_fifty_concurrent_submitters_never_get_more_than_the_quota_admitted(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    users = [UserFactory(username=f"{cluster_team.slug}-r{i}") for i in range(50)]
+    for user in users:
+        MembershipFactory(team=cluster_team, user=user, role=Role.RESEARCHER)
+    barrier = threading.Barrier(len(users))
+    errors: list[BaseException] = []
+    peak = {"gpus": 0, "samples": 0}
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            try:
+                current = admitted_gpus(workloads(cluster_team.namespace))
+            except Exception:  # noqa: BLE001 - a failed sample is skipped, the next one counts
+                current = 0
+            peak["gpus"] = max(peak["gpus"], current)
+            peak["samples"] += 1
+            time.sleep(0.1)
+
+    def submit_one(index: int, user):
+        try:
+            barrier.wait(timeout=30)
+            submit(cluster_team, "reserved-a800", gpus=1, runs_for="3s", name=f"burst-{index}", user=user)
+        except BaseException as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    threads = [threading.Thread(target=submit_one, args=(i, user)) for i, user in enumerate(users)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    try:
+        wait_for(
+            lambda: Job.objects.filter(team=cluster_team, state=JobState.SUCCEEDED).count() == 50,
+            timeout=240,
+            interval=1,
+            what="all 50 jobs to run and succeed",
+        )
+    finally:
+        done.set()
+        sampler.join(timeout=10)
+    assert peak["samples"] > 20
+    assert 1 <= peak["gpus"] <= 8
+    # Every job was queued first and admitted by Kueue, never by the portal.
+    assert all(
+        Job.objects.get(pk=job_id).events.filter(to_state=JobState.QUEUED).exists()
+        for job_id in Job.objects.filter(team=cluster_team).values_list("pk", flat=True)
+    )
+
+
+def test_a_strict_job_never_gets_a_spill_flavor_and_a_soft_one_does(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    set_quota(cluster_team, Pool.objects.get(slug="elastic"), 8)
+    filler = wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="filler"), JobState.RUNNING)
+    assert filler.admitted_pool.slug == "reserved-a800"
+
+    strict = submit(cluster_team, "reserved-a800", gpus=2, name="strict")
+    wait_for(
+        lambda: "Waiting for its team's quota" in Job.objects.get(pk=strict.pk).pending_reason,
+        what="Kueue's reason on the strict job",
+    )
+    soft = submit(cluster_team, "reserved-a800", gpus=2, name="soft", placement=Placement.SOFT)
+    soft = wait_state(soft, JobState.RUNNING)
+    assert soft.admitted_pool.slug == "elastic"
+    assert soft.pods.get().pool.slug == "elastic"
+
+    strict = Job.objects.get(pk=strict.pk)
+    assert strict.state == JobState.QUEUED
+    assert strict.admitted_pool is None
+    assert "Reserved" in strict.pending_reason or "A800" in strict.pending_reason  # pool name, not a flavor
+    assert not any("elastic" in w.flavors for w in Workload.objects.filter(job=strict))
+    assert services.queue_position(strict) == 1
+
+
+def test_a_spill_after_job_moves_after_its_minutes_without_admission(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    set_quota(cluster_team, Pool.objects.get(slug="elastic"), 8)
+    wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="filler"), JobState.RUNNING)
+    job = submit(
+        cluster_team, "reserved-a800", gpus=2, name="mixed", placement=Placement.SPILL_AFTER, spill_after_minutes=5
+    )
+    wait_for(lambda: Workload.objects.filter(job=job).exists(), what="the job's Workload")
+    assert spill_due_jobs() == []  # not yet: five minutes have not passed
+    Job.objects.filter(pk=job.pk).update(cluster_created_at=timezone.now() - timedelta(minutes=6))
+    assert spill_due_jobs() == [job.pk]
+    job = wait_state(job, JobState.RUNNING)
+    assert job.spilled
+    assert job.admitted_pool.slug == "elastic"
+    assert job.events.filter(message__contains="moved to soft placement").exists()
+
+
+def test_a_higher_priority_job_preempts_a_lower_one_of_the_same_team(cluster_sync, cluster_team):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    low = wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="low", priority=Priority.LOW), JobState.RUNNING)
+    high = submit(cluster_team, "reserved-a800", gpus=8, name="high", priority=Priority.HIGH)
+    wait_state(high, JobState.RUNNING, timeout=90)
+    low = wait_state(low, JobState.QUEUED)
+    assert low.preemptions == 1
+    requeued = low.events.filter(to_state=JobState.QUEUED).last()
+    assert f"Preempted for job #{high.pk} of the same team" in requeued.message
+
+
+def test_another_team_never_preempts_a_job_inside_its_own_reservation(cluster_sync, cluster_team, second_team):
+    pool = Pool.objects.get(slug="reserved-a800")
+    now = timezone.now()
+    pool_services.create_reservation(
+        team=cluster_team, pool=pool, gpus=8, starts_at=now - timedelta(minutes=1), ends_at=now + timedelta(days=30)
+    )
+    set_quota(cluster_team, pool, 8)
+    set_quota(second_team, pool, 8)
+    owner = wait_state(
+        submit(cluster_team, "reserved-a800", gpus=8, name="owner", priority=Priority.LOW), JobState.RUNNING
+    )
+    intruder = submit(second_team, "reserved-a800", gpus=8, name="intruder", priority=Priority.HIGH)
+    wait_for(lambda: Workload.objects.filter(job=intruder).exists(), what="the intruder's Workload")
+    time.sleep(8)  # Kueue has had several scheduling cycles to try a preemption
+    owner = Job.objects.get(pk=owner.pk)
+    assert owner.state == JobState.RUNNING
+    assert owner.preemptions == 0
+    intruder = Job.objects.get(pk=intruder.pk)
+    assert intruder.state == JobState.QUEUED
+    assert intruder.pending_reason
+
+
+def test_a_gang_whose_team_has_quota_for_two_of_three_pods_is_not_admitted_at_all(cluster_sync, cluster_team):
+    pool = Pool.objects.get(slug="reserved-a800")
+    set_quota(cluster_team, pool, 2)
+    wait_for(lambda: _local_queue_exists(cluster_team.namespace), what="the team's LocalQueue")
+    selector = {"key": "node-role", "operator": "In", "values": ["reserved"]}
+    container = {
+        "name": "main",
+        "image": "registry.example.com/research/train:1.0",
+        "resources": {"requests": {GPU_RESOURCE: "1", "cpu": "1", "memory": "1Gi"}, "limits": {GPU_RESOURCE: "1"}},
+    }
+    gang = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "gang-of-three", "labels": {"kueue.x-k8s.io/queue-name": LOCAL_QUEUE_NAME}},
+        "spec": {
+            "suspend": True,
+            "parallelism": 3,
+            "completions": 3,
+            "completionMode": "Indexed",
+            "template": {
+                "metadata": {"annotations": {KWOK_DELAY: "10m"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                    "tolerations": [{"key": "workload", "operator": "Equal", "value": "reserved"}],
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{"matchExpressions": [selector]}]
+                            }
+                        }
+                    },
+                },
+            },
+        },
+    }
+    client.batch().create_namespaced_job(cluster_team.namespace, gang)
+
+    def waiting_message():
+        for item in workloads(cluster_team.namespace):
+            for condition in (item.get("status") or {}).get("conditions") or []:
+                if condition["type"] == "QuotaReserved" and condition["status"] == "False":
+                    return condition.get("message", "")
+        return ""
+
+    message = wait_for(waiting_message, what="Kueue's verdict on the gang")
+    assert "maximum capacity (2)" in message
+    time.sleep(5)
+    assert admitted_gpus(workloads(cluster_team.namespace)) == 0
+    pods = client.core().list_namespaced_pod(cluster_team.namespace, label_selector="job-name=gang-of-three")
+    assert pods.items == []
+    assert client.batch().read_namespaced_job("gang-of-three", cluster_team.namespace).spec.suspend is True
+
+
+def _local_queue_exists(namespace: str) -> bool:
+    api = client.custom_objects()
+    try:
+        api.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", LOCAL_QUEUE_NAME)
+    except Exception:  # noqa: BLE001 - not there yet
+        return False
+    return True

@@ -1,0 +1,216 @@
+"""The sync's routing, fed the raw objects a watch hands over, against the real database (no cluster here: the same
+paths run against the real cluster in tests/jobs/test_cluster_jobs.py and test_cluster_sync_ownership.py).
+
+What is checked is what billing and the job pages rely on: rows keyed by name or UID (seeing an object twice writes
+nothing new), intervals counted once and never reopened, a relist settling what vanished, and a job-id label
+honoured only on the job's own Job and pods.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from billing.models import StaleDay, UsageInterval
+from jobs.choices import JobState
+from jobs.models import Job, Pod, Workload
+from jobs.sync import ClusterSync
+from pools.models import Node
+from tests.factories import JobFactory, PoolFactory, TeamFactory
+
+pytestmark = pytest.mark.django_db
+
+BOUND = "2026-03-02T10:00:05Z"
+FINISHED = "2026-03-02T11:00:00Z"
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def node(name: str, labels: dict, gpus: int = 8) -> dict:
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+            "allocatable": {"nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def pod(uid, namespace, *, node_name="", phase="Running", gpus=1, job_id=None, owner=None, finished=None) -> dict:
+    labels = {"reservoir.io/job-id": str(job_id)} if job_id is not None else {}
+    owners = [{"kind": "Job", "name": owner, "controller": True}] if owner else []
+    conditions = []
+    if node_name:
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": BOUND})
+    else:
+        conditions.append({"type": "PodScheduled", "status": "False", "message": "0/4 nodes are available"})
+    status = {"phase": phase, "conditions": conditions}
+    if finished:
+        status["containerStatuses"] = [{"state": {"terminated": {"finishedAt": finished}}}]
+    return {
+        "metadata": {
+            "uid": uid,
+            "namespace": namespace,
+            "name": f"pod-{uid}",
+            "creationTimestamp": "2026-03-02T10:00:00Z",
+            "labels": labels,
+            "ownerReferences": owners,
+        },
+        "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": status,
+    }
+
+
+def k8s_job(namespace, name, job_id, *, complete_at=None) -> dict:
+    conditions = [{"type": "Complete", "status": "True", "lastTransitionTime": complete_at}] if complete_at else []
+    return {
+        "metadata": {"namespace": namespace, "name": name, "labels": {"reservoir.io/job-id": str(job_id)}},
+        "status": {"conditions": conditions},
+    }
+
+
+@pytest.fixture
+def world():
+    """Two teams, a pool with one node, and a running job of the first team on it."""
+    pool = PoolFactory(slug="train")
+    alpha, beta = TeamFactory(slug="alpha"), TeamFactory(slug="beta")
+    job = JobFactory(
+        team=alpha,
+        pool=pool,
+        state=JobState.RUNNING,
+        node_name="gpu-a",
+        cluster_created_at=timezone.now() - timedelta(hours=1),
+    )
+    # Kueue admitted it in its pool: from here on its pods decide Admitted / Pending / Running.
+    Workload.objects.create(
+        uid="wl-1",
+        namespace=alpha.namespace,
+        name=f"job-{job.job_name}-x",
+        job=job,
+        quota_reserved=True,
+        admitted=True,
+        flavors=[pool.slug],
+        created_at=timezone.now() - timedelta(hours=1),
+        admitted_at=timezone.now() - timedelta(hours=1),
+    )
+    sync = ClusterSync()
+    sync.relist_nodes([node("gpu-a", dict(pool.node_selector)), node("cpu-1", {"role": "system"}, gpus=0)], "10")
+    return sync, pool, alpha, beta, job
+
+
+def rows(model, *fields):
+    return sorted(model.objects.values_list(*fields))
+
+
+def test_nodes_are_recorded_in_their_pool_and_removed_with_the_cluster(world):
+    sync, pool, *_ = world
+    assert rows(Node, "name", "pool_id", "gpu_capacity") == [("cpu-1", None, 0), ("gpu-a", pool.pk, 8)]
+    sync.node_event("DELETED", node("cpu-1", {}))
+    sync.node_event("MODIFIED", node("gpu-b", dict(pool.node_selector), gpus=4))
+    assert rows(Node, "name", "gpu_capacity") == [("gpu-a", 8), ("gpu-b", 4)]
+    assert sync.attribution.pool_id("gpu-b") == pool.pk
+    sync.relist_nodes([node("gpu-b", dict(pool.node_selector), gpus=4)], "11")
+    assert rows(Node, "name") == [("gpu-b",)]
+
+
+def test_a_pod_seen_again_and_again_is_one_row_and_one_interval(world):
+    sync, pool, alpha, _beta, job = world
+    running = pod("p1", alpha.namespace, node_name="gpu-a", job_id=job.pk, owner=job.job_name)
+    sync.relist_pods([running], "20")
+    sync.pod_event("MODIFIED", running)
+    sync.relist_pods([running], "21")
+    assert rows(Pod, "uid", "team_id", "pool_id", "job_id") == [("p1", alpha.pk, pool.pk, job.pk)]
+    assert rows(UsageInterval, "pod_uid", "team_id", "pool_id", "job_id", "started_at", "ended_at") == [
+        ("p1", alpha.pk, pool.pk, job.pk, at(BOUND), None)
+    ]
+
+
+def test_a_closed_interval_is_never_reopened_or_moved(world):
+    sync, _pool, alpha, _beta, job = world
+    running = pod("p1", alpha.namespace, node_name="gpu-a", job_id=job.pk, owner=job.job_name)
+    done = pod("p1", alpha.namespace, node_name="gpu-a", phase="Succeeded", job_id=job.pk, owner=job.job_name)
+    done["status"]["containerStatuses"] = [{"state": {"terminated": {"finishedAt": FINISHED}}}]
+    sync.pod_event("ADDED", running)
+    sync.pod_event("MODIFIED", done)
+    sync.pod_event("MODIFIED", running)  # replayed, out of order
+    sync.pod_event("DELETED", done)
+    sync.relist_pods([running], "30")  # a stale list still showing it running
+    assert rows(UsageInterval, "pod_uid", "ended_at") == [("p1", at(FINISHED))]
+
+
+def test_a_relist_settles_pods_that_vanished_while_nobody_watched(world):
+    sync, _pool, alpha, _beta, job = world
+    sync.relist_pods(
+        [pod("p1", alpha.namespace, node_name="gpu-a"), pod("p2", alpha.namespace, node_name="gpu-a")], "40"
+    )
+    StaleDay.objects.all().delete()
+    before = timezone.now()
+    sync.relist_pods([pod("p2", alpha.namespace, node_name="gpu-a")], "41")
+    assert rows(Pod, "uid") == [("p2",)]
+    gone = UsageInterval.objects.get(pod_uid="p1")
+    assert gone.ended_at >= before and UsageInterval.objects.get(pod_uid="p2").ended_at is None
+    assert StaleDay.objects.filter(day=gone.ended_at.date()).exists()  # the days it changed are metered again
+
+
+def test_a_pod_whose_node_is_in_no_pool_is_recorded_but_not_metered(world):
+    sync, _pool, alpha, *_ = world
+    sync.pod_event("ADDED", pod("p1", alpha.namespace, node_name="cpu-1"))
+    assert rows(Pod, "uid", "pool_id") == [("p1", None)]
+    assert not UsageInterval.objects.exists()
+
+
+def test_pods_faking_a_job_id_are_metered_to_their_own_team_and_change_nothing(world):
+    sync, pool, alpha, beta, job = world
+    fakes = [
+        # Another team's namespace, even naming the right Job as owner.
+        pod("f1", beta.namespace, node_name="gpu-a", job_id=job.pk, owner=job.job_name),
+        # The job's own namespace, but no Job controls it.
+        pod("f2", alpha.namespace, phase="Pending", job_id=job.pk),
+        # The job's own namespace, controlled by another Job.
+        pod("f3", alpha.namespace, phase="Pending", job_id=job.pk, owner="someone-elses"),
+    ]
+    sync.relist_pods(fakes[:1], "50")
+    for fake in fakes[1:]:
+        sync.pod_event("ADDED", fake)
+    assert rows(Pod, "uid", "team_id", "pool_id", "job_id") == [
+        ("f1", beta.pk, pool.pk, None),
+        ("f2", alpha.pk, None, None),
+        ("f3", alpha.pk, None, None),
+    ]
+    assert rows(UsageInterval, "pod_uid", "team_id", "job_id") == [("f1", beta.pk, None)]
+    job.refresh_from_db()
+    assert (job.state, job.pending_reason, job.node_name) == (JobState.RUNNING, "", "gpu-a")
+
+
+def test_the_jobs_own_pending_pod_moves_it(world):
+    sync, pool, alpha, _beta, job = world
+    sync.pod_event("MODIFIED", pod("p1", alpha.namespace, phase="Pending", job_id=job.pk, owner=job.job_name))
+    job.refresh_from_db()
+    assert (job.state, job.pending_reason) == (JobState.PENDING, "0/4 nodes are available")
+    assert rows(Pod, "uid", "pool_id", "job_id") == [("p1", pool.pk, job.pk)]  # not placed: its job's pool
+
+
+def test_a_job_faking_a_job_id_neither_finishes_nor_fails_it(world):
+    sync, _pool, alpha, beta, job = world
+    foreign = [
+        k8s_job(beta.namespace, job.job_name, job.pk, complete_at=FINISHED),  # right name, wrong namespace
+        k8s_job(alpha.namespace, "lookalike", job.pk, complete_at=FINISHED),  # right namespace, wrong name
+    ]
+    for obj in foreign:
+        sync.job_event("MODIFIED", obj)
+        sync.job_event("DELETED", obj)
+    sync.relist_jobs([k8s_job(alpha.namespace, job.job_name, job.pk), *foreign], "60")
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    # Its own Job finishing does finish it.
+    sync.job_event("MODIFIED", k8s_job(alpha.namespace, job.job_name, job.pk, complete_at=FINISHED))
+    assert Job.objects.get(pk=job.pk).state == JobState.SUCCEEDED
+
+
+def test_a_relist_fails_an_admitted_job_whose_own_job_is_gone_even_if_a_foreign_one_claims_it(world):
+    sync, _pool, _alpha, beta, job = world
+    sync.relist_jobs([k8s_job(beta.namespace, job.job_name, job.pk)], "70")
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "outside the portal" in job.last_error
