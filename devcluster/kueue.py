@@ -34,7 +34,7 @@ from urllib.parse import quote
 import yaml
 
 from devcluster import build, certs
-from devcluster.processes import ApiConnection, ProcessRecord, free_port
+from devcluster.processes import ApiConnection, ProcessRecord, free_port, tail
 
 if TYPE_CHECKING:
     from devcluster.launcher import Cluster
@@ -242,6 +242,19 @@ def webhooks_problem(api: ApiConnection, port: int) -> str | None:
     return None
 
 
+def _inotify_hint() -> str:
+    try:
+        limit = Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip()
+    except OSError:
+        limit = "?"
+    return (
+        "Kueue could not watch its certificate files: this user's inotify instances are used up "
+        f"(fs.inotify.max_user_instances = {limit}; every local cluster's components hold a few). Stop clusters "
+        "that are not needed (python -m devcluster down --state-dir DIR) or raise the limit as root: "
+        "sysctl -w fs.inotify.max_user_instances=1024"
+    )
+
+
 # -- the process beside a cluster --------------------------------------------------------------------------------------
 class Kueue:
     """Kueue's process beside one local cluster: started by ``Cluster.up``, stopped by ``Cluster.down``.
@@ -336,7 +349,12 @@ class Kueue:
 
     def finish_start(self, record: ProcessRecord, *, timeout: float = 120.0) -> None:
         """Wait for /readyz, then register the webhooks (never before: a webhook nobody answers blocks Jobs)."""
-        self.cluster._wait_healthy([record], timeout=timeout)
+        try:
+            self.cluster._wait_healthy([record], timeout=timeout)
+        except Exception as error:
+            if "too many open files" in tail(Path(record.log), lines=10):
+                raise KueueError(f"{error}\n{_inotify_hint()}") from error
+            raise
         self.register_webhooks(record)
 
     def register_webhooks(self, record: ProcessRecord) -> None:
