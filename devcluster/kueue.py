@@ -51,6 +51,8 @@ FEATURE_GATES = "VisibilityOnDemand=false"
 # All-or-nothing start of multi-pod jobs: an admitted job whose pods are not all ready in time gives its quota back.
 DEFAULT_PODS_READY_TIMEOUT = "5m"
 FIELD_MANAGER = "reservoir-devcluster"
+# How long Kueue must stay up after its first ready answer before its webhooks are registered.
+STEADY_SECONDS = 1.0
 WEBHOOK_API = "/apis/admissionregistration.k8s.io/v1"
 # kind -> (resource, name): the names carry Kueue's usual "kueue-" prefix.
 WEBHOOK_CONFIGURATIONS = {
@@ -348,9 +350,20 @@ class Kueue:
         return record
 
     def finish_start(self, record: ProcessRecord, *, timeout: float = 120.0) -> None:
-        """Wait for /readyz, then register the webhooks (never before: a webhook nobody answers blocks Jobs)."""
+        """Wait for /readyz and for Kueue to stay up a moment, then register the webhooks (never before: a webhook
+        nobody answers blocks every Job create)."""
         try:
             self.cluster._wait_healthy([record], timeout=timeout)
+            # Kueue answers /readyz before its manager has started every watcher, and can still exit then (seen:
+            # "too many open files" 0.1 s after a ready answer).
+            deadline = time.monotonic() + STEADY_SECONDS
+            while time.monotonic() < deadline:
+                if record.process() is None:
+                    raise KueueError(
+                        f"kueue exited right after it answered /readyz; last lines of {record.log}:\n"
+                        f"{tail(Path(record.log))}"
+                    )
+                time.sleep(0.1)
         except Exception as error:
             if "too many open files" in tail(Path(record.log), lines=10):
                 raise KueueError(f"{error}\n{_inotify_hint()}") from error
