@@ -83,7 +83,8 @@ class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
 
 @admin.register(Team)
 class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    list_display = ["name", "slug", "namespace", "created_at"]
+    list_display = ["name", "slug", "namespace", "allow_high_priority", "created_at"]
+    list_filter = ["allow_high_priority"]
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
 

@@ -59,6 +59,11 @@ class Team(models.Model):
     slug = models.SlugField(_("slug"), max_length=40, unique=True, validators=[SLUG_VALIDATOR])
     name = models.CharField(_("name"), max_length=100)
     description = models.TextField(_("description"), blank=True)
+    allow_high_priority = models.BooleanField(
+        _("members may use high priority"),
+        default=False,
+        help_text=_("High priority can preempt other work. Team leads may always use it; this lets every member."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
 

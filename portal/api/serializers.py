@@ -10,7 +10,7 @@ class TeamSerializer(FullCleanMixin, serializers.ModelSerializer):
 
     class Meta:
         model = Team
-        fields = ["id", "slug", "name", "description", "namespace", "created_at"]
+        fields = ["id", "slug", "name", "description", "allow_high_priority", "namespace", "created_at"]
         read_only_fields = ["id", "created_at"]
 
 

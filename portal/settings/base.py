@@ -160,6 +160,17 @@ KUBE_WRITE_EBCLOUD_ANNOTATIONS = env.bool("RESERVOIR_EBCLOUD_ANNOTATIONS", defau
 # Prefix of the namespace the portal owns for each team.
 TEAM_NAMESPACE_PREFIX = env("RESERVOIR_TEAM_NAMESPACE_PREFIX", default="team-")
 
+# --- What a job spec may ask for (jobs.specs, jobs.policy) ----------------------------------------------------------
+# Pod annotations users may set: exact keys, or patterns ending in "*" (prefix match). Keys under reserved prefixes
+# (kubernetes.io, reservoir.io, kueue.x-k8s.io, ...) are refused even when listed. Empty: no user annotations.
+POD_ANNOTATION_ALLOWLIST = env.list("RESERVOIR_POD_ANNOTATION_ALLOWLIST", default=[])
+# Total size in bytes of a job's environment (names and values), pod annotations, and command with arguments.
+JOB_ENV_MAX_BYTES = env.int("RESERVOIR_JOB_ENV_MAX_BYTES", default=32 * 1024)
+JOB_ANNOTATIONS_MAX_BYTES = env.int("RESERVOIR_JOB_ANNOTATIONS_MAX_BYTES", default=16 * 1024)
+JOB_COMMAND_MAX_BYTES = env.int("RESERVOIR_JOB_COMMAND_MAX_BYTES", default=32 * 1024)
+# Jobs of one team that may wait at once (every state but Running and the final ones); more are refused.
+MAX_WAITING_JOBS_PER_TEAM = env.int("RESERVOIR_MAX_WAITING_JOBS_PER_TEAM", default=200)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -70,13 +70,11 @@ def test_job_over_remaining_quota_is_queued_with_position(sent, team, researcher
     assert services.queue_position(third) == 2
 
 
-def test_higher_priority_goes_first_in_the_queue(sent, team, researcher, pool):
+def test_higher_priority_goes_first_in_the_queue(sent, team, researcher, lead, pool):
     quota(team, pool, 2)
     services.submit_job(team=team, pool=pool, user=researcher, spec=spec("running", gpus=2))
     normal = services.submit_job(team=team, pool=pool, user=researcher, spec=spec("normal", gpus=2))
-    urgent = services.submit_job(
-        team=team, pool=pool, user=researcher, spec=spec("urgent", gpus=2, priority=Priority.HIGH)
-    )
+    urgent = services.submit_job(team=team, pool=pool, user=lead, spec=spec("urgent", gpus=2, priority=Priority.HIGH))
     assert services.queue_position(urgent) == 1
     assert services.queue_position(normal) == 2
 
