@@ -5,6 +5,7 @@ idempotent."""
 import logging
 from dataclasses import dataclass
 
+from django.conf import settings
 from kubernetes.client.exceptions import ApiException
 
 from . import client
@@ -166,11 +167,30 @@ def patch_job(namespace: str, name: str, patch: dict):
     return with_retries(lambda: batch.patch_namespaced_job(name, namespace, patch))
 
 
-def pod_log_tail(namespace: str, pod_name: str, *, lines: int = 200) -> str:
+def pod_log_tail(namespace: str, pod_name: str, *, lines: int = 200, max_bytes: int | None = None) -> str:
+    """The newest `lines` lines of the pod's log, and never more than `max_bytes` (settings.LOG_TAIL_MAX_BYTES)."""
     core = client.core()
-    return with_retries(
-        lambda: core.read_namespaced_pod_log(pod_name, namespace, tail_lines=lines, _request_timeout=10), attempts=2
-    )
+
+    def read(tail_lines: int, limit_bytes: int) -> str:
+        return with_retries(
+            lambda: core.read_namespaced_pod_log(
+                pod_name, namespace, tail_lines=tail_lines, limit_bytes=limit_bytes, _request_timeout=10
+            ),
+            attempts=2,
+        )
+
+    return bounded_tail(read, lines=lines, max_bytes=max_bytes or settings.LOG_TAIL_MAX_BYTES)
+
+
+def bounded_tail(read, *, lines: int, max_bytes: int) -> str:
+    """The newest lines that fit in `max_bytes`. The apiserver's limitBytes cuts the *start* of the tail it sends
+    (the oldest lines), so a tail that came back full is asked again with half the lines, until the newest lines
+    fit; every answer is bounded by `max_bytes`. A single line longer than that is cut."""
+    while True:
+        text = read(lines, max_bytes)
+        if len(text.encode()) < max_bytes or lines <= 1:
+            return text
+        lines //= 2
 
 
 def events_for(namespace: str, kind: str, name: str) -> list:

@@ -1,5 +1,6 @@
 """Settings shared by every environment; every value that differs between machines comes from the environment."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -30,6 +31,7 @@ INSTALLED_APPS = [
     "jobs",
     "billing",
     "monitoring",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -44,6 +46,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a lockout into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -74,6 +78,19 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "portal.User"
+# django-axes first: it refuses a locked-out username and address before the password is even checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Login throttling (django-axes): after this many failures in a row for one username from one address, that pair
+# is locked out for the cool-off time; a success resets the count. Admins unlock in Django admin (Axes).
+AXES_FAILURE_LIMIT = env.int("RESERVOIR_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("RESERVOIR_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "portal.views.locked_out"
+# The client's address: REMOTE_ADDR, or behind N trusted proxies the Nth address from the right of
+# X-Forwarded-For (RESERVOIR_TRUSTED_PROXY_COUNT).
+AXES_CLIENT_IP_CALLABLE = "portal.client_address.client_address"
+TRUSTED_PROXY_COUNT = env.int("RESERVOIR_TRUSTED_PROXY_COUNT", default=0)
 SESSION_ENGINE = "portal.sessions"
 LOGIN_URL = "portal:login"
 LOGIN_REDIRECT_URL = "portal:home"
@@ -115,6 +132,13 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttles.WriteRateThrottle"],
+}
+# Writes per user (POST/PUT/PATCH/DELETE anywhere in the API) and job submissions per user, as "N/second|minute|
+# hour|day"; empty: unlimited. Read at request time by portal.api.throttles.
+API_THROTTLE_RATES = {
+    "writes": env("RESERVOIR_API_WRITE_RATE", default="120/minute"),
+    "job_submissions": env("RESERVOIR_API_SUBMIT_RATE", default="30/minute"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Reservoir API",
@@ -126,6 +150,15 @@ SPECTACULAR_SETTINGS = {
 
 # --- Redis and Celery -------------------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# The shared cache: API rate-limit counters, seen alike by every web process.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": env("RESERVOIR_CACHE_URL", default=REDIS_URL),
+        "KEY_PREFIX": "reservoir",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -181,6 +214,8 @@ LOGGING = {
 # Submission of an admitted job to the cluster: attempts before it is Failed, and the backoff base in seconds.
 JOB_SUBMIT_MAX_ATTEMPTS = env.int("RESERVOIR_JOB_SUBMIT_MAX_ATTEMPTS", default=8)
 JOB_SUBMIT_BACKOFF_SECONDS = env.float("RESERVOIR_JOB_SUBMIT_BACKOFF_SECONDS", default=2.0)
+# The job page's log tail: at most this many bytes (besides its line count).
+LOG_TAIL_MAX_BYTES = env.int("RESERVOIR_LOG_TAIL_MAX_BYTES", default=64 * 1024)
 # Attempts of one cluster call on transient failures (connection refused, timeouts, 429, 5xx) before giving up.
 KUBE_CALL_ATTEMPTS = env.int("RESERVOIR_KUBE_CALL_ATTEMPTS", default=4)
 
