@@ -4,6 +4,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import environ
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -26,6 +27,8 @@ INSTALLED_APPS = [
     "django_filters",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "csp",
     "portal",
     "pools",
     "jobs",
@@ -37,6 +40,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "monitoring.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -86,6 +90,7 @@ AXES_FAILURE_LIMIT = env.int("RESERVOIR_LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("RESERVOIR_LOGIN_LOCKOUT_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 AXES_LOCKOUT_CALLABLE = "portal.views.locked_out"
 # The client's address: REMOTE_ADDR, or behind N trusted proxies the Nth address from the right of
 # X-Forwarded-For (RESERVOIR_TRUSTED_PROXY_COUNT).
@@ -146,7 +151,37 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.choices.JobState"},
+    # The schema and Swagger UI are for signed-in users, and Swagger UI is served from our own static files
+    # (drf-spectacular-sidecar), never a CDN.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
+
+# --- Security ---------------------------------------------------------------------------------------------------
+# Content-Security-Policy (django-csp): scripts, styles, images and requests only from the portal itself; no inline
+# script and no <style> element (the pages use none); inline style *attributes* stay allowed for the meters'
+# widths. The portal may not be framed.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "style-src-attr": [UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+# How long a browser session lasts (seconds; default 12 hours), from the log-in.
+SESSION_COOKIE_AGE = env.int("RESERVOIR_SESSION_AGE_SECONDS", default=12 * 3600)
+# /metrics without RESERVOIR_METRICS_TOKEN: open (development), or refused (production, settings/prod.py).
+METRICS_REQUIRE_TOKEN = False
 
 # --- Redis and Celery -------------------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
@@ -210,6 +245,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
+    # django-axes logs every log-in at INFO; lockouts are warnings.
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 # Submission of an admitted job to the cluster: attempts before it is Failed, and the backoff base in seconds.
 JOB_SUBMIT_MAX_ATTEMPTS = env.int("RESERVOIR_JOB_SUBMIT_MAX_ATTEMPTS", default=8)
