@@ -79,7 +79,9 @@ class NewApiTokenSerializer(ApiTokenSerializer):
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    actor = serializers.CharField(
+        source="actor_username", read_only=True, help_text=_("Username of who made the change; empty: the system.")
+    )
 
     class Meta:
         model = AuditEntry
