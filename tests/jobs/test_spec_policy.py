@@ -227,3 +227,13 @@ def test_a_team_may_have_only_so_many_jobs_waiting(settings, no_cluster, team, o
     ]
     Job.objects.filter(team=team, state=JobState.PENDING).update(state=JobState.RUNNING)
     assert services.submit_job(team=team, pool=pool, user=researcher, spec=spec()).state == JobState.QUEUED
+
+
+def test_the_refusals_are_translated(settings):
+    from django.utils import translation
+
+    with translation.override("zh-hans"):
+        assert "NVIDIA_VISIBLE_DEVICES" in errors_of(spec(env={"NVIDIA_VISIBLE_DEVICES": "all"}))["env"][0]
+        assert "由集群设置" in errors_of(spec(env={"NVIDIA_VISIBLE_DEVICES": "all"}))["env"][0]
+        reserved = errors_of(spec(pod_annotations={"reservoir.io/team": "x"}))["pod_annotations"][0]
+        assert reserved.startswith("保留给集群和门户使用")
