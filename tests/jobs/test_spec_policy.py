@@ -237,3 +237,9 @@ def test_the_refusals_are_translated(settings):
         assert "由集群设置" in errors_of(spec(env={"NVIDIA_VISIBLE_DEVICES": "all"}))["env"][0]
         reserved = errors_of(spec(pod_annotations={"reservoir.io/team": "x"}))["pod_annotations"][0]
         assert reserved.startswith("保留给集群和门户使用")
+
+
+def test_admins_see_the_high_priority_right_in_django_admin(client, team, platform_admin):
+    client.force_login(platform_admin)
+    page = client.get(f"/admin/portal/team/{team.pk}/change/").content.decode()
+    assert 'name="allow_high_priority"' in page
