@@ -229,6 +229,8 @@ def test_a_higher_priority_job_preempts_a_lower_one_of_the_same_team(cluster_syn
     borrow, and borrowers never preempt: only owners reclaim)."""
     reserve(cluster_team, "reserved-a800", 8)
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    cluster_team.allow_high_priority = True  # an admin lets its researchers use high priority
+    cluster_team.save()
     low = wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="low", priority=Priority.LOW), JobState.RUNNING)
     high = submit(cluster_team, "reserved-a800", gpus=8, name="high", priority=Priority.HIGH)
     wait_state(high, JobState.RUNNING, timeout=90)
@@ -243,6 +245,8 @@ def test_another_team_never_preempts_a_job_inside_its_own_reservation(cluster_sy
     reserve(cluster_team, "reserved-a800", 8)
     set_quota(cluster_team, pool, 8)
     set_quota(second_team, pool, 8)
+    second_team.allow_high_priority = True
+    second_team.save()
     owner = wait_state(
         submit(cluster_team, "reserved-a800", gpus=8, name="owner", priority=Priority.LOW), JobState.RUNNING
     )
