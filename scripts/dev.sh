@@ -70,6 +70,8 @@ export PROMETHEUS_URL=${PROMETHEUS_URL:-}
 
 $PY manage.py migrate --noinput
 $PY manage.py seed_demo | tee "$STATE_DIR/logins.txt"
+# Team namespaces and Kueue's queues now, so the demo jobs find them (the beat keeps them so every minute).
+$PY manage.py reconcile_cluster || say "the cluster could not be reconciled yet; the beat retries every minute"
 
 start web $PY manage.py runserver "127.0.0.1:$PORT" --noreload
 start worker .venv/bin/celery -A portal worker -Q default,cluster,billing -c 2 --loglevel=INFO

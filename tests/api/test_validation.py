@@ -81,8 +81,10 @@ def test_submit_answers_201_with_state_and_queue_position(api, researcher, team,
     second = client.post("/api/v1/jobs/", {**body, "name": "second"}, format="json")
 
     assert first.status_code == 201 and second.status_code == 201
-    assert first.json()["state"] == "submitted" and first.json()["queue_position"] is None
-    assert second.json()["state"] == "queued" and second.json()["queue_position"] == 1
+    # Both wait for Kueue in the team's queue, in submission order.
+    assert first.json()["state"] == "queued" and first.json()["queue_position"] == 1
+    assert second.json()["state"] == "queued" and second.json()["queue_position"] == 2
+    assert first.json()["admitted_pool"] is None
     assert second.json()["submitted_by"] == "rita"
 
 

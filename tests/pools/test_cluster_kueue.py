@@ -312,3 +312,18 @@ def test_objects_the_portal_did_not_create_are_left_alone(hand_made):
     pool_services.delete_pool(pool=pool)
     assert kueue.state()["applied"] is True
     assert KueueProjection.objects.get().last_error == ""
+
+
+def test_reconcile_cluster_command_puts_every_queue_in_place(portal_cluster):
+    """`make dev` runs it before the worker starts: the demo teams' namespaces, LocalQueues and ClusterQueues."""
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("reconcile_cluster", stdout=out)
+    assert "the cluster holds what the portal says" in out.getvalue()
+    api = client.custom_objects()
+    for slug in ("llm", "vision", "speech"):
+        api.get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", f"team-{slug}", "localqueues", "reservoir")
+        api.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", f"team-{slug}")
