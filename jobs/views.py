@@ -238,7 +238,7 @@ def job_submit(request):
                     )
                     messages.info(request, _("Saved as template “%(name)s”.") % {"name": data["save_as_template"]})
                 if job.state == JobState.QUEUED:
-                    text = _("Job #%(id)d queued at position %(k)d: the team's quota is in use.") % {
+                    text = _("Job #%(id)d queued at position %(k)d: Kueue admits it when the quota has room.") % {
                         "id": job.pk,
                         "k": services.queue_position(job) or 1,
                     }

@@ -499,13 +499,16 @@ def test_pending_explains_in_plain_words_and_says_what_would_fit(client, researc
 def test_pending_shows_queued_jobs_over_quota_with_their_position(client, researcher, team, pool):
     QuotaFactory(team=team, pool=pool, max_gpus=2)
     JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.RUNNING, gpus=2)
-    JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=2, name="first-q")
+    reason = "Waiting for its team's quota in Train: 2 more GPUs needed"  # as the sync writes Kueue's word
+    first = {"name": "first-q", "pending_reason": reason}
+    JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=2, **first)
     JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=1, name="second-q")
     response = login(client, researcher).get(reverse("jobs:pending"))
     html = response.content.decode()
-    assert "Over team quota: 2 of 2 GPUs in use" in html
+    assert "Waiting for its team&#x27;s quota in Train: 2 more GPUs needed" in html
+    assert "Waiting for Kueue to admit it against the team&#x27;s quota." in html  # not synced yet
     assert "queued at position 1" in html and "queued at position 2" in html
-    assert "over team quota: starts when 2 GPUs of the team&#x27;s quota are freed" in html
+    assert "starts when 2 GPUs of the team&#x27;s quota are freed" in html
 
 
 def test_pending_filters_by_pool_and_404s_an_unknown_pool(client, researcher, pool):

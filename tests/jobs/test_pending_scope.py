@@ -17,12 +17,26 @@ def pool(db):
     return pool
 
 
+KUEUE_REASON = (
+    "Waiting for its team's quota in Train Pool: 2 more GPUs needed than the team's reservation and what it may "
+    "borrow leave free now."
+)
+
+
 @pytest.fixture
 def beta_waits(other_team, pool, outsider):
     """beta: 3 of 3 GPUs of its quota in use, a 2-GPU job queued behind it; a pod stuck on a missing volume."""
     QuotaFactory(team=other_team, pool=pool, max_gpus=3)
     JobFactory(team=other_team, pool=pool, submitted_by=outsider, state=JobState.RUNNING, gpus=3)
-    JobFactory(team=other_team, pool=pool, submitted_by=outsider, state=JobState.QUEUED, gpus=2, name="beta-next")
+    JobFactory(
+        team=other_team,
+        pool=pool,
+        submitted_by=outsider,
+        state=JobState.QUEUED,
+        gpus=2,
+        name="beta-next",
+        pending_reason=KUEUE_REASON,  # as the sync writes it from Kueue's Workload
+    )
     Pod.objects.create(
         uid="b1",
         namespace="team-beta",
@@ -45,7 +59,7 @@ def test_another_teams_rows_say_only_that_they_wait(client, researcher, beta_wai
     client.force_login(researcher)
     html = client.get(reverse("jobs:pending")).content.decode()
     assert "waiting for its team&#x27;s quota" in html and "waiting for a node" in html
-    assert "3 of 3 GPUs" not in html and "Over team quota" not in html and "position" not in html
+    assert "Train Pool: 2 more GPUs" not in html and "starts when" not in html and "position" not in html
     assert "beta-private-dataset" not in html
     queued = next(row for row in rows(client) if row.kind == "queued")
     assert (queued.reason, queued.hint, queued.position) == ("waiting for its team's quota", "", None)
@@ -54,8 +68,8 @@ def test_another_teams_rows_say_only_that_they_wait(client, researcher, beta_wai
 def test_own_rows_and_an_admins_view_keep_the_quota_reason(client, lead, platform_admin, team, other_team, beta_waits):
     client.force_login(platform_admin)
     reasons = {row.kind: row.reason for row in rows(client)}
-    assert reasons["queued"].startswith("Over team quota: 3 of 3 GPUs in use")
+    assert reasons["queued"] == KUEUE_REASON
     assert "beta-private-dataset" in reasons["pod"]
     # A member of beta sees beta's own details too.
     client.force_login(other_team.memberships.get().user)
-    assert next(row for row in rows(client) if row.kind == "queued").reason.startswith("Over team quota")
+    assert next(row for row in rows(client) if row.kind == "queued").reason == KUEUE_REASON

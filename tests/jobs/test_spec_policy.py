@@ -213,7 +213,7 @@ def test_admins_set_the_high_priority_right_per_team_in_the_api(team, lead, plat
 def test_a_team_may_have_only_so_many_jobs_waiting(settings, no_cluster, team, other_team, researcher, pool):
     settings.MAX_WAITING_JOBS_PER_TEAM = 3
     QuotaFactory(team=team, pool=pool, max_gpus=1)
-    for state in (JobState.QUEUED, JobState.SUBMITTED, JobState.PENDING):
+    for state in (JobState.QUEUED, JobState.ADMITTED, JobState.PENDING):
         JobFactory(team=team, pool=pool, submitted_by=researcher, state=state)
     # Running and finished jobs do not wait, another team's jobs are not this team's.
     for state in (JobState.RUNNING, JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED):
