@@ -10,6 +10,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 MONTH_PATTERN = re.compile(r"^(?P<year>\d{4})-(?P<month>0[1-9]|1[0-2])$")
+# The months that can be named: no usage predates 1970, and the month after the last one must still be a date
+# (Python's dates end in 9999), so every period arithmetic below stays valid.
+FIRST_MONTH = date(1970, 1, 1)
+LAST_MONTH = date(9998, 12, 1)
 SECONDS_PER_HOUR = Decimal(3600)
 SECONDS_PER_MINUTE = Decimal(60)
 
@@ -57,11 +61,14 @@ def overlap_seconds(start: datetime, end: datetime, window_start: datetime, wind
 
 
 def parse_month(value: str | None) -> date | None:
-    """'2026-11' → date(2026, 11, 1); anything else → None."""
+    """'2026-11' → date(2026, 11, 1); anything else, or a month outside [FIRST_MONTH, LAST_MONTH], → None."""
     match = MONTH_PATTERN.match(value or "")
     if not match:
         return None
-    return date(int(match["year"]), int(match["month"]), 1)
+    year = int(match["year"])
+    if not FIRST_MONTH.year <= year <= LAST_MONTH.year:
+        return None
+    return date(year, int(match["month"]), 1)
 
 
 def format_month(month: date) -> str:

@@ -51,9 +51,13 @@ def cut_note(max_bytes: int) -> str:
     return _("[earlier output cut: only the last %(kib)d KiB are shown]") % {"kib": max(1, max_bytes // 1024)}
 
 
-def log_tail(namespace: str, pod_name: str, *, max_lines: int = LOG_MAX_LINES, max_bytes: int = LOG_MAX_BYTES) -> str:
-    """The last `max_lines` lines the pod wrote, at most `max_bytes` of them (cut at a line boundary); when cut,
-    the text opens with a note saying so."""
+def log_tail(namespace: str, pod_name: str, *, max_lines: int = LOG_MAX_LINES, max_bytes: int | None = None) -> str:
+    """The last `max_lines` lines the pod wrote, at most `max_bytes` of them (default: settings.LOG_TAIL_MAX_BYTES;
+    cut at a line boundary); when cut, the text opens with a note saying so."""
+    if max_bytes is None:
+        from django.conf import settings
+
+        max_bytes = getattr(settings, "LOG_TAIL_MAX_BYTES", LOG_MAX_BYTES)
 
     def read() -> tuple[bytes, bool]:
         response = client.core().read_namespaced_pod_log(

@@ -184,6 +184,7 @@ def render_job(spec: JobManifestSpec) -> dict:
         "name": "main",
         "image": spec.image,
         "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "securityContext": {"allowPrivilegeEscalation": False},
     }
     if spec.command:
         container["command"] = list(spec.command)
@@ -196,6 +197,9 @@ def render_job(spec: JobManifestSpec) -> dict:
         "priorityClassName": priority_class_name(spec.priority),
         "containers": [container],
         **scheduling_directives(spec),
+        # Jobs never talk to the apiserver, and get the container runtime's default syscall filter.
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
     }
     job_labels_with_queue = {
         **labels,
@@ -217,7 +221,8 @@ def render_job(spec: JobManifestSpec) -> dict:
             "activeDeadlineSeconds": spec.max_run_seconds,
             "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": {**annotations, **spec.pod_annotations}},
+                # The portal's own annotations always win over a user's (jobs.specs also refuses reserved keys).
+                "metadata": {"labels": pod_labels, "annotations": {**spec.pod_annotations, **annotations}},
                 "spec": pod_spec,
             },
         },
@@ -252,8 +257,22 @@ def _owned_metadata(name: str, spec: NamespaceSpec, namespace: str | None = None
     return metadata
 
 
+# Pod Security Admission: the baseline profile is enforced in team namespaces (no privileged pods, host
+# namespaces or paths, added capabilities, unconfined AppArmor or seccomp); restricted is warned and audited.
+POD_SECURITY_LABELS = {
+    "pod-security.kubernetes.io/enforce": "baseline",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+    "pod-security.kubernetes.io/warn": "restricted",
+    "pod-security.kubernetes.io/warn-version": "latest",
+    "pod-security.kubernetes.io/audit": "restricted",
+    "pod-security.kubernetes.io/audit-version": "latest",
+}
+
+
 def render_namespace(spec: NamespaceSpec) -> dict:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _owned_metadata(spec.namespace, spec)}
+    metadata = _owned_metadata(spec.namespace, spec)
+    metadata["labels"].update(POD_SECURITY_LABELS)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
 def render_resource_quota(spec: NamespaceSpec) -> dict:

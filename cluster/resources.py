@@ -396,7 +396,8 @@ def patch_job(namespace: str, name: str, patch: dict):
 
 
 def pod_log_tail(namespace: str, pod_name: str, *, lines: int = live.LOG_MAX_LINES) -> str:
-    """The pod's log tail, bounded in bytes: `cluster.live.log_tail` (the one place live reads are made)."""
+    """The pod's log tail, bounded in lines and bytes (settings.LOG_TAIL_MAX_BYTES): `cluster.live.log_tail`, the
+    one place live reads are made."""
     return live.log_tail(namespace, pod_name, max_lines=lines)
 
 

@@ -34,7 +34,7 @@ from urllib.parse import quote
 import yaml
 
 from devcluster import build, certs
-from devcluster.processes import ApiConnection, ProcessRecord, free_port
+from devcluster.processes import ApiConnection, ProcessRecord, free_port, tail
 
 if TYPE_CHECKING:
     from devcluster.launcher import Cluster
@@ -51,6 +51,8 @@ FEATURE_GATES = "VisibilityOnDemand=false"
 # All-or-nothing start of multi-pod jobs: an admitted job whose pods are not all ready in time gives its quota back.
 DEFAULT_PODS_READY_TIMEOUT = "5m"
 FIELD_MANAGER = "reservoir-devcluster"
+# How long Kueue must stay up after its first ready answer before its webhooks are registered.
+STEADY_SECONDS = 1.0
 WEBHOOK_API = "/apis/admissionregistration.k8s.io/v1"
 # kind -> (resource, name): the names carry Kueue's usual "kueue-" prefix.
 WEBHOOK_CONFIGURATIONS = {
@@ -242,6 +244,19 @@ def webhooks_problem(api: ApiConnection, port: int) -> str | None:
     return None
 
 
+def _inotify_hint() -> str:
+    try:
+        limit = Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip()
+    except OSError:
+        limit = "?"
+    return (
+        "Kueue could not watch its certificate files: this user's inotify instances are used up "
+        f"(fs.inotify.max_user_instances = {limit}; every local cluster's components hold a few). Stop clusters "
+        "that are not needed (python -m devcluster down --state-dir DIR) or raise the limit as root: "
+        "sysctl -w fs.inotify.max_user_instances=1024"
+    )
+
+
 # -- the process beside a cluster --------------------------------------------------------------------------------------
 class Kueue:
     """Kueue's process beside one local cluster: started by ``Cluster.up``, stopped by ``Cluster.down``.
@@ -276,18 +291,26 @@ class Kueue:
             return f"cannot check the webhooks: {type(error).__name__}: {error}"
 
     # -- start -----------------------------------------------------------------------------------------------------
-    def start(self, binaries: Path, *, pods_ready_timeout: str) -> ProcessRecord:
-        """Apply the CRDs, wait until they are served, write namespace, certificates and configuration, spawn
-        Kueue and record it. Does not wait for it: ``finish_start`` does (the caller may create nodes meanwhile)."""
-        check_duration(pods_ready_timeout)
+    def apply_crds(self) -> list[dict[str, Any]]:
+        """Server-side apply Kueue's CRDs (the API server takes seconds over the 670 KB Workload CRD and its
+        validation rules, so ``up`` does this while the other components start). Returns them."""
         if not build.kueue_files_present():
             raise KueueError(
                 f"Kueue's module files are missing in {build.kueue_module_dir()}; run: python -m devcluster build"
             )
+        documents = crd_documents(build.kueue_module_dir())
+        apply_crds(self.cluster.api(), documents)
+        self.cluster.progress(f"applied {len(documents)} Kueue CRDs")
+        return documents
+
+    def start(
+        self, binaries: Path, *, pods_ready_timeout: str, crds: list[dict[str, Any]] | None = None
+    ) -> ProcessRecord:
+        """Wait until the CRDs (applied now unless ``crds`` says they were) are served, write namespace,
+        certificates and configuration, spawn Kueue and record it. Does not wait for it: ``finish_start`` does."""
+        check_duration(pods_ready_timeout)
+        documents = crds if crds is not None else self.apply_crds()
         api = self.cluster.api()
-        module = build.kueue_module_dir()
-        documents = crd_documents(module)
-        apply_crds(api, documents)
         wait_crds_served(api, documents)
         ensure_namespace(api)
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -327,8 +350,24 @@ class Kueue:
         return record
 
     def finish_start(self, record: ProcessRecord, *, timeout: float = 120.0) -> None:
-        """Wait for /readyz, then register the webhooks (never before: a webhook nobody answers blocks Jobs)."""
-        self.cluster._wait_healthy([record], timeout=timeout)
+        """Wait for /readyz and for Kueue to stay up a moment, then register the webhooks (never before: a webhook
+        nobody answers blocks every Job create)."""
+        try:
+            self.cluster._wait_healthy([record], timeout=timeout)
+            # Kueue answers /readyz before its manager has started every watcher, and can still exit then (seen:
+            # "too many open files" 0.1 s after a ready answer).
+            deadline = time.monotonic() + STEADY_SECONDS
+            while time.monotonic() < deadline:
+                if record.process() is None:
+                    raise KueueError(
+                        f"kueue exited right after it answered /readyz; last lines of {record.log}:\n"
+                        f"{tail(Path(record.log))}"
+                    )
+                time.sleep(0.1)
+        except Exception as error:
+            if "too many open files" in tail(Path(record.log), lines=10):
+                raise KueueError(f"{error}\n{_inotify_hint()}") from error
+            raise
         self.register_webhooks(record)
 
     def register_webhooks(self, record: ProcessRecord) -> None:

@@ -24,7 +24,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +287,9 @@ class Cluster:
         path.write_text("\n---\n".join(documents))
         return path
 
-    def _start_processes(self, binaries: Path) -> None:
+    def _start_processes(self, binaries: Path, on_apiserver_ready: Callable[[], None] | None = None) -> None:
+        """Start etcd, the API server (and, once it answers, call ``on_apiserver_ready``), then the
+        controller-manager, scheduler and kwok; wait until each is healthy."""
         ports = {name: free_port() for name in (*COMPONENTS, "etcd-peer")}
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         self._write_kubeconfig(ports["kube-apiserver"])
@@ -365,6 +367,8 @@ class Cluster:
             f"https://127.0.0.1:{ports['kube-apiserver']}/readyz",
         )
         self._wait_healthy([apiserver], timeout=120)
+        if on_apiserver_ready is not None:
+            on_apiserver_ready()
 
         controller_manager = launch(
             "kube-controller-manager",
@@ -504,11 +508,19 @@ class Cluster:
         certs.ensure_pki(self.pki.directory)
         started = time.monotonic()
         try:
-            self._start_processes(binaries)
-            kueue = self.kueue.start(
-                binaries, pods_ready_timeout=pods_ready_timeout or kueue_module.DEFAULT_PODS_READY_TIMEOUT
-            )
-            self.apply_topology(topology)  # while Kueue starts
+            # The API server takes seconds over Kueue's CRDs: apply them while the other components start and the
+            # nodes come up, then start Kueue once they are served.
+            with ThreadPoolExecutor(max_workers=1) as background:
+                crds: list[Future] = []
+                self._start_processes(
+                    binaries, on_apiserver_ready=lambda: crds.append(background.submit(self.kueue.apply_crds))
+                )
+                self.apply_topology(topology)
+                kueue = self.kueue.start(
+                    binaries,
+                    pods_ready_timeout=pods_ready_timeout or kueue_module.DEFAULT_PODS_READY_TIMEOUT,
+                    crds=crds[0].result(),
+                )
             self.kueue.finish_start(kueue)
         except BaseException:
             self.down()

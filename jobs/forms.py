@@ -9,6 +9,7 @@ import shlex
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
@@ -85,7 +86,11 @@ class JobSubmitForm(forms.Form):
         label=_("Spill after (minutes)"), required=False, min_value=1, help_text=_("Only for spill-after placement.")
     )
     priority = forms.TypedChoiceField(
-        label=_("Priority"), choices=Priority.choices, coerce=int, initial=Priority.NORMAL
+        label=_("Priority"),
+        choices=Priority.choices,
+        coerce=int,
+        initial=Priority.NORMAL,
+        help_text=_("High can preempt other work: for team leads, and members of teams a platform admin allows."),
     )
     max_run_minutes = forms.IntegerField(
         label=_("Maximum run time (minutes)"), min_value=1, initial=24 * 60, help_text=_("The job is stopped after it.")
@@ -94,7 +99,7 @@ class JobSubmitForm(forms.Form):
         label=_("Environment variables"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text=_("One KEY=value per line."),
+        help_text=_("One KEY=value per line. Names starting with NVIDIA_ are set by the cluster."),
     )
     pod_annotations = forms.CharField(
         label=_("Pod annotations"),
@@ -114,6 +119,12 @@ class JobSubmitForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.visible_to(user).order_by("name")
         self.fields["pool"].queryset = Pool.objects.visible_to(user).order_by("name")
+        allowed = settings.POD_ANNOTATION_ALLOWLIST
+        self.fields["pod_annotations"].help_text = (
+            _("One key=value per line. Allowed keys: %(keys)s.") % {"keys": ", ".join(allowed)}
+            if allowed
+            else _("This portal allows no pod annotations.")
+        )
 
     def clean_command(self) -> list[str]:
         try:

@@ -2,8 +2,9 @@
 
 Visibility comes from `Job.objects.visible_to(user)` and `Team.objects.visible_to(user)`: a job outside the
 user's teams is never fetched for its details. The pending queue shows every team's waiting work (PRODUCT.md:
-researchers see the pending queue), but another team's rows carry only pool, GPUs, wait and reason: no team name,
-no job name, image or command. Each page runs a fixed number of queries whatever the number of jobs and pods.
+researchers see the pending queue), but another team's rows carry only pool, GPUs and wait, with a reason that
+says nothing of the team ("waiting for its team's quota", "waiting for a node"): no team name, job name, image,
+command, quota, usage or queue position. Each page runs a fixed number of queries whatever the number of jobs and pods.
 """
 
 from dataclasses import dataclass, field
@@ -150,6 +151,17 @@ def _spill_targets(pools: dict[int, Pool]) -> dict[int, list[int]]:
     return targets
 
 
+def _keep_to_what_anyone_may_see(row: PendingRow) -> None:
+    """A row of a team the viewer cannot see keeps its kind, pool, GPUs and wait, and a reason that says nothing
+    of the team: however the reason was worded (the team's quota and usage, its queue, its volumes), it is
+    replaced here, where the rows are built for display."""
+    row.reason = _("waiting for its team's quota") if row.kind == "queued" else _("waiting for a node")
+    row.hint = ""
+    row.position = None
+    row.team_pool = None
+    row.job_id, row.job_name, row.pod_name, row.team_name = None, "", "", ""
+
+
 def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None) -> PendingOverview:
     """Every unschedulable pod and every queued job, longest wait first, with reasons and hints for one page."""
     now = now or timezone.now()
@@ -247,6 +259,9 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                     placement=effective,
                     spill=spill_occupancy,
                 )
+    for row in page:
+        if not row.visible:
+            _keep_to_what_anyone_may_see(row)
     return PendingOverview(
         page=page,
         pods=len(pod_rows),

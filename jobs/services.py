@@ -24,7 +24,7 @@ from portal import audit
 from portal.choices import Role
 from portal.models import Team
 
-from . import reasons
+from . import policy, reasons
 from .choices import ACTIVE_STATES, TRANSITIONS, JobState, Placement
 from .models import Job, JobEvent, Pod, Workload
 from .specs import JobSpec, validate_spec
@@ -110,6 +110,7 @@ def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from:
     if not _can_submit(user, team):
         raise ValidationError({"team": _("You are not a member of %(team)s.") % {"team": team.name}})
     validate_spec(spec)
+    policy.check_submission(team=team, user=user, spec=spec)
     check_fits_limits(team=team, pool=pool, spec=spec)
     job = Job(team=team, pool=pool, submitted_by=user, resubmitted_from=resubmitted_from, **spec.as_model_fields())
     job.full_clean()

@@ -3,6 +3,7 @@
 import re
 from dataclasses import asdict, dataclass, field
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
@@ -19,6 +20,22 @@ JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 MAX_GPUS_PER_JOB = 64
+# Read by the NVIDIA container toolkit when it sets a container up: NVIDIA_VISIBLE_DEVICES=all would show the
+# container every GPU of its node, outside the quota and metering. The device plugin sets them; users never do.
+# CUDA_VISIBLE_DEVICES stays allowed: CUDA reads it inside the container and can only narrow the GPUs the
+# container was given, never add one.
+RESERVED_ENV_PREFIX = "NVIDIA_"
+# Annotation prefixes (and their subdomains) that belong to Kubernetes, the portal, the schedulers and autoscalers:
+# AppArmor and seccomp profiles, cluster-autoscaler's safe-to-evict, Kueue's and seed 000's scheduling keys.
+RESERVED_ANNOTATION_DOMAINS = (
+    "reservoir.io",
+    "scheduling.eks.ebcloud.com",
+    "kueue.x-k8s.io",
+    "kubernetes.io",
+    "k8s.io",
+    "karpenter.sh",
+    "nvidia.com",
+)
 
 
 @dataclass
@@ -55,6 +72,72 @@ def _whole(value, name: str, errors: dict, *, minimum: int, maximum: int | None 
         errors[name] = _("%(label)s can be at most %(max)d.") % {"label": label, "max": maximum}
 
 
+def annotation_is_reserved(key: str) -> bool:
+    """A key whose prefix is one of RESERVED_ANNOTATION_DOMAINS or a subdomain of one."""
+    prefix, slash, _name = key.rpartition("/")
+    if not slash:
+        return False
+    prefix = prefix.lower()
+    return any(prefix == domain or prefix.endswith("." + domain) for domain in RESERVED_ANNOTATION_DOMAINS)
+
+
+def annotation_is_allowed(key: str) -> bool:
+    """On settings.POD_ANNOTATION_ALLOWLIST: an exact key, or a pattern ending in `*` that matches by prefix."""
+    for entry in settings.POD_ANNOTATION_ALLOWLIST:
+        if entry.endswith("*") and key.startswith(entry[:-1]) or key == entry:
+            return True
+    return False
+
+
+def _size(*parts) -> int:
+    return sum(len(str(part).encode()) for part in parts)
+
+
+def _check_sizes(spec: JobSpec, errors: dict) -> None:
+    limits = (
+        ("env", _size(*spec.env.keys(), *spec.env.values()), settings.JOB_ENV_MAX_BYTES, _("Environment variables")),
+        (
+            "pod_annotations",
+            _size(*spec.pod_annotations.keys(), *spec.pod_annotations.values()),
+            settings.JOB_ANNOTATIONS_MAX_BYTES,
+            _("Pod annotations"),
+        ),
+        (
+            "command",
+            _size(*spec.command, *spec.args),
+            settings.JOB_COMMAND_MAX_BYTES,
+            _("The command and its arguments"),
+        ),
+    )
+    for name, size, limit, label in limits:
+        if size > limit and name not in errors:
+            errors[name] = _("%(label)s take %(size)d bytes; at most %(max)d are allowed.") % {
+                "label": label,
+                "size": size,
+                "max": limit,
+            }
+
+
+def _check_annotations(annotations: dict, errors: dict) -> None:
+    keys = [str(key) for key in annotations]
+    bad = [key for key in keys if not ANNOTATION_KEY.match(key)]
+    reserved = [key for key in keys if key not in bad and annotation_is_reserved(key)]
+    unknown = [key for key in keys if key not in bad and key not in reserved and not annotation_is_allowed(key)]
+    problems = []
+    if bad:
+        problems.append(_("Invalid annotation keys: %(keys)s.") % {"keys": ", ".join(bad)})
+    if reserved:
+        problems.append(_("Reserved for the cluster and the portal: %(keys)s.") % {"keys": ", ".join(reserved)})
+    if unknown:
+        allowed = ", ".join(settings.POD_ANNOTATION_ALLOWLIST) or _("none")
+        problems.append(
+            _("Not on the annotation allowlist: %(keys)s (allowed: %(allowed)s).")
+            % {"keys": ", ".join(unknown), "allowed": allowed}
+        )
+    if problems:
+        errors["pod_annotations"] = " ".join(problems)
+
+
 def validate_spec(spec: JobSpec) -> None:
     """Check the spec on its own (team and pool limits are checked by the submission service)."""
     errors: dict[str, str] = {}
@@ -84,12 +167,17 @@ def validate_spec(spec: JobSpec) -> None:
     if not all(isinstance(part, str) for part in [*spec.command, *spec.args]):
         errors["command"] = _("Command and arguments are lists of text.")
     bad_env = [key for key in spec.env if not ENV_NAME.match(str(key))]
+    gpu_env = [key for key in spec.env if key not in bad_env and str(key).upper().startswith(RESERVED_ENV_PREFIX)]
     if bad_env:
         errors["env"] = _("Invalid variable names: %(names)s.") % {"names": ", ".join(bad_env)}
+    elif gpu_env:
+        errors["env"] = _(
+            "Variables starting with NVIDIA_ decide which GPUs a container sees and are set by the cluster: "
+            "remove %(names)s."
+        ) % {"names": ", ".join(gpu_env)}
     if spec.anti_affinity_group and not JOB_NAME.match(spec.anti_affinity_group):
         errors["anti_affinity_group"] = _("Use lowercase letters, digits and dashes.")
-    bad_annotations = [key for key in spec.pod_annotations if not ANNOTATION_KEY.match(str(key))]
-    if bad_annotations:
-        errors["pod_annotations"] = _("Invalid annotation keys: %(keys)s.") % {"keys": ", ".join(bad_annotations)}
+    _check_annotations(spec.pod_annotations, errors)
+    _check_sizes(spec, errors)
     if errors:
         raise ValidationError(errors)

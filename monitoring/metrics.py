@@ -90,6 +90,8 @@ REGISTRY.register(PortalCollector())
 
 def metrics_view(request):
     token = settings.METRICS_BEARER_TOKEN
+    if not token and settings.METRICS_REQUIRE_TOKEN:
+        return HttpResponseForbidden("metrics are refused until RESERVOIR_METRICS_TOKEN is set\n")
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not secrets.compare_digest(given, token):

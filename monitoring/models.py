@@ -210,13 +210,14 @@ class AlertRule(models.Model):
 
 class AlertQuerySet(models.QuerySet):
     def visible_to(self, user) -> "AlertQuerySet":
-        """Alerts of the user's teams, and those that belong to no team (pools and free GPUs are everyone's
-        business, PRODUCT.md roles); all for a platform admin."""
+        """Alerts of the user's teams, and those that belong to no team and no other team's job (pools and free
+        GPUs are everyone's business, PRODUCT.md roles); all for a platform admin."""
         if not user.is_authenticated:
             return self.none()
         if user.is_admin:
             return self.all()
-        return self.filter(Q(team__isnull=True) | Q(team__in=Team.objects.visible_to(user)))
+        teams = Team.objects.visible_to(user)
+        return self.filter(Q(team__in=teams) | Q(team__isnull=True) & (Q(job__isnull=True) | Q(job__team__in=teams)))
 
     def open(self) -> "AlertQuerySet":
         return self.filter(state__in=OPEN_STATES)

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs.choices import JobState
+from portal.models import Team
 
 from .choices import AlertKind, AlertState, Scope
 from .models import Alert, AlertRule, JobUtilisation, UtilisationSample
@@ -116,9 +118,14 @@ class RuleRow:
     enabled: bool
 
 
-def rules_in_effect() -> list[RuleRow]:
-    """Every default (the row, or the code default when no row) and every override, in kind order."""
-    rules = list(AlertRule.objects.select_related("pool", "team"))
+def rules_in_effect(user) -> list[RuleRow]:
+    """Every default (the row, or the code default when no row), every pool's override and the overrides of the
+    teams `user` may see, in kind order."""
+    rules = list(
+        AlertRule.objects.filter(Q(team__isnull=True) | Q(team__in=Team.objects.visible_to(user))).select_related(
+            "pool", "team"
+        )
+    )
     book = RuleBook(rules)
     rows = []
     for kind in AlertKind:

@@ -4,16 +4,6 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from . import audit, services
 from .models import ApiToken, AuditEntry, Membership, Team, User
 
-SECRET_FIELDS = ("password", "key_hash")
-
-
-def _snapshot(instance) -> dict | None:
-    data = audit.snapshot(instance)
-    for name in SECRET_FIELDS:
-        if data and name in data:
-            data[name] = "(hidden)"
-    return data
-
 
 class AuditedAdminMixin:
     """Writes made in Django admin leave the same audit entries as writes through the services: who, what,
@@ -23,15 +13,15 @@ class AuditedAdminMixin:
         return f"{obj._meta.model_name}.{verb}"
 
     def save_model(self, request, obj, form, change):
-        before = _snapshot(type(obj)._default_manager.filter(pk=obj.pk).first()) if change and obj.pk else None
+        before = audit.snapshot(type(obj)._default_manager.filter(pk=obj.pk).first()) if change and obj.pk else None
         super().save_model(request, obj, form, change)
         verb = "update" if change else "create"
         audit.record(
-            actor=request.user, action=self._action(obj, verb), instance=obj, before=before, after=_snapshot(obj)
+            actor=request.user, action=self._action(obj, verb), instance=obj, before=before, after=audit.snapshot(obj)
         )
 
     def delete_model(self, request, obj):
-        before, pk = _snapshot(obj), obj.pk
+        before, pk = audit.snapshot(obj), obj.pk
         super().delete_model(request, obj)
         obj.pk = pk
         audit.record(actor=request.user, action=self._action(obj, "delete"), instance=obj, before=before, after=None)
@@ -41,16 +31,20 @@ class AuditedAdminMixin:
             self.delete_model(request, obj)
 
     def save_formset(self, request, form, formset, change):
-        saved = {id(f.instance): (f.instance.pk, _snapshot(f.instance)) for f in formset.forms if f.instance.pk}
+        saved = {id(f.instance): (f.instance.pk, audit.snapshot(f.instance)) for f in formset.forms if f.instance.pk}
         befores = {
-            pk: _snapshot(type(f.instance)._default_manager.filter(pk=pk).first())
+            pk: audit.snapshot(type(f.instance)._default_manager.filter(pk=pk).first())
             for f in formset.forms
             if (pk := f.instance.pk)
         }
         super().save_formset(request, form, formset, change)
         for obj in formset.new_objects:
             audit.record(
-                actor=request.user, action=self._action(obj, "create"), instance=obj, before=None, after=_snapshot(obj)
+                actor=request.user,
+                action=self._action(obj, "create"),
+                instance=obj,
+                before=None,
+                after=audit.snapshot(obj),
             )
         for obj, _fields in formset.changed_objects:
             audit.record(
@@ -58,7 +52,7 @@ class AuditedAdminMixin:
                 action=self._action(obj, "update"),
                 instance=obj,
                 before=befores.get(obj.pk),
-                after=_snapshot(obj),
+                after=audit.snapshot(obj),
             )
         for obj in formset.deleted_objects:
             pk, before = saved.get(id(obj), (obj.pk, None))
@@ -83,8 +77,8 @@ class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
 
 @admin.register(Team)
 class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    list_display = ["name", "slug", "namespace", "queueing_strategy", "created_at"]
-    list_filter = ["queueing_strategy"]
+    list_display = ["name", "slug", "namespace", "queueing_strategy", "allow_high_priority", "created_at"]
+    list_filter = ["queueing_strategy", "allow_high_priority"]
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
 
@@ -106,10 +100,9 @@ class MembershipAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(admin.ModelAdmin):
-    list_display = ["at", "actor", "action", "object_type", "object_repr"]
+    list_display = ["at", "actor_username", "action", "object_type", "object_repr"]
     list_filter = ["action", "object_type"]
-    search_fields = ["object_repr", "actor__username"]
-    list_select_related = ["actor"]
+    search_fields = ["object_repr", "actor_username"]
     readonly_fields = [f.name for f in AuditEntry._meta.fields]
 
     def has_add_permission(self, request):

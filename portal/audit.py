@@ -8,13 +8,37 @@ from django.forms.models import model_to_dict
 
 from .models import AuditEntry
 
+# Never copied into the audit log: environment values (they may hold secrets; the names are kept) and password
+# or token hashes.
+REDACTED = "(redacted)"
+HIDDEN_FIELDS = ("password", "key_hash")
+REDACTED_MAPPINGS = ("env",)
+
 
 def snapshot(instance: models.Model | None) -> dict | None:
-    """The concrete field values of `instance` as JSON-safe data (None for no object)."""
+    """The concrete field values of `instance` as JSON-safe data (None for no object), secrets redacted."""
     if instance is None:
         return None
     data = model_to_dict(instance, fields=[f.name for f in instance._meta.concrete_fields])
-    return {key: _json_safe(value) for key, value in data.items()}
+    data = {key: _json_safe(value) for key, value in data.items()}
+    for name in HIDDEN_FIELDS:
+        if name in data:
+            data[name] = "(hidden)"
+    return redact(data)
+
+
+def redact(value):
+    """`value` with the values of every `env` mapping in it, at any depth, replaced by REDACTED."""
+    if isinstance(value, dict):
+        return {
+            key: (
+                dict.fromkeys(item, REDACTED) if key in REDACTED_MAPPINGS and isinstance(item, dict) else redact(item)
+            )
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(item) for item in value]
+    return value
 
 
 def _json_safe(value):
@@ -30,8 +54,10 @@ def _json_safe(value):
 
 
 def record(*, actor, action: str, instance: models.Model, before: dict | None, after: dict | None) -> AuditEntry:
+    actor = actor if actor is not None and actor.is_authenticated else None
     return AuditEntry.objects.create(
-        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor=actor,
+        actor_username=actor.get_username() if actor is not None else "",
         action=action,
         object_type=instance._meta.label_lower,
         object_id=str(instance.pk),

@@ -69,6 +69,11 @@ class Team(models.Model):
             "GPUs sooner."
         ),
     )
+    allow_high_priority = models.BooleanField(
+        _("members may use high priority"),
+        default=False,
+        help_text=_("High priority can preempt other work. Team leads may always use it; this lets every member."),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
 
@@ -111,11 +116,16 @@ class Membership(models.Model):
 
 
 class AuditEntry(models.Model):
-    """Who changed what, when: one row per write made through a service, with the values before and after."""
+    """Who changed what, when: one row per write made through a service, with the values before and after.
+
+    Append-only: a database trigger refuses UPDATE and DELETE (portal migration `audit_append_only`), except the
+    one update deleting a user makes (`actor` set to NULL); `actor_username` keeps who it was. Snapshots never hold
+    secrets: environment values are redacted and password hashes hidden (`portal.audit.snapshot`)."""
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="audit_entries"
     )
+    actor_username = models.CharField(_("actor"), max_length=150, blank=True, help_text=_("Empty: the system."))
     action = models.CharField(_("action"), max_length=60)
     object_type = models.CharField(_("object type"), max_length=60)
     object_id = models.CharField(_("object id"), max_length=60)
@@ -130,7 +140,7 @@ class AuditEntry(models.Model):
         indexes = [models.Index(fields=["object_type", "object_id"], name="portal_audit_object")]
 
     def __str__(self) -> str:
-        return f"{self.at:%Y-%m-%d %H:%M} {self.actor or 'system'} {self.action} {self.object_repr}"
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_username or 'system'} {self.action} {self.object_repr}"
 
 
 class ApiTokenQuerySet(models.QuerySet):

@@ -30,6 +30,15 @@ class LogoutView(auth_views.LogoutView):
     pass
 
 
+def locked_out(request, response=None, credentials=None):
+    """django-axes' answer to a username and address locked out after too many failed log-ins (429)."""
+    context = {
+        "failure_limit": settings.AXES_FAILURE_LIMIT,
+        "cooloff_minutes": max(1, int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)),
+    }
+    return render(request, "portal/locked_out.html", context, status=429)
+
+
 @login_required
 def home(request):
     return render(request, "portal/home.html", {"teams": selectors.teams_for_overview(request.user)})

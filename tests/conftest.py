@@ -1,11 +1,18 @@
 """Shared fixtures: a user of each role around one team; the cluster fixtures come from the plugins below."""
 
 import pytest
+from django.core.cache import cache
 
 from portal.choices import Role
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
 pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limit_counters():
+    """API throttle counters live in the cache: every test starts with none."""
+    cache.clear()
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from portal.api.throttles import SubmissionRateThrottle
+
 from .. import services
 from ..filters import JobFilterSet
 from ..models import Job, JobEvent
@@ -35,6 +37,12 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             .select_related("team", "pool", "submitted_by", "admitted_pool")
             .order_by("-created_at", "-id")
         )
+
+    def get_throttles(self):
+        throttles = super().get_throttles()
+        if self.action in ("create", "resubmit"):
+            throttles.append(SubmissionRateThrottle())
+        return throttles
 
     def get_serializer_class(self):
         if self.action == "create":

@@ -14,6 +14,8 @@ class AlertFilterSet(django_filters.FilterSet):
     severity = django_filters.ChoiceFilter(choices=Severity.choices)
     pool = django_filters.CharFilter(field_name="pool__slug")
     team = django_filters.CharFilter(field_name="team__slug")
+    # A plain number: a job one may not see answers like one that does not exist (an empty list), never 400.
+    job = django_filters.NumberFilter(field_name="job_id")
 
     class Meta:
         model = Alert

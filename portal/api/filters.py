@@ -65,7 +65,7 @@ class ApiTokenFilterSet(django_filters.FilterSet):
 
 
 class AuditEntryFilterSet(django_filters.FilterSet):
-    actor = django_filters.CharFilter(field_name="actor__username", label="actor (username)")
+    actor = django_filters.CharFilter(field_name="actor_username", label="actor (username)")
     action = django_filters.CharFilter(field_name="action")
     action_prefix = django_filters.CharFilter(field_name="action", lookup_expr="startswith", label="action starts with")
     object_type = django_filters.CharFilter(field_name="object_type", label="object type, e.g. pools.quota")

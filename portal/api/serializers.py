@@ -10,7 +10,16 @@ class TeamSerializer(FullCleanMixin, serializers.ModelSerializer):
 
     class Meta:
         model = Team
-        fields = ["id", "slug", "name", "description", "queueing_strategy", "namespace", "created_at"]
+        fields = [
+            "id",
+            "slug",
+            "name",
+            "description",
+            "queueing_strategy",
+            "allow_high_priority",
+            "namespace",
+            "created_at",
+        ]
         read_only_fields = ["id", "created_at"]
 
 
@@ -79,7 +88,9 @@ class NewApiTokenSerializer(ApiTokenSerializer):
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    actor = serializers.CharField(
+        source="actor_username", read_only=True, help_text=_("Username of who made the change; empty: the system.")
+    )
 
     class Meta:
         model = AuditEntry

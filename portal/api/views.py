@@ -118,4 +118,4 @@ class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
     ordering = ["-at", "-id"]
 
     def get_queryset(self):
-        return AuditEntry.objects.select_related("actor").order_by("-at", "-id")
+        return AuditEntry.objects.order_by("-at", "-id")

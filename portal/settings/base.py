@@ -1,8 +1,10 @@
 """Settings shared by every environment; every value that differs between machines comes from the environment."""
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -25,16 +27,20 @@ INSTALLED_APPS = [
     "django_filters",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "csp",
     "portal",
     "pools",
     "jobs",
     "billing",
     "monitoring",
+    "axes",
 ]
 
 MIDDLEWARE = [
     "monitoring.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -44,6 +50,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a lockout into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -74,6 +82,20 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "portal.User"
+# django-axes first: it refuses a locked-out username and address before the password is even checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Login throttling (django-axes): after this many failures in a row for one username from one address, that pair
+# is locked out for the cool-off time; a success resets the count. Admins unlock in Django admin (Axes).
+AXES_FAILURE_LIMIT = env.int("RESERVOIR_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("RESERVOIR_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+AXES_LOCKOUT_CALLABLE = "portal.views.locked_out"
+# The client's address: REMOTE_ADDR, or behind N trusted proxies the Nth address from the right of
+# X-Forwarded-For (RESERVOIR_TRUSTED_PROXY_COUNT).
+AXES_CLIENT_IP_CALLABLE = "portal.client_address.client_address"
+TRUSTED_PROXY_COUNT = env.int("RESERVOIR_TRUSTED_PROXY_COUNT", default=0)
 SESSION_ENGINE = "portal.sessions"
 LOGIN_URL = "portal:login"
 LOGIN_REDIRECT_URL = "portal:home"
@@ -115,6 +137,13 @@ REST_FRAMEWORK = {
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttles.WriteRateThrottle"],
+}
+# Writes per user (POST/PUT/PATCH/DELETE anywhere in the API) and job submissions per user, as "N/second|minute|
+# hour|day"; empty: unlimited. Read at request time by portal.api.throttles.
+API_THROTTLE_RATES = {
+    "writes": env("RESERVOIR_API_WRITE_RATE", default="120/minute"),
+    "job_submissions": env("RESERVOIR_API_SUBMIT_RATE", default="30/minute"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Reservoir API",
@@ -122,10 +151,49 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.choices.JobState"},
+    # The schema and Swagger UI are for signed-in users, and Swagger UI is served from our own static files
+    # (drf-spectacular-sidecar), never a CDN.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
+
+# --- Security ---------------------------------------------------------------------------------------------------
+# Content-Security-Policy (django-csp): scripts, styles, images and requests only from the portal itself; no inline
+# script and no <style> element (the pages use none); inline style *attributes* stay allowed for the meters'
+# widths. The portal may not be framed.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "style-src-attr": [UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+# How long a browser session lasts (seconds; default 12 hours), from the log-in.
+SESSION_COOKIE_AGE = env.int("RESERVOIR_SESSION_AGE_SECONDS", default=12 * 3600)
+# /metrics without RESERVOIR_METRICS_TOKEN: open (development), or refused (production, settings/prod.py).
+METRICS_REQUIRE_TOKEN = False
 
 # --- Redis and Celery -------------------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# The shared cache: API rate-limit counters, seen alike by every web process.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": env("RESERVOIR_CACHE_URL", default=REDIS_URL),
+        "KEY_PREFIX": "reservoir",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -160,16 +228,31 @@ KUBE_WRITE_EBCLOUD_ANNOTATIONS = env.bool("RESERVOIR_EBCLOUD_ANNOTATIONS", defau
 # Prefix of the namespace the portal owns for each team.
 TEAM_NAMESPACE_PREFIX = env("RESERVOIR_TEAM_NAMESPACE_PREFIX", default="team-")
 
+# --- What a job spec may ask for (jobs.specs, jobs.policy) ----------------------------------------------------------
+# Pod annotations users may set: exact keys, or patterns ending in "*" (prefix match). Keys under reserved prefixes
+# (kubernetes.io, reservoir.io, kueue.x-k8s.io, ...) are refused even when listed. Empty: no user annotations.
+POD_ANNOTATION_ALLOWLIST = env.list("RESERVOIR_POD_ANNOTATION_ALLOWLIST", default=[])
+# Total size in bytes of a job's environment (names and values), pod annotations, and command with arguments.
+JOB_ENV_MAX_BYTES = env.int("RESERVOIR_JOB_ENV_MAX_BYTES", default=32 * 1024)
+JOB_ANNOTATIONS_MAX_BYTES = env.int("RESERVOIR_JOB_ANNOTATIONS_MAX_BYTES", default=16 * 1024)
+JOB_COMMAND_MAX_BYTES = env.int("RESERVOIR_JOB_COMMAND_MAX_BYTES", default=32 * 1024)
+# Jobs of one team that may wait at once (every state but Running and the final ones); more are refused.
+MAX_WAITING_JOBS_PER_TEAM = env.int("RESERVOIR_MAX_WAITING_JOBS_PER_TEAM", default=200)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("DJANGO_LOG_LEVEL", default="INFO")},
+    # django-axes logs every log-in at INFO; lockouts are warnings.
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 # Tasks that call the cluster retry transient failures this many times (backoff 2 s doubling to 5 min, jittered)
 # before they give up and say so (a job is then Failed with the reason).
 CLUSTER_TASK_MAX_RETRIES = env.int("RESERVOIR_CLUSTER_TASK_MAX_RETRIES", default=8)
+# The job page's log tail: at most this many bytes (besides its line count).
+LOG_TAIL_MAX_BYTES = env.int("RESERVOIR_LOG_TAIL_MAX_BYTES", default=64 * 1024)
 # Attempts of one cluster call on transient failures outside tasks (the sync, pages, commands); tasks try once.
 KUBE_CALL_ATTEMPTS = env.int("RESERVOIR_KUBE_CALL_ATTEMPTS", default=4)
 

@@ -1,4 +1,5 @@
 from .base import *  # noqa: F403
+from .local_cluster import LOCAL_CLUSTER_ANNOTATIONS
 
 DEBUG = False
 SECRET_KEY = "test-only-not-secret-reservoir"  # noqa: S105
@@ -6,3 +7,9 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Tasks run eagerly unless a test opts into a real worker; on_commit still decides when they are sent.
 CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
+# Cluster tests drive the local cluster's run time and fake GPU telemetry through pod annotations.
+POD_ANNOTATION_ALLOWLIST = LOCAL_CLUSTER_ANNOTATIONS
+# Each test process counts API rates in its own memory (cleared before every test, tests/conftest.py); the limits
+# are set high so that only the tests about them meet them.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+API_THROTTLE_RATES = {"writes": "100000/minute", "job_submissions": "100000/minute"}

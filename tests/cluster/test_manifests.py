@@ -11,6 +11,7 @@ from cluster.manifests import (
     priority_class_name,
     render_job,
     render_limit_range,
+    render_namespace,
     render_resource_quota,
 )
 
@@ -148,6 +149,27 @@ def test_pod_annotations_pass_through():
     assert manifest["spec"]["template"]["metadata"]["annotations"] == {"pod-complete.stage.kwok.x-k8s.io/delay": "30s"}
 
 
+def test_the_portals_own_annotations_win_over_a_users():
+    manifest = render_job(
+        spec(
+            soft=False,
+            ebcloud_annotations=True,
+            pod_annotations={EBCLOUD_ALLOW_SOFT: "true", EBCLOUD_NODE_POOL: "shared", "example.com/owner": "me"},
+        )
+    )
+    annotations = manifest["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[EBCLOUD_ALLOW_SOFT] == "false"
+    assert annotations[EBCLOUD_NODE_POOL] == "training"
+    assert annotations["example.com/owner"] == "me"
+
+
+def test_pods_get_no_service_account_token_no_privilege_escalation_and_the_default_seccomp_profile():
+    pod = pod_spec(render_job(spec()))
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["containers"][0]["securityContext"] == {"allowPrivilegeEscalation": False}
+
+
 def test_quantities():
     assert (cpu_quantity(500), cpu_quantity(2000), cpu_quantity(1500)) == ("500m", "2", "1500m")
     assert (memory_quantity(1024), memory_quantity(1536)) == ("1Gi", "1536Mi")
@@ -196,3 +218,13 @@ def test_limit_range_is_seed_003s():
     # GPUs default to 0: otherwise Kubernetes would give every container that names none the max.
     assert limits["default"] == {"nvidia.com/gpu": "0", "cpu": "2", "memory": "8Gi"}
     assert limits["defaultRequest"] == {"nvidia.com/gpu": "0", "cpu": "1", "memory": "4Gi"}
+
+
+def test_team_namespaces_enforce_the_baseline_pod_security_profile_and_warn_restricted():
+    labels = render_namespace(NAMESPACE)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"
+    assert labels["pod-security.kubernetes.io/audit"] == "restricted"
+    assert labels["reservoir.io/team"] == "llm"
+    # The quota and the limit range carry only the portal's own labels.
+    assert "pod-security.kubernetes.io/enforce" not in render_resource_quota(NAMESPACE)["metadata"]["labels"]

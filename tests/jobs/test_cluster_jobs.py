@@ -1,7 +1,9 @@
 """The portal and the real cluster: submission, placement, queueing, cancel, spill-after and sync.
 
-Runs against the local control plane (real apiserver, scheduler and Job controller; KWOK plays the GPU nodes).
-Celery runs tasks eagerly in the test process after commit, as a worker would.
+Runs against the local control plane (real apiserver, scheduler and Job controller, Kueue; KWOK plays the GPU
+nodes). Celery runs tasks eagerly in the test process after commit, as a worker would. Kueue admits against quota,
+not free nodes: to see the scheduler hold an admitted job, the training nodes are filled with pods that are no
+portal job's (as an inference Deployment would), which Kueue does not manage.
 """
 
 import threading
@@ -41,12 +43,37 @@ def wait_state(job, state, timeout=40):
     return Job.objects.get(pk=job.pk)
 
 
-def fill_training(team):
-    """Two 8-GPU jobs take both training nodes (2 × 8 A100s)."""
-    jobs = [submit(team, "training", gpus=8, name=f"filler-{i}") for i in range(2)]
-    for job in jobs:
-        wait_state(job, JobState.RUNNING)
-    return jobs
+def fill_training_nodes(namespace: str) -> None:
+    """Two 8-GPU pods outside the portal (no queue label: Kueue leaves them alone) take both training nodes."""
+    core = client.core()
+    for index in range(2):
+        core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": f"outside-{index}", "annotations": {KWOK_DELAY: "30m"}},
+                "spec": {
+                    "nodeSelector": {"node-role": "training"},
+                    "tolerations": [{"key": "workload", "operator": "Equal", "value": "training"}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.example.com/inference/serve:1",
+                            "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                        }
+                    ],
+                },
+            },
+        )
+    wait_for(
+        lambda: all(pod.status.phase == "Running" for pod in core.list_namespaced_pod(namespace).items),
+        what="the outside pods to run",
+    )
+
+
+def fill_training_quota(team) -> Job:
+    """The team's quota in training (4 GPUs, all borrowed: nobody reserved them) taken by one job."""
+    set_quota(team, Pool.objects.get(slug="training"), 4)
+    return wait_state(submit(team, "training", gpus=4, name="filler"), JobState.RUNNING)
 
 
 def test_a_strict_job_lands_in_its_pool_and_its_interval_is_recorded(cluster_sync, cluster_team):
@@ -55,8 +82,9 @@ def test_a_strict_job_lands_in_its_pool_and_its_interval_is_recorded(cluster_syn
     job = wait_state(job, JobState.SUCCEEDED)
     assert job.node_name.startswith("reserved-a800-")
     states = [e.to_state for e in job.events.exclude(to_state="")]
-    assert states[:2] == [JobState.QUEUED, JobState.SUBMITTED]
+    assert states[0] == JobState.QUEUED  # until Kueue admitted it
     assert JobState.RUNNING in states and states[-1] == JobState.SUCCEEDED
+    assert job.admitted_pool.slug == "reserved-a800"
     interval = wait_for(
         lambda: UsageInterval.objects.filter(job=job, ended_at__isnull=False).first(), what="the closed usage interval"
     )
@@ -64,24 +92,26 @@ def test_a_strict_job_lands_in_its_pool_and_its_interval_is_recorded(cluster_syn
     assert interval.ended_at - interval.started_at >= timedelta(seconds=2)
 
 
-def test_a_strict_job_on_a_full_pool_stays_pending_with_the_schedulers_reason(cluster_sync, cluster_team):
-    set_quota(cluster_team, Pool.objects.get(slug="training"), 24)
-    fill_training(cluster_team)
-    job = submit(cluster_team, "training", gpus=8, name="waits")
+def test_an_admitted_job_on_full_nodes_stays_pending_with_the_schedulers_reason(
+    cluster_sync, cluster_team, kube_namespace
+):
+    set_quota(cluster_team, Pool.objects.get(slug="training"), 4)
+    fill_training_nodes(kube_namespace)
+    job = submit(cluster_team, "training", gpus=4, name="waits")
     job = wait_state(job, JobState.PENDING)
+    assert job.admitted_pool.slug == "training"  # Kueue admitted it: the quota had room, the nodes had not
     job = wait_for(
-        lambda: Job.objects.filter(pk=job.pk, pending_reason__contains="nvidia.com/gpu").first(),
-        what="the scheduler's reason",
+        lambda: Job.objects.filter(pk=job.pk, pending_reason__contains="lack enough free GPUs").first(),
+        what="the scheduler's reason in words",
     )
-    assert "Insufficient nvidia.com/gpu" in job.pending_reason
     pod = Pod.objects.get(job=job)
     assert not pod.scheduled and pod.node_name == ""
     assert "Insufficient nvidia.com/gpu" in pod.pending_reason
 
 
 def test_a_soft_job_spills_to_the_elastic_pool_and_is_attributed_there(cluster_sync, cluster_team):
-    set_quota(cluster_team, Pool.objects.get(slug="training"), 24)
-    fill_training(cluster_team)
+    fill_training_quota(cluster_team)
+    set_quota(cluster_team, Pool.objects.get(slug="elastic"), 4)
     job = submit(cluster_team, "training", gpus=4, name="spills", placement=Placement.SOFT)
     job = wait_state(job, JobState.RUNNING)
     assert job.node_name == "gpu-node-20"
@@ -89,12 +119,14 @@ def test_a_soft_job_spills_to_the_elastic_pool_and_is_attributed_there(cluster_s
     assert interval.pool.slug == "elastic"
 
 
-def test_spill_after_moves_a_still_unschedulable_strict_job_to_soft(cluster_sync, cluster_team):
-    set_quota(cluster_team, Pool.objects.get(slug="training"), 24)
-    fill_training(cluster_team)
+def test_spill_after_moves_a_job_kueue_has_not_admitted_to_soft(cluster_sync, cluster_team):
+    fill_training_quota(cluster_team)
+    set_quota(cluster_team, Pool.objects.get(slug="elastic"), 4)
     job = submit(cluster_team, "training", gpus=4, name="mixed", placement=Placement.SPILL_AFTER, spill_after_minutes=1)
-    wait_state(job, JobState.PENDING)
-    wait_for(lambda: Pod.objects.filter(job=job, scheduled=False).exists(), what="the unschedulable pod")
+    wait_for(
+        lambda: "Waiting for its team's quota" in Job.objects.get(pk=job.pk).pending_reason,
+        what="Kueue's reason for holding it",
+    )
     assert spill_due_jobs() == []  # not yet: it has waited less than a minute
     # Let the minute pass (the wait is what is simulated; the cluster side below is real).
     Job.objects.filter(pk=job.pk).update(
@@ -113,13 +145,14 @@ def test_spill_after_moves_a_still_unschedulable_strict_job_to_soft(cluster_sync
 
 def test_queued_jobs_wait_for_quota_and_are_admitted_by_themselves(cluster_sync, cluster_team):
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
-    first = submit(cluster_team, "reserved-a800", gpus=8, name="first", runs_for="3s")
+    first = wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="first", runs_for="5s"), JobState.RUNNING)
     second = submit(cluster_team, "reserved-a800", gpus=8, name="second", runs_for="1s")
+    wait_for(lambda: Job.objects.get(pk=second.pk).pending_reason, what="Kueue's reason for holding it")
     assert Job.objects.get(pk=second.pk).state == JobState.QUEUED
     assert services.queue_position(Job.objects.get(pk=second.pk)) == 1
     wait_state(first, JobState.SUCCEEDED)
     second = wait_state(second, JobState.SUCCEEDED)
-    admitted = second.events.get(to_state=JobState.SUBMITTED)
+    admitted = second.events.filter(to_state__in=[JobState.ADMITTED, JobState.RUNNING]).first()
     assert admitted.at >= Job.objects.get(pk=first.pk).finished_at
 
 
@@ -195,9 +228,7 @@ def test_an_unreachable_apiserver_is_retried_then_the_job_fails_with_the_reason(
         portal_cluster.kubeconfig_path.read_text().replace(f"127.0.0.1:{_port(portal_cluster)}", "127.0.0.1:9")
     )
     settings.KUBECONFIG = str(broken)
-    settings.KUBE_CALL_ATTEMPTS = 1
-    settings.JOB_SUBMIT_MAX_ATTEMPTS = 3
-    settings.JOB_SUBMIT_BACKOFF_SECONDS = 0
+    settings.CLUSTER_TASK_MAX_RETRIES = 2
     client.reset()
     sent = []
     monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", sent.append)
@@ -244,7 +275,7 @@ def test_an_apiserver_restart_during_submission_ends_with_exactly_one_job(
     wait_for(lambda: _readyz(), timeout=60, what="the restarted apiserver")
     if Job.objects.get(pk=job.pk).cluster_created_at is None:
         submit_job_to_cluster.apply(args=[job.pk])  # the worker's next retry
-    assert job_state(job.pk) == JobState.SUBMITTED
+    assert job_state(job.pk) == JobState.QUEUED  # no sync runs here: Kueue's verdict is not mirrored
     assert Job.objects.get(pk=job.pk).cluster_created_at is not None
     assert _portal_jobs(cluster_team, job) == 1
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from cluster import client
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
-from cluster.manifests import GPU_RESOURCE, LOCAL_QUEUE_NAME
+from cluster.manifests import GPU_RESOURCE, LOCAL_QUEUE_NAME, PoolTarget, node_selector_term
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, Workload
@@ -50,7 +50,12 @@ def submit(team, pool_slug, *, gpus, runs_for="10m", name=None, user=None, **kwa
 
 
 def wait_state(job, state, timeout=60):
-    wait_for(lambda: job_state(job.pk) == state, timeout=timeout, what=f"job #{job.pk} to be {state}")
+    try:
+        wait_for(lambda: job_state(job.pk) == state, timeout=timeout, what=f"job #{job.pk} to be {state}")
+    except AssertionError as error:
+        job = Job.objects.get(pk=job.pk)
+        said = [(w.admitted, w.flavors, w.message, w.evicted_reason) for w in job.workloads.all()]
+        raise AssertionError(f"{error}; it is {job.state}: {job.pending_reason!r}; Kueue: {said}") from None
     return Job.objects.get(pk=job.pk)
 
 
@@ -60,11 +65,12 @@ def workloads(namespace: str) -> list[dict]:
 
 
 def admitted_gpus(items: list[dict]) -> int:
-    """GPUs of the workloads Kueue holds quota for right now (reserved or admitted)."""
+    """GPUs of the workloads Kueue holds quota for right now (reserved or admitted, and not finished: a finished
+    Workload keeps its admission in its status but gives its quota back)."""
     total = 0
     for item in items:
         conditions = {c["type"]: c["status"] for c in (item.get("status") or {}).get("conditions") or []}
-        if conditions.get("QuotaReserved") != "True":
+        if conditions.get("QuotaReserved") != "True" or conditions.get("Finished") == "True":
             continue
         for pod_set in item["spec"]["podSets"]:
             container = pod_set["template"]["spec"]["containers"][0]
@@ -151,22 +157,43 @@ def test_a_strict_job_never_gets_a_spill_flavor_and_a_soft_one_does(cluster_sync
     filler = wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="filler"), JobState.RUNNING)
     assert filler.admitted_pool.slug == "reserved-a800"
 
-    strict = submit(cluster_team, "reserved-a800", gpus=2, name="strict")
-    wait_for(
-        lambda: "Waiting for its team's quota" in Job.objects.get(pk=strict.pk).pending_reason,
-        what="Kueue's reason on the strict job",
-    )
     soft = submit(cluster_team, "reserved-a800", gpus=2, name="soft", placement=Placement.SOFT)
     soft = wait_state(soft, JobState.RUNNING)
     assert soft.admitted_pool.slug == "elastic"
     assert soft.pods.get().pool.slug == "elastic"
 
+    strict = submit(cluster_team, "reserved-a800", gpus=2, name="strict")
+    wait_for(
+        lambda: "Waiting for its team's quota" in Job.objects.get(pk=strict.pk).pending_reason,
+        what="Kueue's reason on the strict job",
+    )
+    time.sleep(3)  # the elastic flavor still has room: Kueue must not take it for a strict job
     strict = Job.objects.get(pk=strict.pk)
     assert strict.state == JobState.QUEUED
     assert strict.admitted_pool is None
-    assert "Reserved" in strict.pending_reason or "A800" in strict.pending_reason  # pool name, not a flavor
+    assert "Reserved A800" in strict.pending_reason  # the pool's name, not the flavor's
     assert not any("elastic" in w.flavors for w in Workload.objects.filter(job=strict))
     assert services.queue_position(strict) == 1
+
+
+def test_strict_order_holds_later_jobs_back_and_best_effort_lets_them_pass(cluster_sync, cluster_team):
+    from portal.choices import QueueingStrategy
+    from portal.services import save_team
+
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    set_quota(cluster_team, Pool.objects.get(slug="elastic"), 8)
+    wait_state(submit(cluster_team, "reserved-a800", gpus=6, name="filler"), JobState.RUNNING)
+    big = submit(cluster_team, "reserved-a800", gpus=4, name="big")  # does not fit: 2 GPUs of quota left
+    small = submit(cluster_team, "elastic", gpus=1, name="small")  # would fit, in another pool
+    time.sleep(6)
+    # Strict order (the default): the head of the team's queue holds back the jobs behind it, even elsewhere.
+    assert job_state(small.pk) == JobState.QUEUED
+    assert services.queue_position(big) == 1 and services.queue_position(small) == 2
+
+    cluster_team.queueing_strategy = QueueingStrategy.BEST_EFFORT_FIFO
+    save_team(team=cluster_team)
+    wait_state(small, JobState.RUNNING)
+    assert job_state(big.pk) == JobState.QUEUED
 
 
 def test_a_spill_after_job_moves_after_its_minutes_without_admission(cluster_sync, cluster_team):
@@ -186,8 +213,24 @@ def test_a_spill_after_job_moves_after_its_minutes_without_admission(cluster_syn
     assert job.events.filter(message__contains="moved to soft placement").exists()
 
 
+def reserve(team, pool_slug: str, gpus: int):
+    now = timezone.now()
+    return pool_services.create_reservation(
+        team=team,
+        pool=Pool.objects.get(slug=pool_slug),
+        gpus=gpus,
+        starts_at=now - timedelta(minutes=1),
+        ends_at=now + timedelta(days=30),
+    )
+
+
 def test_a_higher_priority_job_preempts_a_lower_one_of_the_same_team(cluster_sync, cluster_team):
+    """Within the team's reservation (its nominal quota) priority decides; above it a job waits (it would have to
+    borrow, and borrowers never preempt: only owners reclaim)."""
+    reserve(cluster_team, "reserved-a800", 8)
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    cluster_team.allow_high_priority = True  # an admin lets its researchers use high priority
+    cluster_team.save()
     low = wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="low", priority=Priority.LOW), JobState.RUNNING)
     high = submit(cluster_team, "reserved-a800", gpus=8, name="high", priority=Priority.HIGH)
     wait_state(high, JobState.RUNNING, timeout=90)
@@ -199,12 +242,11 @@ def test_a_higher_priority_job_preempts_a_lower_one_of_the_same_team(cluster_syn
 
 def test_another_team_never_preempts_a_job_inside_its_own_reservation(cluster_sync, cluster_team, second_team):
     pool = Pool.objects.get(slug="reserved-a800")
-    now = timezone.now()
-    pool_services.create_reservation(
-        team=cluster_team, pool=pool, gpus=8, starts_at=now - timedelta(minutes=1), ends_at=now + timedelta(days=30)
-    )
+    reserve(cluster_team, "reserved-a800", 8)
     set_quota(cluster_team, pool, 8)
     set_quota(second_team, pool, 8)
+    second_team.allow_high_priority = True
+    second_team.save()
     owner = wait_state(
         submit(cluster_team, "reserved-a800", gpus=8, name="owner", priority=Priority.LOW), JobState.RUNNING
     )
@@ -223,7 +265,7 @@ def test_a_gang_whose_team_has_quota_for_two_of_three_pods_is_not_admitted_at_al
     pool = Pool.objects.get(slug="reserved-a800")
     set_quota(cluster_team, pool, 2)
     wait_for(lambda: _local_queue_exists(cluster_team.namespace), what="the team's LocalQueue")
-    selector = {"key": "node-role", "operator": "In", "values": ["reserved"]}
+    selector = node_selector_term(PoolTarget(slug=pool.slug, node_selector=pool.node_selector))
     container = {
         "name": "main",
         "image": "registry.example.com/research/train:1.0",
@@ -246,9 +288,7 @@ def test_a_gang_whose_team_has_quota_for_two_of_three_pods_is_not_admitted_at_al
                     "tolerations": [{"key": "workload", "operator": "Equal", "value": "reserved"}],
                     "affinity": {
                         "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [{"matchExpressions": [selector]}]
-                            }
+                            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [selector]}
                         }
                     },
                 },

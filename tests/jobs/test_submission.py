@@ -66,16 +66,14 @@ def test_nothing_is_sent_when_the_submission_is_refused(
     assert not Job.objects.exists()
 
 
-def test_queue_position_is_kueues_order_in_the_team_queue(sent, team, researcher, pool):
+def test_queue_position_is_kueues_order_in_the_team_queue(sent, team, researcher, lead, pool):
     other_pool = PoolFactory(slug="h100", contracted_gpus=16)
     NodeFactory(pool=other_pool, gpu_capacity=8, gpu_allocatable=8)
     quota(team, pool, 2)
     quota(team, other_pool, 2)
     normal = services.submit_job(team=team, pool=pool, user=researcher, spec=spec("normal", gpus=2))
     elsewhere = services.submit_job(team=team, pool=other_pool, user=researcher, spec=spec("elsewhere", gpus=1))
-    urgent = services.submit_job(
-        team=team, pool=pool, user=researcher, spec=spec("urgent", gpus=2, priority=Priority.HIGH)
-    )
+    urgent = services.submit_job(team=team, pool=pool, user=lead, spec=spec("urgent", gpus=2, priority=Priority.HIGH))
     # One ClusterQueue per team: its queue spans the team's pools, higher priority first, then oldest first.
     assert services.queue_position(urgent) == 1
     assert services.queue_position(normal) == 2
@@ -271,10 +269,10 @@ def test_an_admitted_job_without_pods_is_admitted(sent, team, researcher, pool):
     assert "admitted by Kueue in" in job.events.last().message
 
 
-def test_a_preempted_job_goes_back_to_the_queue_saying_for_whom(sent, team, researcher, pool):
+def test_a_preempted_job_goes_back_to_the_queue_saying_for_whom(sent, team, researcher, lead, pool):
     quota(team, pool, 8)
     low = services.submit_job(team=team, pool=pool, user=researcher, spec=spec("low", gpus=4))
-    high = services.submit_job(team=team, pool=pool, user=researcher, spec=spec("high", gpus=8, priority=100))
+    high = services.submit_job(team=team, pool=pool, user=lead, spec=spec("high", gpus=8, priority=100))
     services.record_workload(facts=workload(low, uid="0f3a-0001", admitted=True), job_id=low.pk)
     services.record_workload(facts=workload(high, uid="0f3a-beef"), job_id=high.pk)
     preempted = {

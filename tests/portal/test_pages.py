@@ -29,8 +29,7 @@ def test_wrong_password_keeps_the_username(client, researcher):
 
 
 def test_login_then_home_lists_my_teams_only(client, researcher, other_team):
-    assert client.login(username="rita", password="pw-for-tests")
-    response = client.get(reverse("portal:home"))
+    response = client.post(reverse("portal:login"), {"username": "rita", "password": "pw-for-tests"}, follow=True)
     assert response.status_code == 200
     assert b"Alpha" in response.content
     assert b"Beta" not in response.content

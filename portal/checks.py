@@ -1,0 +1,33 @@
+"""System checks for settings that would quietly weaken or disable something (`manage.py check [--deploy]`)."""
+
+from django.conf import settings
+from django.core.checks import Tags, Warning, register
+
+
+@register(Tags.security, deploy=True)
+def metrics_token_set(app_configs, **kwargs):
+    if settings.METRICS_REQUIRE_TOKEN and not settings.METRICS_BEARER_TOKEN:
+        return [
+            Warning(
+                "/metrics refuses every scrape: RESERVOIR_METRICS_TOKEN is not set.",
+                hint="Set RESERVOIR_METRICS_TOKEN and give Prometheus the same bearer token.",
+                id="reservoir.W001",
+            )
+        ]
+    return []
+
+
+@register(Tags.security)
+def annotation_allowlist_reserved(app_configs, **kwargs):
+    from jobs.specs import annotation_is_reserved
+
+    reserved = [entry for entry in settings.POD_ANNOTATION_ALLOWLIST if annotation_is_reserved(entry.rstrip("*"))]
+    if reserved:
+        return [
+            Warning(
+                "RESERVOIR_POD_ANNOTATION_ALLOWLIST names reserved annotations, which stay refused: "
+                + ", ".join(reserved),
+                id="reservoir.W002",
+            )
+        ]
+    return []

@@ -1,0 +1,61 @@
+"""The pending view tells nothing of a team the viewer cannot see (issue 15): its queued jobs wait "for its team's
+quota" without that team's quota, usage or queue position, and its pods "for a node" without the scheduler's
+words (which may name its volumes); the viewer's own rows and an admin's view keep every detail."""
+
+import pytest
+from django.urls import reverse
+
+from jobs.choices import JobState
+from jobs.models import Pod
+from tests.factories import JobFactory, NodeFactory, PoolFactory, QuotaFactory
+
+
+@pytest.fixture
+def pool(db):
+    pool = PoolFactory(slug="train", name="Train Pool")
+    NodeFactory(pool=pool, name="node-a")
+    return pool
+
+
+@pytest.fixture
+def beta_waits(other_team, pool, outsider):
+    """beta: 3 of 3 GPUs of its quota in use, a 2-GPU job queued behind it; a pod stuck on a missing volume."""
+    QuotaFactory(team=other_team, pool=pool, max_gpus=3)
+    JobFactory(team=other_team, pool=pool, submitted_by=outsider, state=JobState.RUNNING, gpus=3)
+    JobFactory(team=other_team, pool=pool, submitted_by=outsider, state=JobState.QUEUED, gpus=2, name="beta-next")
+    Pod.objects.create(
+        uid="b1",
+        namespace="team-beta",
+        name="beta-pod",
+        team=other_team,
+        pool=pool,
+        gpus=1,
+        phase="Pending",
+        scheduled=False,
+        created_at="2026-01-01T00:00:00Z",
+        pending_reason='persistentvolumeclaim "beta-private-dataset" not found',
+    )
+
+
+def rows(client):
+    return list(client.get(reverse("jobs:pending")).context["overview"].page)
+
+
+def test_another_teams_rows_say_only_that_they_wait(client, researcher, beta_waits):
+    client.force_login(researcher)
+    html = client.get(reverse("jobs:pending")).content.decode()
+    assert "waiting for its team&#x27;s quota" in html and "waiting for a node" in html
+    assert "3 of 3 GPUs" not in html and "Over team quota" not in html and "position" not in html
+    assert "beta-private-dataset" not in html
+    queued = next(row for row in rows(client) if row.kind == "queued")
+    assert (queued.reason, queued.hint, queued.position) == ("waiting for its team's quota", "", None)
+
+
+def test_own_rows_and_an_admins_view_keep_the_quota_reason(client, lead, platform_admin, team, other_team, beta_waits):
+    client.force_login(platform_admin)
+    reasons = {row.kind: row.reason for row in rows(client)}
+    assert reasons["queued"].startswith("Over team quota: 3 of 3 GPUs in use")
+    assert "beta-private-dataset" in reasons["pod"]
+    # A member of beta sees beta's own details too.
+    client.force_login(other_team.memberships.get().user)
+    assert next(row for row in rows(client) if row.kind == "queued").reason.startswith("Over team quota")
