@@ -193,4 +193,4 @@ def test_admins_choose_a_teams_queueing_order_in_django_admin(
     assert Team.objects.get(pk=team.pk).queueing_strategy == "BestEffortFIFO"
     assert AuditEntry.objects.filter(action="team.update", object_id=str(team.pk)).count() == 1
     assert len(sent) == 1
-    assert site._registry[Team].list_filter == ["queueing_strategy"]
+    assert "queueing_strategy" in site._registry[Team].list_filter
