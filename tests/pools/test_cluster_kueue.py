@@ -18,7 +18,7 @@ from pools.choices import PoolKind
 from pools.models import KueueProjection, Pool
 from pools.tasks import reconcile_kueue_at_reservation_boundary
 from portal.models import AuditEntry, Team
-from tests.clusterkit import set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -156,7 +156,7 @@ def test_a_reservation_starting_changes_nominal_quota_at_that_moment(portal_clus
     # What beat does every few seconds, here every half second.
     checks_before = 0
     while timezone.now() < starts_at - timedelta(milliseconds=300):
-        assert reconcile_kueue_at_reservation_boundary.delay().get() is None
+        assert reconcile_kueue_at_reservation_boundary() is None
         assert str(gpu_quota(queue, "training")["nominalQuota"]) == "0"
         assert kueue.state()["applied"] is True
         checks_before += 1
@@ -166,7 +166,7 @@ def test_a_reservation_starting_changes_nominal_quota_at_that_moment(portal_clus
         time.sleep(0.05)
     assert kueue.state()["applied"] is False  # the reservation started: Kueue does not know yet
     # The first check after the start (beat's next tick, within 5 s) brings it to Kueue.
-    outcome = reconcile_kueue_at_reservation_boundary.delay().get()
+    outcome = reconcile_kueue_at_reservation_boundary()
     assert sorted(outcome["corrected"]) == sorted([f"ClusterQueue/{queue}", "ClusterQueue/pool-training-unreserved"])
     quota = gpu_quota(queue, "training")
     assert (str(quota["nominalQuota"]), str(quota["borrowingLimit"])) == ("2", "0")
@@ -327,3 +327,87 @@ def test_reconcile_cluster_command_puts_every_queue_in_place(portal_cluster):
     for slug in ("llm", "vision", "speech"):
         api.get_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", f"team-{slug}", "localqueues", "reservoir")
         api.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", f"team-{slug}")
+
+
+def raw_job(name: str, *, gpus: int, priority: str) -> dict:
+    """A Job submitted around the portal into a team's LocalQueue, for the reserved A800 pool."""
+    terms = [
+        {
+            "matchExpressions": [
+                {"key": "scheduling.eks.ebcloud.com/node-pool", "operator": "In", "values": ["reserved"]}
+            ]
+        }
+    ]
+    resources = {"nvidia.com/gpu": str(gpus), "cpu": "1", "memory": "1Gi"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "labels": {"kueue.x-k8s.io/queue-name": "reservoir", "kueue.x-k8s.io/priority-class": priority},
+        },
+        "spec": {
+            "suspend": True,
+            "template": {
+                "metadata": {"annotations": {KWOK_DELAY: "10m"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "tolerations": [
+                        {"key": "workload", "operator": "Equal", "value": "reserved", "effect": "NoSchedule"}
+                    ],
+                    "affinity": {
+                        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+                    },
+                    "containers": [
+                        {"name": "main", "image": "busybox", "resources": {"requests": resources, "limits": resources}}
+                    ],
+                },
+            },
+        },
+    }
+
+
+def quota_reserved(namespace: str, job_name: str) -> tuple[str, str] | None:
+    """(status, message) of the QuotaReserved condition of the Job's Workload, None before Kueue has looked."""
+    items = client.custom_objects().list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads")
+    for item in items["items"]:
+        owners = item["metadata"].get("ownerReferences") or []
+        if any(owner["name"] == job_name for owner in owners):
+            for condition in (item.get("status") or {}).get("conditions") or []:
+                if condition["type"] == "QuotaReserved":
+                    return condition["status"], condition.get("message", "")
+    return None
+
+
+@pytest.fixture
+def other_cluster_team(portal_cluster):
+    """A second fresh team, made through the service (so Kueue gets its queues), deleted afterwards."""
+    from portal import services as portal_services
+
+    team = portal_services.save_team(team=Team(slug=f"it-{uuid.uuid4().hex[:6]}", name="Other"))
+    yield team
+    core = client.core()
+    core.delete_collection_namespaced_pod(team.namespace, grace_period_seconds=0)
+    core.delete_namespace(team.namespace, propagation_policy="Background")
+
+
+def test_a_borrowing_job_never_preempts_another_teams_job(portal_cluster, cluster_team, other_cluster_team):
+    """Both teams borrow from the pool's 8 unreserved GPUs; a high-priority job of one must wait for the other's
+    low-priority job rather than preempt it (borrowWithinCohort's threshold is below every priority)."""
+    a800 = Pool.objects.get(slug="reserved-a800")
+    set_quota(cluster_team, a800, 8)
+    set_quota(other_cluster_team, a800, 8)
+    batch = client.batch()
+    batch.create_namespaced_job(cluster_team.namespace, raw_job("low", gpus=4, priority="reservoir-low"))
+    wait_for(lambda: (quota_reserved(cluster_team.namespace, "low") or ("",))[0] == "True", what="the low job admitted")
+
+    batch.create_namespaced_job(other_cluster_team.namespace, raw_job("high", gpus=8, priority="reservoir-high"))
+    verdict = wait_for(
+        lambda: (quota_reserved(other_cluster_team.namespace, "high") or ("", ""))[1],
+        what="Kueue's verdict on the other team's high-priority job",
+    )
+    assert "insufficient unused quota for nvidia.com/gpu in flavor reserved-a800" in verdict
+    time.sleep(5)  # several scheduling cycles
+    assert quota_reserved(cluster_team.namespace, "low")[0] == "True"
+    assert quota_reserved(other_cluster_team.namespace, "high")[0] == "False"
+    assert batch.read_namespaced_job("low", cluster_team.namespace).spec.suspend is False
