@@ -4,6 +4,8 @@
 # and a log under .state/. `make stop` stops them; `make status` tells what runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/inotify.sh
+source scripts/inotify.sh
 STATE_DIR=${RESERVOIR_STATE_DIR:-$PWD/.state}
 PIDS="$STATE_DIR/pids"
 LOGS="$STATE_DIR/logs"
@@ -53,6 +55,7 @@ bash scripts/services.sh
 
 if [ -z "${KUBECONFIG:-}" ]; then
   say "local Kubernetes control plane and Kueue (built on first use; a cold build takes 10-30 minutes)"
+  ensure_inotify_instances
   $PY -m devcluster up
   eval "$($PY -m devcluster env)"
   if [ -z "${PROMETHEUS_URL:-}" ]; then

@@ -2,6 +2,8 @@
 # `make test`: start what the tests need (PostgreSQL, Redis, the local Kubernetes control plane), lint, run pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/inotify.sh
+source scripts/inotify.sh
 PY=.venv/bin/python
 started=$(date +%s)
 
@@ -9,6 +11,7 @@ bash scripts/services.sh
 if [ -z "${KUBECONFIG:-}" ]; then
   # Build the control plane and Kueue into the cache outside the repo when missing (a cold build takes a while);
   # the pytest session fixture starts the cluster, Kueue included, itself.
+  ensure_inotify_instances
   $PY -m devcluster build
 fi
 

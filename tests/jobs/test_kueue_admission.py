@@ -225,8 +225,8 @@ def reserve(team, pool_slug: str, gpus: int):
 
 
 def test_a_higher_priority_job_preempts_a_lower_one_of_the_same_team(cluster_sync, cluster_team):
-    """Within the team's reservation (its nominal quota) priority decides; above it a job waits (it would have to
-    borrow, and borrowers never preempt: only owners reclaim)."""
+    """Within a team, priority decides (Kueue preempts in the team's own ClusterQueue); another team's jobs are
+    never a target (see the next test)."""
     reserve(cluster_team, "reserved-a800", 8)
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
     cluster_team.allow_high_priority = True  # an admin lets its researchers use high priority
