@@ -341,3 +341,27 @@ def test_a_reclaim_names_the_team_that_took_its_gpus_back():
         preemptor_team="",
     )
     assert "did not all start in time" in timeout
+
+
+def test_the_preview_says_queued_when_the_gpus_to_borrow_are_taken_by_another_team(sent, team, other_team, researcher):
+    from jobs.selectors import borrowable_gpus, submit_outlook
+    from tests.factories import JobFactory
+
+    pool = PoolFactory(slug="a800", contracted_gpus=16)
+    NodeFactory(pool=pool, gpu_capacity=8, gpu_allocatable=8)
+    now = timezone.now()
+    pool_services.create_reservation(
+        team=other_team, pool=pool, gpus=8, starts_at=now - timedelta(days=1), ends_at=now + timedelta(days=30)
+    )
+    quota(team, pool, 8)
+    quota(other_team, pool, 16)
+    assert borrowable_gpus(pool) == 8  # 16 contracted, 8 reserved by the other team
+    # The other team runs 14 GPUs: its 8 reserved and 6 borrowed of the 8 nobody reserved.
+    JobFactory(team=other_team, pool=pool, state=JobState.RUNNING, gpus=8, admitted_pool=pool)
+    JobFactory(team=other_team, pool=pool, state=JobState.RUNNING, gpus=6, admitted_pool=pool)
+    assert borrowable_gpus(pool) == 2
+    fits = submit_outlook(team=team, pool=pool, spec=spec(gpus=2))
+    assert fits.start != "queued"
+    waits = submit_outlook(team=team, pool=pool, spec=spec(gpus=4))
+    assert waits.start == "queued"
+    assert "other teams are using" in waits.start_text
