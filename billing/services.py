@@ -501,7 +501,7 @@ def usage_interval(
     )
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
 def record_usage(*, intervals: list[UsageInterval]) -> int:
     """Upsert `intervals` by pod UID, writing only the new or changed ones; returns how many were written.
 
@@ -536,7 +536,7 @@ def record_usage(*, intervals: list[UsageInterval]) -> int:
     return len(changed)
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
 def close_usage_of_vanished_pods(*, present_pod_uids: set[str], at: datetime) -> int:
     """After a full list of pods: the open intervals of pods not in it vanished while nobody watched; they end at
     `at`, the earliest moment that can be known. Returns how many were closed (their days are marked stale)."""

@@ -465,7 +465,7 @@ def _stored_pods(uids: list[str] | None) -> dict[str, tuple]:
     return {row[0]: tuple(row[1:]) for row in rows.values_list("uid", *POD_FIELDS)}
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
 def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False) -> None:
     """Record what the cluster says of `pods`: one row per pod, upserted by UID; only new or changed rows are
     written (a relist mostly finds nothing changed: no write at all). With `complete` (`pods` is every pod there

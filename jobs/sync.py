@@ -14,9 +14,10 @@ An object belongs to portal job N only if it is the Job `rsv-N` in N's own team 
 controls in that namespace (`Attribution.portal_job`). Anything else carrying the label is a foreign object: it
 is still metered (team by namespace, pool by node) but never linked to job N and never changes N's state.
 
-Adding a watched resource: a parser in `cluster/facts.py`, a recording service in the app that owns the rows,
-a `relist_<name>` / `<name>_event` pair here that routes one to the other, and one row in
-`jobs/management/commands/sync_cluster.py`'s `build_watches`.
+The watches parse each object as it arrives (`ListWatch.parse`), so the handlers here take facts, never raw
+objects, and a full list never holds every raw object at once. Adding a watched resource: a parser in
+`cluster/facts.py`, a recording service in the app that owns the rows, a `relist_<name>` / `<name>_event` pair
+here that routes one to the other, and one row in `jobs/management/commands/sync_cluster.py`'s `build_watches`.
 """
 
 import logging
@@ -28,7 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing import services as billing
-from cluster.facts import JobFacts, PodFacts, WorkloadFacts, job_facts, node_facts, pod_facts, workload_facts
+from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, pod_facts
 from pools import services as pools
 from pools.models import Node
 from portal.models import Team
@@ -132,25 +133,25 @@ class ClusterSync:
         SyncState.objects.update_or_create(resource=resource, defaults=defaults)
 
     # --- nodes -> pools -------------------------------------------------------------------------------------
-    def relist_nodes(self, nodes: list[dict], version: str) -> None:
-        facts = [node_facts(node) for node in nodes]
+    def relist_nodes(self, nodes: list[NodeFacts], version: str) -> None:
         with transaction.atomic():
-            node_pools = pools.record_nodes(nodes=facts, complete=True)
+            node_pools = pools.record_nodes(nodes=nodes, complete=True)
             self.save_version("nodes", version, listed=True)
         self.attribution.node_pools = node_pools
 
-    def node_event(self, kind: str, node: dict) -> None:
-        facts = node_facts(node)
+    def node_event(self, kind: str, node: NodeFacts) -> None:
         if kind == "DELETED":
-            pools.remove_node(name=facts.name)
-            self.attribution.node_pools.pop(facts.name, None)
+            pools.remove_node(name=node.name)
+            self.attribution.node_pools.pop(node.name, None)
             return
-        self.attribution.node_pools.update(pools.record_nodes(nodes=[facts]))
+        self.attribution.node_pools.update(pools.record_nodes(nodes=[node]))
 
     # --- pods -> jobs (pods, job states) and billing (usage intervals) --------------------------------------
     @staticmethod
-    def interesting(facts: PodFacts) -> bool:
-        return facts.gpus > 0 or facts.job_id is not None
+    def parse_pod(pod: dict) -> PodFacts | None:
+        """The pod's facts when the portal records it — it holds GPUs, or claims to be a portal job's — else None."""
+        facts = pod_facts(pod)
+        return facts if facts.gpus > 0 or facts.job_id is not None else None
 
     def _owners(self, pods: list[PodFacts]) -> list[jobs.PodOwner]:
         portal_jobs = self.attribution.jobs({f.job_id for f in pods if f.job_id is not None})
@@ -172,36 +173,32 @@ class ClusterSync:
         node_pool = self.attribution.pool_id(pod.node_name) if pod.scheduled else None
         return billing.usage_interval(pod, team_id=owner.team_id, pool_id=node_pool, job_id=owner.job_id, **kwargs)
 
-    def relist_pods(self, pods: list[dict], version: str) -> None:
+    def relist_pods(self, pods: list[PodFacts], version: str) -> None:
         now = timezone.now()
-        facts = [f for f in (pod_facts(p) for p in pods) if self.interesting(f)]
-        owners = self._owners(facts)
-        intervals = [i for i in (self._interval(f, o) for f, o in zip(facts, owners, strict=True)) if i]
+        owners = self._owners(pods)
+        intervals = [i for i in (self._interval(f, o) for f, o in zip(pods, owners, strict=True)) if i]
         with transaction.atomic():
-            jobs.record_pods(pods=list(zip(facts, owners, strict=True)), complete=True)
+            jobs.record_pods(pods=list(zip(pods, owners, strict=True)), complete=True)
             billing.record_usage(intervals=intervals)
-            billing.close_usage_of_vanished_pods(present_pod_uids={f.uid for f in facts}, at=now)
+            billing.close_usage_of_vanished_pods(present_pod_uids={f.uid for f in pods}, at=now)
             self.save_version("pods", version, listed=True)
-        jobs.record_pod_states(pods=[(o.job_id, f) for f, o in zip(facts, owners, strict=True) if o.job_id])
+        jobs.record_pod_states(pods=[(o.job_id, f) for f, o in zip(pods, owners, strict=True) if o.job_id])
 
-    def pod_event(self, kind: str, pod: dict) -> None:
-        facts = pod_facts(pod)
-        if not self.interesting(facts):
-            return
-        (owner,) = self._owners([facts])
+    def pod_event(self, kind: str, pod: PodFacts) -> None:
+        (owner,) = self._owners([pod])
         with transaction.atomic():
             if kind == "DELETED":
-                interval = self._interval(facts, owner, ended_at=facts.finished_at or timezone.now())
+                interval = self._interval(pod, owner, ended_at=pod.finished_at or timezone.now())
                 if interval:
                     billing.record_usage(intervals=[interval])
-                jobs.remove_pod(uid=facts.uid)
+                jobs.remove_pod(uid=pod.uid)
             else:
-                jobs.record_pods(pods=[(facts, owner)])
-                interval = self._interval(facts, owner)
+                jobs.record_pods(pods=[(pod, owner)])
+                interval = self._interval(pod, owner)
                 if interval:
                     billing.record_usage(intervals=[interval])
         if kind != "DELETED" and owner.job_id is not None:
-            jobs.record_pod_states(pods=[(owner.job_id, facts)])
+            jobs.record_pod_states(pods=[(owner.job_id, pod)])
 
     # --- the portal's Jobs -> jobs (job states) -------------------------------------------------------------
     def _portal_jobs(self, job_objs: list[JobFacts]) -> list[tuple[int, JobFacts]]:
@@ -222,15 +219,15 @@ class ClusterSync:
                 )
         return accepted
 
-    def job_event(self, kind: str, job_obj: dict) -> None:
-        for job_id, facts in self._portal_jobs([job_facts(job_obj)]):
+    def job_event(self, kind: str, job: JobFacts) -> None:
+        for job_id, facts in self._portal_jobs([job]):
             if kind == "DELETED":
                 jobs.fail_job_deleted_outside(job_id=job_id)
             else:
                 jobs.record_job_state(job_id=job_id, job=facts)
 
-    def relist_jobs(self, job_objs: list[dict], version: str) -> None:
-        accepted = self._portal_jobs([job_facts(obj) for obj in job_objs])
+    def relist_jobs(self, job_list: list[JobFacts], version: str) -> None:
+        accepted = self._portal_jobs(job_list)
         for job_id, facts in accepted:
             jobs.record_job_state(job_id=job_id, job=facts)
         # Admitted jobs created in the cluster before this list whose Job is gone were deleted outside the portal.
@@ -252,12 +249,11 @@ class ClusterSync:
                 accepted.append((job_id, facts))
         return accepted
 
-    def relist_workloads(self, workloads: list[dict], version: str) -> None:
-        jobs.record_workloads(workloads=self._portal_workloads([workload_facts(w) for w in workloads]))
+    def relist_workloads(self, workloads: list[WorkloadFacts], version: str) -> None:
+        jobs.record_workloads(workloads=self._portal_workloads(workloads))
         self.save_version("workloads", version, listed=True)
 
-    def workload_event(self, kind: str, workload: dict) -> None:
-        facts = workload_facts(workload)
+    def workload_event(self, kind: str, facts: WorkloadFacts) -> None:
         if kind == "DELETED":
             jobs.forget_workload(uid=facts.uid)
             return

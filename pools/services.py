@@ -441,7 +441,7 @@ NODE_FIELDS = ("pool", "labels", "taints", "gpu_capacity", "gpu_allocatable", "r
 NODE_BATCH = 1000
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
 def record_nodes(*, nodes: list[NodeFacts], complete: bool = False) -> dict[str, int | None]:
     """Record what the cluster says of `nodes`: one row per node, upserted by name, in the first pool (by slug)
     whose selector matches its labels. With `complete` (`nodes` is a full list) the rows of nodes missing from it

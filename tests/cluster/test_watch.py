@@ -38,3 +38,47 @@ def test_a_version_the_apiserver_cannot_serve_leads_to_a_relist(kube_cluster, ku
         thread.join(timeout=15)
         core.delete_namespace(f"{kube_namespace}-seen")
         client.reset()
+
+
+def test_objects_are_parsed_as_they_arrive_and_those_parsed_to_none_are_skipped(
+    kube_cluster, kube_namespace, settings, monkeypatch
+):
+    settings.KUBECONFIG = str(kube_cluster.kubeconfig_path)
+    client.reset()
+    monkeypatch.setattr("cluster.watch.PAGE_SIZE", 2)  # several pages, each parsed on arrival
+    core = client.core()
+    names = [f"{kube_namespace}-{i}" for i in range(5)]
+    for name in names[:4]:
+        core.create_namespace({"metadata": {"name": name, "labels": {"parse-test": kube_namespace}}})
+    listed: list[list[str]] = []
+    events: list[tuple[str, str]] = []
+    stop = threading.Event()
+
+    def mine(namespace: dict) -> str | None:
+        name = namespace["metadata"]["name"]
+        return name.upper() if name in names[1:] else None  # names[0] is listed by the apiserver, then dropped
+
+    watch = ListWatch(
+        name="test-parse",
+        list_call=core.list_namespace,
+        list_kwargs={"label_selector": f"parse-test={kube_namespace}"},
+        parse=mine,
+        on_relist=lambda items, version: listed.append(items),
+        on_event=lambda kind, parsed: events.append((kind, parsed)),
+        stop=stop,
+        watch_timeout_seconds=5,
+    )
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: listed, timeout=60, what="the first list")
+        assert sorted(listed[0]) == [name.upper() for name in names[1:4]]
+        core.create_namespace({"metadata": {"name": names[4], "labels": {"parse-test": kube_namespace}}})
+        wait_for(lambda: ("ADDED", names[4].upper()) in events, timeout=30, what="the parsed ADDED event")
+        assert all(parsed != names[0].upper() and parsed.isupper() for _kind, parsed in events)
+    finally:
+        watch.close()
+        thread.join(timeout=15)
+        for name in names:
+            core.delete_namespace(name)
+        client.reset()

@@ -1,5 +1,6 @@
-"""The sync's routing, fed the raw objects a watch hands over, against the real database (no cluster here: the same
-paths run against the real cluster in tests/jobs/test_cluster_jobs.py and test_cluster_sync_ownership.py).
+"""The sync's routing, fed what a watch hands over (raw objects through the watch's parser), against the real
+database (no cluster here: the same paths run against the real cluster in tests/jobs/test_cluster_jobs.py and
+test_cluster_sync_ownership.py).
 
 What is checked is what billing and the job pages rely on: rows keyed by name or UID (seeing an object twice writes
 nothing new), intervals counted once and never reopened, a relist settling what vanished, and a job-id label
@@ -12,6 +13,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import StaleDay, UsageInterval
+from cluster.facts import JobFacts, NodeFacts, PodFacts, job_facts, node_facts
 from jobs.choices import JobState
 from jobs.models import Job, Pod, Workload
 from jobs.sync import ClusterSync
@@ -28,18 +30,20 @@ def at(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
-def node(name: str, labels: dict, gpus: int = 8) -> dict:
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "status": {
-            "capacity": {"nvidia.com/gpu": str(gpus)},
-            "allocatable": {"nvidia.com/gpu": str(gpus)},
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+def node(name: str, labels: dict, gpus: int = 8) -> NodeFacts:
+    return node_facts(
+        {
+            "metadata": {"name": name, "labels": labels},
+            "status": {
+                "capacity": {"nvidia.com/gpu": str(gpus)},
+                "allocatable": {"nvidia.com/gpu": str(gpus)},
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+    )
 
 
-def pod(uid, namespace, *, node_name="", phase="Running", gpus=1, job_id=None, owner=None, finished=None) -> dict:
+def pod(uid, namespace, *, node_name="", phase="Running", gpus=1, job_id=None, owner=None, finished=None) -> PodFacts:
     labels = {"reservoir.io/job-id": str(job_id)} if job_id is not None else {}
     owners = [{"kind": "Job", "name": owner, "controller": True}] if owner else []
     conditions = []
@@ -50,26 +54,30 @@ def pod(uid, namespace, *, node_name="", phase="Running", gpus=1, job_id=None, o
     status = {"phase": phase, "conditions": conditions}
     if finished:
         status["containerStatuses"] = [{"state": {"terminated": {"finishedAt": finished}}}]
-    return {
-        "metadata": {
-            "uid": uid,
-            "namespace": namespace,
-            "name": f"pod-{uid}",
-            "creationTimestamp": "2026-03-02T10:00:00Z",
-            "labels": labels,
-            "ownerReferences": owners,
-        },
-        "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
-        "status": status,
-    }
+    return ClusterSync.parse_pod(
+        {
+            "metadata": {
+                "uid": uid,
+                "namespace": namespace,
+                "name": f"pod-{uid}",
+                "creationTimestamp": "2026-03-02T10:00:00Z",
+                "labels": labels,
+                "ownerReferences": owners,
+            },
+            "spec": {"nodeName": node_name, "containers": [{"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": status,
+        }
+    )
 
 
-def k8s_job(namespace, name, job_id, *, complete_at=None) -> dict:
+def k8s_job(namespace, name, job_id, *, complete_at=None) -> JobFacts:
     conditions = [{"type": "Complete", "status": "True", "lastTransitionTime": complete_at}] if complete_at else []
-    return {
-        "metadata": {"namespace": namespace, "name": name, "labels": {"reservoir.io/job-id": str(job_id)}},
-        "status": {"conditions": conditions},
-    }
+    return job_facts(
+        {
+            "metadata": {"namespace": namespace, "name": name, "labels": {"reservoir.io/job-id": str(job_id)}},
+            "status": {"conditions": conditions},
+        }
+    )
 
 
 @pytest.fixture
@@ -131,8 +139,15 @@ def test_a_pod_seen_again_and_again_is_one_row_and_one_interval(world):
 def test_a_closed_interval_is_never_reopened_or_moved(world):
     sync, _pool, alpha, _beta, job = world
     running = pod("p1", alpha.namespace, node_name="gpu-a", job_id=job.pk, owner=job.job_name)
-    done = pod("p1", alpha.namespace, node_name="gpu-a", phase="Succeeded", job_id=job.pk, owner=job.job_name)
-    done["status"]["containerStatuses"] = [{"state": {"terminated": {"finishedAt": FINISHED}}}]
+    done = pod(
+        "p1",
+        alpha.namespace,
+        node_name="gpu-a",
+        phase="Succeeded",
+        job_id=job.pk,
+        owner=job.job_name,
+        finished=FINISHED,
+    )
     sync.pod_event("ADDED", running)
     sync.pod_event("MODIFIED", done)
     sync.pod_event("MODIFIED", running)  # replayed, out of order

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand
 from django.db import close_old_connections, connection
 
 from cluster import client
+from cluster.facts import job_facts, node_facts, workload_facts
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
 from cluster.manifests import LABEL_MANAGED_BY, MANAGED_BY
 from cluster.watch import ListWatch, run_forever
@@ -33,31 +34,32 @@ def _guarded(handler):
 
 
 def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
-    """One list-then-watch per resource, each routed to its pair of sync handlers. Nodes come first: pods are
-    attributed to pools by the node they run on."""
+    """One list-then-watch per resource: each object parsed into facts as it arrives, then routed to the resource's
+    pair of sync handlers. Nodes come first: pods are attributed to pools by the node they run on."""
     core, batch = client.core(), client.batch()
     managed = {"label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"}
     list_workloads = functools.partial(
         client.custom_objects().list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "workloads"
     )
     watched = [
-        # (name, list call, list arguments, on a full list, on each event)
-        ("nodes", core.list_node, {}, sync.relist_nodes, sync.node_event),
-        ("pods", core.list_pod_for_all_namespaces, {}, sync.relist_pods, sync.pod_event),
-        ("jobs", batch.list_job_for_all_namespaces, managed, sync.relist_jobs, sync.job_event),
-        ("workloads", list_workloads, {}, sync.relist_workloads, sync.workload_event),
+        # (name, list call, list arguments, parser, on a full list, on each event)
+        ("nodes", core.list_node, {}, node_facts, sync.relist_nodes, sync.node_event),
+        ("pods", core.list_pod_for_all_namespaces, {}, sync.parse_pod, sync.relist_pods, sync.pod_event),
+        ("jobs", batch.list_job_for_all_namespaces, managed, job_facts, sync.relist_jobs, sync.job_event),
+        ("workloads", list_workloads, {}, workload_facts, sync.relist_workloads, sync.workload_event),
     ]
     return [
         ListWatch(
             name=name,
             list_call=list_call,
             list_kwargs=list_kwargs,
+            parse=parse,
             on_relist=_guarded(on_relist),
             on_event=_guarded(on_event),
             save_version=_guarded(lambda version, name=name: sync.save_version(name, version)),
             stop=stop,
         )
-        for name, list_call, list_kwargs, on_relist, on_event in watched
+        for name, list_call, list_kwargs, parse, on_relist, on_event in watched
     ]
 
 
