@@ -47,8 +47,6 @@ STRICT_FIFO = "StrictFIFO"
 BEST_EFFORT_FIFO = "BestEffortFIFO"
 QUEUEING_STRATEGIES = (STRICT_FIFO, BEST_EFFORT_FIFO)
 RESERVED_KIND = "reserved"
-# The lowest int32: every workload's priority is above it (see render_team_cluster_queue, preemption).
-BORROWING_PREEMPTS_NO_OTHER_TEAM = -(2**31)
 # Kueue's limits (ClusterQueue: ≤ 64 flavors per resource group; ResourceFlavor: ≤ 8 node labels, ≤ 8 tolerations).
 MAX_FLAVORS_PER_GROUP = 64
 MAX_FLAVOR_NODE_LABELS = 8
@@ -165,13 +163,13 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
     pods anyway; borrowingLimit and lendingLimit are 0, so cpu and memory never move between teams (they are not
     what the cohort shares). In pools where the team has no GPUs they are 0, like the GPUs.
 
-    Preemption: within the team, a higher priority preempts a lower one (`withinClusterQueue: LowerPriority`);
-    across teams, `reclaimWithinCohort: Any` lets a team take back only quota that is lent out of its nominal (a
-    workload inside its own team's nominal quota is never a candidate). Kueue looks for preemptions on behalf of a
-    job that has to borrow only when `borrowWithinCohort` is not Never, so a team running on quota above its
-    reservation could not even preempt its own lower-priority jobs with `Never`. Hence `LowerPriority` with a
-    `maxPriorityThreshold` below every priority: a borrowing job may preempt within its own team, and no workload
-    of another team is ever at or below the threshold, so it never preempts another team's.
+    Preemption: within the team, a higher priority preempts a lower one (`withinClusterQueue: LowerPriority`) inside
+    the team's reservation (its nominal quota); across teams, `reclaimWithinCohort: Any` lets a team take back only
+    quota that is lent out of its nominal (a workload inside its own team's nominal quota is never a candidate), and
+    `borrowWithinCohort: Never` means a job that has to borrow never preempts: it waits. (`LowerPriority` with a
+    threshold below every priority would let a borrowing job preempt its own team's lower ones, but with it Kueue
+    v0.17 let later jobs pass a blocked head of a StrictFIFO queue — seen on the local cluster — and strict order
+    is the default promise.)
 
     Flavor fungibility: `whenCanBorrow: MayStopSearch` admits a job in the first flavor its placement allows
     even when that means borrowing there (a soft job's home pool first, its quota above the reservation too), and
@@ -208,10 +206,7 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
             "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
             "preemption": {
                 "reclaimWithinCohort": "Any",
-                "borrowWithinCohort": {
-                    "policy": "LowerPriority",
-                    "maxPriorityThreshold": BORROWING_PREEMPTS_NO_OTHER_TEAM,
-                },
+                "borrowWithinCohort": {"policy": "Never"},
                 "withinClusterQueue": "LowerPriority",
             },
             "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
