@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from pools.models import NamespaceLimits, Node, Pool, Quota
-from portal import audit
+from portal import audit, outbox
 from portal.choices import Role
 from portal.models import Team
 
@@ -140,7 +140,7 @@ def admit_queued(*, team_id: int, pool_id: int) -> list[int]:
             in_use += job.gpus
             admitted.append(job.pk)
         for job_id in admitted:
-            transaction.on_commit(lambda job_id=job_id: submit_job_to_cluster.delay(job_id))
+            outbox.send(submit_job_to_cluster, job_id)
     return admitted
 
 
@@ -164,7 +164,7 @@ def _after_release(job: Job) -> None:
     """GPUs of (team, pool) were freed: admit what waits, once this transaction has committed."""
     from .tasks import admit_queued_jobs
 
-    transaction.on_commit(lambda: admit_queued_jobs.delay(job.team_id, job.pool_id))
+    outbox.send(admit_queued_jobs, job.team_id, job.pool_id)
 
 
 @transaction.atomic
@@ -180,7 +180,7 @@ def cancel_job(*, job: Job, user) -> Job:
     _record(job, job.transition_to(JobState.CANCELLED, message=_("cancelled"), actor=user))
     audit.record(actor=user, action="job.cancel", instance=job, before=before, after=audit.snapshot(job))
     if was_admitted:
-        transaction.on_commit(lambda: delete_job_from_cluster.delay(job.pk))
+        outbox.send(delete_job_from_cluster, job.pk)
         _after_release(job)
     return job
 
