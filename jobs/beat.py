@@ -1,5 +1,6 @@
 SCHEDULE = {
     "admit-queued-jobs": {"task": "jobs.admit_all_queued", "schedule": 30.0},
-    "resend-unsubmitted-jobs": {"task": "jobs.resend_unsubmitted", "schedule": 300.0},
+    # Stale runs (queued while the worker was away) are dropped: the next one comes 15 s later.
+    "converge-cluster-jobs": {"task": "jobs.converge", "schedule": 15.0, "options": {"expires": 15}},
     "spill-stuck-jobs": {"task": "jobs.spill_stuck_jobs", "schedule": 15.0},
 }

@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from pools.models import Pool
 from portal.models import Team
 
-from .choices import FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
+from .choices import ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
 
 
 class IllegalTransition(Exception):
@@ -27,6 +27,11 @@ class JobQuerySet(models.QuerySet):
     def visible_to(self, user) -> "JobQuerySet":
         """Jobs of the teams `user` belongs to (all for a platform admin)."""
         return self.filter(team__in=Team.objects.visible_to(user))
+
+    def expected_in_cluster(self) -> "JobQuerySet":
+        """Jobs that should have a Job in the cluster now. The one definition the submit task and convergence
+        (jobs/convergence.py) share: change it here, and both follow."""
+        return self.filter(state__in=ADMITTED_STATES)
 
 
 class Job(models.Model):

@@ -7,12 +7,13 @@ import logging
 
 from celery import shared_task
 from django.conf import settings
+from django.db import transaction
 
 from cluster import resources
 from cluster.errors import ClusterError, backoff_seconds
 
 from . import services
-from .choices import ADMITTED_STATES, JobState
+from .choices import JobState
 from .models import Job
 
 log = logging.getLogger(__name__)
@@ -27,21 +28,38 @@ def _ensure_namespace(job: Job) -> None:
         reconcile(job.team)
 
 
+def _unsent(job_id: int) -> Job | None:
+    """The job when it should be in the cluster and is not yet, read under its row lock: a cancel that is
+    committing is waited for, not missed."""
+    with transaction.atomic():
+        return (
+            Job.objects.expected_in_cluster()
+            .select_for_update(of=("self",))
+            .select_related("team", "pool")
+            .filter(pk=job_id, cluster_created_at__isnull=True)
+            .first()
+        )
+
+
 @shared_task(name="jobs.submit_job", bind=True, acks_late=True, max_retries=None)
 def submit_job_to_cluster(self, job_id: int) -> str:
-    job = Job.objects.select_related("team", "pool").filter(pk=job_id).first()
-    if job is None or job.state not in ADMITTED_STATES or job.cluster_created_at is not None:
+    job = _unsent(job_id)
+    if job is None:
         return "nothing to do"
     from .manifests import render
 
     attempt = self.request.retries + 1
     try:
         _ensure_namespace(job)
+        if _unsent(job_id) is None:  # cancelled while its namespace was being made
+            return "nothing to do"
         created = resources.create_job(render(job))
     except ClusterError as error:
         budget = settings.JOB_SUBMIT_MAX_ATTEMPTS
         if error.transient and attempt < budget:
-            delay = backoff_seconds(attempt, base=settings.JOB_SUBMIT_BACKOFF_SECONDS, cap=300)
+            delay = backoff_seconds(
+                attempt, base=settings.JOB_SUBMIT_BACKOFF_SECONDS, cap=settings.TASK_MAX_COUNTDOWN_SECONDS
+            )
             services.note_submit_problem(
                 job_id=job_id,
                 message=f"{error} — retrying in {delay:.0f}s (attempt {attempt} of {budget})",
@@ -50,7 +68,14 @@ def submit_job_to_cluster(self, job_id: int) -> str:
             raise self.retry(countdown=delay, exc=error) from error
         services.fail_job(job_id=job_id, message=f"could not create the Job in the cluster: {error}")
         return "failed"
-    services.mark_created_in_cluster(job_id=job_id, created=created)
+    with transaction.atomic():
+        # Re-checked under the lock: a cancel that committed while the Job was being created found nothing to delete.
+        wanted = Job.objects.expected_in_cluster().select_for_update().filter(pk=job_id).exists()
+        if wanted:
+            services.mark_created_in_cluster(job_id=job_id, created=created)
+    if not wanted:
+        resources.delete_job(job.team.namespace, job.job_name)
+        return "final meanwhile: deleted"
     return "created" if created else "already there"
 
 
@@ -80,26 +105,16 @@ def admit_all_queued() -> int:
     return sum(len(services.admit_queued(team_id=team_id, pool_id=pool_id)) for team_id, pool_id in pairs)
 
 
-@shared_task(name="jobs.resend_unsubmitted", acks_late=True)
-def resend_unsubmitted() -> int:
-    """Periodic safety net: an admitted job whose submit message was lost (broker restart) is sent again."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    stale = Job.objects.filter(
-        state=JobState.SUBMITTED,
-        cluster_created_at__isnull=True,
-        state_changed_at__lt=timezone.now() - timedelta(minutes=10),
-        last_error="",
-    ).values_list("pk", flat=True)
-    for job_id in stale:
-        submit_job_to_cluster.delay(job_id)
-    return len(stale)
-
-
 @shared_task(name="jobs.spill_stuck_jobs", acks_late=True)
 def spill_stuck_jobs() -> list[int]:
     from .spill import spill_due_jobs
 
     return spill_due_jobs()
+
+
+@shared_task(name="jobs.converge", acks_late=True)
+def converge() -> dict:
+    """Periodic: bring the cluster in line with the database (jobs/convergence.py)."""
+    from .convergence import converge as run
+
+    return run()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make dev`: PostgreSQL, Redis, the local Kubernetes control plane with demo GPU pools, migrations and demo data,
-# then the web server, a Celery worker, Celery beat and the cluster sync, each in the background with a pid file
-# and a log under .state/. `make stop` stops them; `make status` tells what runs.
+# then the web server, a Celery worker, Celery beat, the outbox dispatcher and the cluster sync, each in the
+# background with a pid file and a log under .state/. `make stop` stops them; `make status` tells what runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE_DIR=${RESERVOIR_STATE_DIR:-$PWD/.state}
@@ -12,7 +12,7 @@ PY=.venv/bin/python
 mkdir -p "$PIDS" "$LOGS"
 export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-portal.settings.dev}
 
-PROCESSES=(web worker beat)
+PROCESSES=(web worker beat outbox)
 
 say() { printf '[dev] %s\n' "$*"; }
 
@@ -74,6 +74,8 @@ $PY manage.py seed_demo | tee "$STATE_DIR/logins.txt"
 start web $PY manage.py runserver "127.0.0.1:$PORT" --noreload
 start worker .venv/bin/celery -A portal worker -Q default,cluster,billing -c 2 --loglevel=INFO
 start beat .venv/bin/celery -A portal beat --loglevel=INFO --schedule "$STATE_DIR/celerybeat-schedule"
+# Sends task messages that a committed change left in the outbox while Redis was unreachable (portal/outbox.py).
+start outbox $PY manage.py dispatch_outbox
 if $PY manage.py help sync_cluster >/dev/null 2>&1; then
   PROCESSES+=(sync)
   start sync $PY manage.py sync_cluster
