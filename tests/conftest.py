@@ -5,7 +5,7 @@ import pytest
 from portal.choices import Role
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
-pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit"]
+pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit", "tests.faultkit"]
 
 
 @pytest.fixture
