@@ -47,8 +47,15 @@ def send(task, *args, **kwargs) -> OutboxMessage:
     return message
 
 
+def _task(name: str):
+    if name not in current_app.tasks:
+        # A process that never imported the apps' tasks.py (the dispatcher): run Celery's autodiscovery once.
+        current_app.loader.import_default_modules()
+    return current_app.tasks[name]
+
+
 def _publish(message: OutboxMessage) -> None:
-    task = current_app.tasks[message.task]
+    task = _task(message.task)
     # `delay` rather than a lower-level send: the message is exactly what `task.delay(...)` would have sent.
     task.delay(*message.args, **message.kwargs)
 
