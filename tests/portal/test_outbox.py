@@ -1,6 +1,7 @@
 """The outbox on its own: what a rollback leaves, what a refused message does to the others, and the broker
 settings that keep a healthy task from running twice (tests/api/test_outages.py covers Redis going away)."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -65,3 +66,12 @@ def test_redis_redelivers_only_messages_older_than_any_countdown_plus_the_task_t
     assert visibility > settings.TASK_MAX_COUNTDOWN_SECONDS + settings.CELERY_TASK_TIME_LIMIT
     assert settings.CELERY_TASK_SOFT_TIME_LIMIT < settings.CELERY_TASK_TIME_LIMIT
     assert celery_app.conf.broker_transport_options["visibility_timeout"] == visibility
+
+
+def test_metrics_show_what_waits_in_the_outbox(client):
+    OutboxMessage.objects.create(task="jobs.delete_job", args=[1], created_at=timezone.now() - timedelta(seconds=90))
+    OutboxMessage.objects.create(task="jobs.delete_job", args=[2], sent_at=timezone.now())
+    body = client.get("/metrics").content.decode()
+    assert "reservoir_outbox_pending 1.0" in body
+    age = float(re.search(r"^reservoir_outbox_oldest_pending_seconds (\S+)$", body, re.MULTILINE).group(1))
+    assert 90 <= age < 300
