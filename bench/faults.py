@@ -7,7 +7,10 @@ control plane (.state/devcluster-bench-faults), and the portal's processes as `m
 
 Faults, one at a time, each during its own burst (submissions at a steady rate, every CANCEL_EVERY-th accepted
 job cancelled a moment later): worker SIGKILL, Redis restart, PostgreSQL restart, sync SIGKILL, apiserver restart,
-and Kueue restart when the devcluster runs a `kueue` component (skipped with a note otherwise). A killed or
+and Kueue restart when the devcluster runs a `kueue` component (skipped with a note otherwise). Two harsher
+variants: the worker is killed right after it received a submit task (mid-task, its message unacknowledged), and
+`redis-wipe` stalls the worker (SIGSTOP) so that messages pile up in Redis, then restarts Redis with its data gone
+(as without persistence: every queued submit, delete and retry is lost) and lets the worker go on. A killed or
 stopped service is started again after OUTAGE seconds, as a supervisor would.
 
 For each fault:
@@ -56,7 +59,7 @@ KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
 CANCEL_EVERY = 4
 OUTAGE = 5.0
 TARGETS = {"lost": 0, "phantom": 0, "duplicated": 0, "cancelled_but_running": 0, "converge_s": 60.0}
-FAULTS = ("worker", "redis", "postgres", "sync", "apiserver", "kueue")
+FAULTS = ("worker", "redis", "redis-wipe", "postgres", "sync", "apiserver", "kueue")
 
 
 def log(message: str) -> None:
@@ -340,6 +343,7 @@ class Outcome:
     status: int  # 0: no answer (connection refused, reset, timeout)
     job_id: int | None = None
     error: str = ""
+    retry_after: bool = False  # an error answered with a Retry-After header
 
 
 @dataclass
@@ -368,6 +372,8 @@ class Api:
                 data = json.loads(raw)
             except ValueError:
                 data = {"non_json": raw[:200].decode(errors="replace")}
+            if response.getheader("Retry-After"):
+                data["_retry_after"] = response.getheader("Retry-After")
             return response.status, data
         finally:
             connection.close()
@@ -383,8 +389,8 @@ def run_burst(api: Api, burst: Burst, *, duration: float, rate: float, runs_for:
     def cancel(job_id: int, name: str) -> None:
         time.sleep(1.5)
         try:
-            status, _ = api.post(f"/api/v1/jobs/{job_id}/cancel/")
-            burst.add(Outcome("cancel", name, status, job_id))
+            status, data = api.post(f"/api/v1/jobs/{job_id}/cancel/")
+            burst.add(Outcome("cancel", name, status, job_id, retry_after="_retry_after" in data))
         except OSError as error:
             burst.add(Outcome("cancel", name, 0, job_id, type(error).__name__))
 
@@ -405,7 +411,8 @@ def run_burst(api: Api, burst: Burst, *, duration: float, rate: float, runs_for:
             burst.add(Outcome("submit", name, 0, None, type(error).__name__))
             return
         job_id = data.get("id") if 200 <= status < 300 else None
-        burst.add(Outcome("submit", name, status, job_id, "" if job_id else json.dumps(data)[:200]))
+        error = "" if job_id else json.dumps(data)[:200]
+        burst.add(Outcome("submit", name, status, job_id, error, retry_after="_retry_after" in data))
         if job_id:
             with accepted_lock:
                 accepted += 1
@@ -518,6 +525,26 @@ def usage_comparison(burst: Burst, recorder: ClusterRecorder) -> dict:
     }
 
 
+def resent_by_convergence(job_ids: list[int]) -> int:
+    """Jobs whose submission message was sent more than once (the first time at commit, then by convergence)."""
+    from django.db import connection
+    from django.db.models import Count
+
+    from portal.models import OutboxMessage
+
+    try:
+        sends = (
+            OutboxMessage.objects.filter(task="jobs.submit_job")
+            .values("args")
+            .annotate(n=Count("pk"))
+            .filter(n__gt=1)
+            .values_list("args", flat=True)
+        )
+        return sum(1 for args in sends if args and args[0] in set(job_ids))
+    finally:
+        connection.close()
+
+
 def verdict(burst: Burst, recorder: ClusterRecorder) -> dict:
     submits = [o for o in burst.outcomes if o.kind == "submit"]
     cancels = [o for o in burst.outcomes if o.kind == "cancel"]
@@ -555,10 +582,16 @@ def verdict(burst: Burst, recorder: ClusterRecorder) -> dict:
         if job_state == "cancelled"
         and (job_id in running or (jobs.get(job_id) and not jobs[job_id]["metadata"].get("deletionTimestamp")))
     ]
+    statuses: dict[str, int] = {}
+    for o in submits + cancels:
+        statuses[f"{o.kind} {o.status or 'no answer'}"] = statuses.get(f"{o.kind} {o.status or 'no answer'}", 0) + 1
     return {
         "submitted": len(submits),
         "accepted": len(accepted),
+        "answers": dict(sorted(statuses.items())),
         "rejected_5xx": sum(1 for o in submits + cancels if o.status >= 500),
+        "rejected_5xx_without_retry_after": sum(1 for o in submits + cancels if o.status >= 500 and not o.retry_after),
+        "resent_by_convergence": resent_by_convergence(list(state)),
         "connection_errors": sum(1 for o in submits + cancels if o.status == 0),
         "other_errors": sorted({o.status for o in submits + cancels if 300 <= o.status < 500}),
         "cancels": len(cancels),
@@ -594,6 +627,7 @@ class Bench:
         self.portal: Portal | None = None
         self.recorder: ClusterRecorder | None = None
         self.api: Api | None = None
+        self.notes: dict = {}
 
     def setup(self) -> None:
         from devcluster import build, launcher
@@ -663,7 +697,10 @@ class Bench:
         if fault in ("worker", "sync"):
             worker_log = self.logs / "worker.log"
             readies = worker_log.read_text().count(" ready.")
-            portal.kill(fault, signal.SIGKILL)
+            if fault == "worker":
+                self.notes["killed_mid_task"] = self._kill_worker_mid_task(worker_log)
+            else:
+                portal.kill(fault, signal.SIGKILL)
             time.sleep(OUTAGE)
             portal.start(fault)
             if fault == "worker":
@@ -672,6 +709,20 @@ class Bench:
             self.redis.stop()
             time.sleep(OUTAGE)
             self.redis.start()
+        elif fault == "redis-wipe":
+            # The worker stalls, so messages pile up in Redis; then Redis restarts with its data gone, as a Redis
+            # without persistence would: every queued message (submits, deletes, retries) is lost.
+            worker = self.portal.processes["worker"]
+            os.killpg(worker.pid, signal.SIGSTOP)
+            time.sleep(OUTAGE)
+            self.notes["messages_wiped"] = sum(
+                int(subprocess.run(["redis-cli", "-p", str(self.redis.port), "llen", q], capture_output=True).stdout)
+                for q in ("cluster", "default", "billing")
+            )
+            self.redis.stop()
+            shutil.rmtree(self.redis.directory)
+            self.redis.start()
+            os.killpg(worker.pid, signal.SIGCONT)
         elif fault == "postgres":
             self.postgres.stop()
             time.sleep(OUTAGE)
@@ -680,11 +731,40 @@ class Bench:
             self.cluster.restart_component("kube-apiserver" if fault == "apiserver" else "kueue")
         return time.monotonic()
 
+    def _kill_worker_mid_task(self, worker_log: Path) -> str:
+        """SIGKILL the worker right after it received a submit task (within its run); returns the task's id."""
+        import re
+
+        offset = worker_log.stat().st_size
+        pattern = re.compile(r"Task jobs\.submit_job\[([0-9a-f-]+)\] received")
+        deadline = time.monotonic() + 10
+        task_id = ""
+        while time.monotonic() < deadline and not task_id:
+            with worker_log.open() as handle:
+                handle.seek(offset)
+                found = pattern.search(handle.read())
+            task_id = found.group(1) if found else ""
+            if not task_id:
+                time.sleep(0.01)
+        self.portal.kill("worker", signal.SIGKILL)
+        finished = task_id and re.search(rf"{task_id}\] (succeeded|retry|raised)", worker_log.read_text())
+        return f"{task_id} ({'had finished' if finished else 'was running'})" if task_id else "no task seen in 10 s"
+
+    def _sample_outbox(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                self.notes["outbox_peak_pending"] = max(self.notes.get("outbox_peak_pending", 0), outbox_pending())
+            stop.wait(0.5)
+
     def run_fault(self, fault: str) -> dict:
         if fault == "kueue" and not self.kueue_running():
             return {"skipped": "the devcluster runs no kueue component (Kueue is not the admission engine yet)"}
         log(f"fault {fault}: burst of {self.args.burst:.0f}s at {self.args.rate}/s, fault at {self.args.fault_at}s")
         burst = Burst(fault)
+        self.notes = {}
+        sampling = threading.Event()
+        sampler = threading.Thread(target=self._sample_outbox, args=(sampling,), daemon=True)
+        sampler.start()
         load = threading.Thread(
             target=run_burst,
             args=(self.api, burst),
@@ -696,6 +776,7 @@ class Bench:
         back = self.inject(fault)
         log(f"fault {fault}: service back after {back - fault_started:.1f}s")
         load.join()
+        sampling.set()
         converged_at, last = None, {}
         deadline = time.monotonic() + self.args.converge_timeout
         while time.monotonic() < deadline:
@@ -720,6 +801,7 @@ class Bench:
                 "not_converged": None if converged_at else last,
                 "usage": usage_comparison(burst, self.recorder),
                 "processes_alive": {name: self.portal.alive(name) for name in self.portal.commands},
+                **self.notes,
             }
         )
         for name, alive in result["processes_alive"].items():
