@@ -6,12 +6,13 @@ control plane (.state/devcluster-bench-faults), and the portal's processes as `m
 (gunicorn), Celery worker, Celery beat, the outbox dispatcher and the cluster sync.
 
 Faults, one at a time, each during its own burst (submissions at a steady rate, every CANCEL_EVERY-th accepted
-job cancelled a moment later): worker SIGKILL, Redis restart, PostgreSQL restart, sync SIGKILL, apiserver restart,
-and Kueue restart when the devcluster runs a `kueue` component (skipped with a note otherwise). Two harsher
-variants: the worker is killed right after it received a submit task (mid-task, its message unacknowledged), and
-`redis-wipe` stalls the worker (SIGSTOP) so that messages pile up in Redis, then restarts Redis with its data gone
-(as without persistence: every queued submit, delete and retry is lost) and lets the worker go on. A killed or
-stopped service is started again after OUTAGE seconds, as a supervisor would.
+job cancelled a moment later): worker SIGKILL (right after it received a submit task, so that one is cut off
+mid-run with its message unacknowledged), Redis restart, `redis-wipe` (the worker stalls with SIGSTOP so that
+messages pile up in Redis, then Redis restarts with its data gone, as without persistence: every queued submit,
+delete and retry is lost), PostgreSQL restart, sync SIGKILL, apiserver restart, and Kueue restart when the
+devcluster runs a `kueue` component (skipped with a note otherwise). A killed process is started again by its
+supervisor (scripts/supervise.sh, as under `make dev`) a second later; a stopped Redis or PostgreSQL is started
+again after OUTAGE seconds.
 
 For each fault:
 - accepted / rejected_5xx / connection_errors: what the clients were answered;
@@ -164,7 +165,8 @@ class Redis:
 
 
 class Portal:
-    """The portal's processes as `make dev` starts them, each in its own process group, restartable."""
+    """The portal's processes as `make dev` starts them: each under scripts/supervise.sh (started again when it
+    exits), in a process group of its own."""
 
     def __init__(self, env: dict, logs: Path):
         self.env = env
@@ -185,12 +187,28 @@ class Portal:
         }
 
     def start(self, name: str) -> None:
+        supervised = ["bash", str(REPO_ROOT / "scripts" / "supervise.sh"), name, *self.commands[name]]
         with (self.logs / f"{name}.log").open("a") as out:
             self.processes[name] = subprocess.Popen(  # noqa: S603 - our own commands
-                self.commands[name], cwd=REPO_ROOT, env=self.env, stdout=out, stderr=out, start_new_session=True
+                supervised, cwd=REPO_ROOT, env=self.env, stdout=out, stderr=out, start_new_session=True
             )
         if name == "web":
             wait(self._web_up, timeout=60, what="the web server")
+
+    def crash(self, name: str) -> None:
+        """SIGKILL the process (and its children, e.g. the worker's pool), not its supervisor: it starts again."""
+        import psutil
+
+        supervisor = psutil.Process(self.processes[name].pid)
+        for child in supervisor.children():
+            if child.name() == "sleep":
+                continue
+            for process in [*child.children(recursive=True), child]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process.send_signal(signal.SIGKILL)
+
+    def restarts(self, name: str) -> int:
+        return (self.logs / f"{name}.log").read_text(errors="replace").count(f"[supervise] {name} exited")
 
     def _web_up(self) -> bool:
         connection = http.client.HTTPConnection("127.0.0.1", self.web_port, timeout=2)
@@ -202,10 +220,6 @@ class Portal:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         process.wait(timeout=30)
-
-    def alive(self, name: str) -> bool:
-        process = self.processes.get(name)
-        return process is not None and process.poll() is None
 
     def stop_all(self) -> None:
         for name in list(self.processes):
@@ -695,16 +709,17 @@ class Bench:
         """Make `fault` happen, bring the service back; returns the monotonic time it was back."""
         portal = self.portal
         if fault in ("worker", "sync"):
+            # Killed, then started again by its supervisor a second later (as under `make dev`).
             worker_log = self.logs / "worker.log"
             readies = worker_log.read_text().count(" ready.")
             if fault == "worker":
                 self.notes["killed_mid_task"] = self._kill_worker_mid_task(worker_log)
-            else:
-                portal.kill(fault, signal.SIGKILL)
-            time.sleep(OUTAGE)
-            portal.start(fault)
-            if fault == "worker":
                 wait(lambda: worker_log.read_text().count(" ready.") > readies, timeout=60, what="the worker")
+            else:
+                restarts = portal.restarts("sync")
+                portal.crash("sync")
+                wait(lambda: portal.restarts("sync") > restarts, timeout=30, what="the sync to be restarted")
+                time.sleep(1.5)  # the supervisor's pause, then the process starts
         elif fault == "redis":
             self.redis.stop()
             time.sleep(OUTAGE)
@@ -746,7 +761,7 @@ class Bench:
             task_id = found.group(1) if found else ""
             if not task_id:
                 time.sleep(0.01)
-        self.portal.kill("worker", signal.SIGKILL)
+        self.portal.crash("worker")
         finished = task_id and re.search(rf"{task_id}\] (succeeded|retry|raised)", worker_log.read_text())
         return f"{task_id} ({'had finished' if finished else 'was running'})" if task_id else "no task seen in 10 s"
 
@@ -765,6 +780,7 @@ class Bench:
         sampling = threading.Event()
         sampler = threading.Thread(target=self._sample_outbox, args=(sampling,), daemon=True)
         sampler.start()
+        restarts_before = {name: self.portal.restarts(name) for name in self.portal.commands}
         load = threading.Thread(
             target=run_burst,
             args=(self.api, burst),
@@ -800,14 +816,15 @@ class Bench:
                 "converge_s": converge_s,
                 "not_converged": None if converged_at else last,
                 "usage": usage_comparison(burst, self.recorder),
-                "processes_alive": {name: self.portal.alive(name) for name in self.portal.commands},
+                # Processes that exited during the fault and were started again by their supervisor.
+                "process_restarts": {
+                    name: self.portal.restarts(name) - restarts_before[name]
+                    for name in self.portal.commands
+                    if self.portal.restarts(name) > restarts_before[name]
+                },
                 **self.notes,
             }
         )
-        for name, alive in result["processes_alive"].items():
-            if not alive:  # a process that died of the fault would spoil the next one: note it, start it again
-                log(f"{name} died during fault {fault}; starting it again")
-                self.portal.start(name)
         log(f"fault {fault}: {json.dumps({k: v for k, v in result.items() if k != 'details'})}")
         return result
 

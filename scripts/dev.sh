@@ -21,7 +21,9 @@ running() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null
 start() {
   local name=$1; shift
   if running "$name"; then say "$name already running (pid $(cat "$PIDS/$name.pid"))"; return; fi
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  # Supervised: a process that exits (e.g. the Celery worker on kombu's unrecoverable error after a Redis restart)
+  # is started again a second later; `make stop` ends the process group, supervisor included.
+  setsid bash scripts/supervise.sh "$name" "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
   echo $! >"$PIDS/$name.pid"
   say "started $name (pid $!, log .state/logs/$name.log)"
 }
