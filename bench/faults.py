@@ -21,7 +21,8 @@ For each fault:
 - duplicated: a submission saved twice, or a job that got a second Job or pod;
 - cancelled_but_running: cancelled jobs whose Job or pods still run once everything has settled;
 - converge_s: from the service being back to: every accepted job that is not cancelled has its Job, no cancelled
-  job has one, and the outbox is empty;
+  job has one, and the outbox is empty. It includes the rest of the burst (the fault comes --fault-at seconds into
+  it), so it bounds the time from above; settled_after_last_answer_s counts from the burst's last answer instead;
 - usage: each job's usage intervals as the portal recorded them vs the cluster's own pod records, watched by this
   benchmark (independently of the sync): [PodScheduled time, container finish time), GPUs; `exact` when equal.
 
@@ -792,6 +793,7 @@ class Bench:
         back = self.inject(fault)
         log(f"fault {fault}: service back after {back - fault_started:.1f}s")
         load.join()
+        burst_ended = time.monotonic()  # every request of the burst has been answered
         sampling.set()
         converged_at, last = None, {}
         deadline = time.monotonic() + self.args.converge_timeout
@@ -814,6 +816,7 @@ class Bench:
             {
                 "outage_s": round(back - fault_started, 1),
                 "converge_s": converge_s,
+                "settled_after_last_answer_s": round(max(0.0, converged_at - burst_ended), 1) if converged_at else None,
                 "not_converged": None if converged_at else last,
                 "usage": usage_comparison(burst, self.recorder),
                 # Processes that exited during the fault and were started again by their supervisor.
