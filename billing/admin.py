@@ -1,5 +1,6 @@
 from django.contrib import admin, messages
-from django.db import transaction
+
+from portal import outbox
 
 from . import tasks
 from .models import ClosedMonth, DailyUsage, Invoice, InvoiceLine, UsageInterval
@@ -50,9 +51,7 @@ class InvoiceAdmin(admin.ModelAdmin):
     def close_months(self, request, queryset):
         months = sorted(set(queryset.values_list("month", flat=True)))
         for month in months:
-            transaction.on_commit(
-                lambda month=month: tasks.close_month.delay(format_month(month), user_id=request.user.pk)
-            )
+            outbox.send(tasks.close_month, format_month(month), user_id=request.user.pk)
         self.message_user(
             request,
             f"Closing {', '.join(format_month(m) for m in months)}: the billing queue meters and freezes them.",

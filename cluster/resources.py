@@ -2,6 +2,7 @@
 and raises ClusterError for verdicts; "already there" and "already gone" are successes, so callers are
 idempotent."""
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -388,6 +389,31 @@ def delete_job(namespace: str, name: str) -> bool:
             return False
         raise
     return True
+
+
+def managed_job_pages(*, page_size: int = 500):
+    """Every Job the portal labels as its own (`app.kubernetes.io/managed-by=reservoir`), in every namespace, as
+    plain dicts, one page (a list) at a time."""
+    batch = client.batch()
+    token = None
+    while True:
+        kwargs = {
+            "label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}",
+            "limit": page_size,
+            "_preload_content": False,
+            "_request_timeout": (5, 60),
+        }
+        if token:
+            kwargs["_continue"] = token
+        response = with_retries(lambda kwargs=kwargs: batch.list_job_for_all_namespaces(**kwargs))
+        try:
+            body = json.loads(response.data)
+        finally:
+            response.release_conn()
+        yield body.get("items") or []
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return
 
 
 def patch_job(namespace: str, name: str, patch: dict):

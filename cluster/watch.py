@@ -3,7 +3,9 @@
 `ListWatch.run()` lists a resource (in pages) and hands every object to `on_relist`, then watches from the
 list's resourceVersion, handing each ADDED/MODIFIED/DELETED event to `on_event`. Bookmarks advance the
 resourceVersion without objects. A resourceVersion the apiserver has compacted away (410 Gone) means events were
-missed: list again. Transient failures back off and resume from the last version seen. The version is given
+missed: list again. Transient failures back off and resume from the last version seen. A failure to apply what
+was read (the database unreachable) reads the same events again from the last version fully applied: a relist
+would miss the objects that came and went meanwhile, and their usage with them. The version is given
 to `save_version` so that a restarted process resumes where it stopped instead of listing everything again.
 
 Objects stay plain dicts: deserialising tens of thousands of pods into client models costs more than the
@@ -60,6 +62,12 @@ class Gone(Exception):
     """The resourceVersion to watch from is too old (HTTP 410): relist."""
 
 
+class HandlerFailed(Exception):
+    """Applying what the apiserver sent failed on our side (e.g. the database is unreachable). The events are still
+    there to read again: retry from the last version fully applied, never relist for it (a relist cannot see the
+    objects that came and went meanwhile)."""
+
+
 @dataclass
 class ListWatch:
     name: str
@@ -76,6 +84,14 @@ class ListWatch:
         self.stop = self.stop or threading.Event()
         self.list_kwargs = self.list_kwargs or {}
         self._response = None
+        self.applied_version: str | None = None  # the last version whose events were all applied
+
+    @staticmethod
+    def _apply(handler: Callable, *args) -> None:
+        try:
+            handler(*args)
+        except Exception as error:
+            raise HandlerFailed(f"{type(error).__name__}: {error}") from error
 
     def close(self) -> None:
         """Stop now: set the stop flag and cut the open watch stream, if any."""
@@ -93,8 +109,8 @@ class ListWatch:
 
     def relist(self) -> str:
         items, version = self.list_all()
-        self.on_relist(items, version)
-        self.save_version(version)
+        self._apply(self.on_relist, items, version)
+        self._apply(self.save_version, version)
         log.info("%s: listed %d objects at resourceVersion %s", self.name, len(items), version)
         return version
 
@@ -110,6 +126,7 @@ class ListWatch:
             _request_timeout=(5, self.watch_timeout_seconds + 30),
         )
         self._response = response
+        self.applied_version = version
         try:
             for line in iter_resp_lines(response):
                 if self.stop.is_set():
@@ -124,10 +141,11 @@ class ListWatch:
                 if kind != "BOOKMARK":
                     parsed = obj if self.parse is None else self.parse(obj)
                     if parsed is not None:
-                        self.on_event(kind, parsed)
+                        self._apply(self.on_event, kind, parsed)
                 if new_version != version:
                     version = new_version
-                    self.save_version(version)
+                    self._apply(self.save_version, version)
+                    self.applied_version = version
         finally:
             self._response = None
             response.close()
@@ -163,7 +181,8 @@ class ListWatch:
 
     def run(self, *, start_version: str | None = None) -> None:
         version = start_version
-        failures = 0
+        failures = 0  # the apiserver's: repeated ones from one version lead to a relist
+        apply_failures = 0  # ours (HandlerFailed): never a reason to relist
         if version:
             try:
                 if not self.usable(version):
@@ -176,10 +195,16 @@ class ListWatch:
                 if not version:
                     version = self.relist()
                 version = self.watch_from(version)
-                failures = 0
+                failures = apply_failures = 0
             except Gone:
                 log.info("%s: resourceVersion %s is gone; listing again", self.name, version)
                 version = None
+            except HandlerFailed as error:
+                # Our side failed, not the apiserver: back off and read the same events again.
+                apply_failures += 1
+                version = self.applied_version if version else None
+                log.warning("%s: could not apply (%s); retrying from resourceVersion %s", self.name, error, version)
+                self.stop.wait(backoff_seconds(apply_failures, base=0.5, cap=10))
             except ApiException as error:
                 if error.status == 410:
                     version = None

@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy as _
 from pools.models import Pool
 from portal.models import Team
 
-from .choices import ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
+from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
 
 
 class IllegalTransition(Exception):
@@ -40,6 +40,11 @@ class JobQuerySet(models.QuerySet):
     def gpus_held(self) -> int:
         """GPUs held by the admitted jobs of this queryset."""
         return self.holding_quota().aggregate(total=models.Sum(models.F("gpus")))["total"] or 0
+
+    def expected_in_cluster(self) -> "JobQuerySet":
+        """Jobs that should have a Job in the cluster now (queued ones wait there, suspended by Kueue). The one
+        definition the submit task and convergence (jobs/convergence.py) share: change it here, and both follow."""
+        return self.filter(state__in=ACTIVE_STATES)
 
 
 class Job(models.Model):

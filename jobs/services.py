@@ -20,7 +20,7 @@ from django.utils.translation import gettext as _
 
 from cluster.facts import PREEMPTOR_UID, JobFacts, PodFacts, WorkloadFacts
 from pools.models import NamespaceLimits, Node, Pool, Quota
-from portal import audit
+from portal import audit, outbox
 from portal.choices import Role
 from portal.models import Team
 
@@ -91,17 +91,18 @@ def _record(job: Job, event: JobEvent) -> None:
 
 
 def _send_to_cluster(job: Job) -> None:
-    """Create the job's Job in the cluster once this transaction has committed."""
+    """Create the job's Job in the cluster: the message is saved in this transaction (outbox) and published after
+    commit, so a broker outage can neither lose it nor fail the submission."""
     from .tasks import submit_job_to_cluster
 
-    transaction.on_commit(lambda job_id=job.pk: submit_job_to_cluster.delay(job_id))
+    outbox.send(submit_job_to_cluster, job.pk)
 
 
 def _delete_from_cluster(job: Job) -> None:
-    """Delete the job's Job (and so its Workload and pods) once this transaction has committed."""
+    """Delete the job's Job (and so its Workload and pods) after commit, through the outbox like a submission."""
     from .tasks import delete_job_from_cluster
 
-    transaction.on_commit(lambda job_id=job.pk: delete_job_from_cluster.delay(job_id))
+    outbox.send(delete_job_from_cluster, job.pk)
 
 
 @transaction.atomic

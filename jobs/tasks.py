@@ -1,20 +1,21 @@
 """Job tasks (queue: cluster). Thin: take ids, re-check state on entry, and let the services decide.
 
-Both tasks use the one retry policy of `portal.celery.ClusterTask`: a transient cluster failure retries the task
-with backoff and jitter; when the submission gives up, the job is Failed with the reason. `jobs.submit_job` is
-safe to run twice or to be cut short by a dying worker: the Kubernetes Job's name derives from the portal job's id,
-and AlreadyExists counts as done."""
+Both cluster tasks use the one retry policy of `portal.celery.ClusterTask`: a transient cluster failure retries the
+task with backoff and jitter; when the submission gives up, the job is Failed with the reason. `jobs.submit_job`
+is safe to run twice or to be cut short by a dying worker: the Kubernetes Job's name derives from the portal job's
+id, and AlreadyExists counts as done. It reads the job under its row lock and checks again after creating the Job,
+so a cancel racing it never leaves a Job running for a cancelled job."""
 
 import logging
 
 from celery import shared_task
+from django.db import transaction
 
 from cluster import resources
 from cluster.errors import ClusterError, describe
 from portal.celery import ClusterTask
 
 from . import services
-from .choices import ACTIVE_STATES
 from .models import Job
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,19 @@ def _ensure_namespace(job: Job) -> None:
         reconcile(job.team)
 
 
+def _unsent(job_id: int) -> Job | None:
+    """The job when it should be in the cluster and is not yet, read under its row lock: a cancel that is
+    committing is waited for, not missed."""
+    with transaction.atomic():
+        return (
+            Job.objects.expected_in_cluster()
+            .select_for_update(of=("self",))
+            .select_related("team", "pool")
+            .filter(pk=job_id, cluster_created_at__isnull=True)
+            .first()
+        )
+
+
 class SubmitTask(ClusterTask):
     def gave_up(self, error: BaseException, job_id: int, *args, **kwargs) -> None:
         reason = str(error) if isinstance(error, ClusterError) else describe(error)
@@ -37,8 +51,8 @@ class SubmitTask(ClusterTask):
 
 @shared_task(base=SubmitTask, name="jobs.submit_job", bind=True)
 def submit_job_to_cluster(self, job_id: int) -> str:
-    job = Job.objects.select_related("team", "pool").filter(pk=job_id).first()
-    if job is None or job.state not in ACTIVE_STATES or job.cluster_created_at is not None:
+    job = _unsent(job_id)
+    if job is None:
         return "nothing to do"
     from .manifests import render
 
@@ -54,7 +68,14 @@ def submit_job_to_cluster(self, job_id: int) -> str:
                 attempt=attempt,
             )
         raise
-    services.mark_created_in_cluster(job_id=job_id, created=created)
+    with transaction.atomic():
+        # Re-checked under the lock: a cancel that committed while the Job was being created found nothing to delete.
+        wanted = Job.objects.expected_in_cluster().select_for_update().filter(pk=job_id).exists()
+        if wanted:
+            services.mark_created_in_cluster(job_id=job_id, created=created)
+    if not wanted:
+        resources.delete_job(job.team.namespace, job.job_name)
+        return "final meanwhile: deleted"
     return "created" if created else "already there"
 
 
@@ -72,3 +93,11 @@ def spill_stuck_jobs() -> list[int]:
     from .spill import spill_due_jobs
 
     return spill_due_jobs()
+
+
+@shared_task(name="jobs.converge", acks_late=True)
+def converge() -> dict:
+    """Periodic: bring the cluster in line with the database (jobs/convergence.py)."""
+    from .convergence import converge as run
+
+    return run()

@@ -1,5 +1,5 @@
-"""The portal's own /metrics (prometheus_client): request latency, Celery queue depth, cluster sync lag, jobs by
-state, telemetry age and firing alerts.
+"""The portal's own /metrics (prometheus_client): request latency, Celery queue depth, task messages waiting in
+the outbox, cluster sync lag, jobs by state, telemetry age and firing alerts.
 
 Latency is a histogram this process keeps; everything else is read when Prometheus scrapes (a custom collector:
 a handful of cheap queries), so every process answers the same numbers. Under a multi-process server, run it
@@ -12,7 +12,7 @@ import logging
 import secrets
 
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Min
 from django.http import HttpResponse, HttpResponseForbidden
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -70,6 +70,20 @@ class PortalCollector:
         for kind, n in Alert.objects.firing().values_list("kind").annotate(n=Count("pk")).values_list("kind", "n"):
             alerts.add_metric([kind], n)
         yield alerts
+
+        from portal.models import OutboxMessage
+
+        pending = OutboxMessage.objects.filter(sent_at__isnull=True).aggregate(n=Count("pk"), oldest=Min("created_at"))
+        outbox = GaugeMetricFamily(
+            "reservoir_outbox_pending", "Task messages committed but not yet in the broker (portal/outbox.py)."
+        )
+        outbox.add_metric([], pending["n"])
+        yield outbox
+        outbox_age = GaugeMetricFamily(
+            "reservoir_outbox_oldest_pending_seconds", "Age of the oldest task message not yet in the broker."
+        )
+        outbox_age.add_metric([], (now - pending["oldest"]).total_seconds() if pending["oldest"] else 0.0)
+        yield outbox_age
 
         depth = GaugeMetricFamily(
             "reservoir_celery_queue_depth", "Tasks waiting in each Celery queue.", labels=["queue"]

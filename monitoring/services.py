@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal import audit
+from portal import audit, outbox
 
 from .choices import OPEN_STATES, AlertState, NotificationStatus
 from .evaluators import observe_all
@@ -132,7 +132,7 @@ def _queue_notification(alert: Alert, event: str) -> None:
         return
     notification, created = AlertNotification.objects.get_or_create(alert=alert, event=event)
     if created:
-        transaction.on_commit(lambda: send_alert_notification.delay(notification.pk))
+        outbox.send(send_alert_notification, notification.pk)
 
 
 def webhook_payload(alert: Alert, event: str) -> dict:

@@ -3,14 +3,14 @@ cluster. A hand edit in the cluster is put back and written to the audit log."""
 
 import logging
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F, Sum
 from django.utils import timezone
 
 from cluster import resources
 from cluster.errors import ClusterError
 from cluster.manifests import NamespaceSpec, render_limit_range, render_namespace, render_resource_quota
-from portal import audit
+from portal import audit, outbox
 from portal.models import Team
 
 from .models import NamespaceLimits, Quota, TeamNamespace
@@ -36,7 +36,7 @@ def mark_changed(team: Team) -> None:
     state, created = TeamNamespace.objects.get_or_create(team=team)
     if not created:
         TeamNamespace.objects.filter(pk=state.pk).update(desired_version=F("desired_version") + 1)
-    transaction.on_commit(lambda: reconcile_team_namespace.delay(team.pk))
+    outbox.send(reconcile_team_namespace, team.pk)
 
 
 # First key of the PostgreSQL advisory lock that lets one reconcile of a team run at a time (second key: team id).

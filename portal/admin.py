@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 
 from . import audit, services
-from .models import ApiToken, AuditEntry, Membership, Team, User
+from .models import ApiToken, AuditEntry, Membership, OutboxMessage, Team, User
 
 
 class AuditedAdminMixin:
@@ -137,3 +137,19 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         for token in queryset:
             services.revoke_token(token=token, user=request.user)
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(admin.ModelAdmin):
+    """Task messages committed with their change (portal/outbox.py): pending ones wait for the broker; a message
+    refused MAX_ATTEMPTS times (e.g. a task that no longer exists) stays pending with its error for an admin."""
+
+    list_display = ["id", "task", "args", "created_at", "sent_at", "attempts", "last_error"]
+    list_filter = [("sent_at", admin.EmptyFieldListFilter), "task"]
+    readonly_fields = [f.name for f in OutboxMessage._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

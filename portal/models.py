@@ -10,6 +10,7 @@ from django.contrib.auth.models import AbstractUser
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import F, Q
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .choices import QueueingStrategy, Role
@@ -194,3 +195,31 @@ class ApiToken(models.Model):
         from django.utils import timezone
 
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+class OutboxMessage(models.Model):
+    """A Celery task to run once the transaction that wrote this row has committed (see portal/outbox.py).
+
+    The row exists exactly when the change that wants the task committed; `sent_at` is set once the message is in
+    the broker. Pending rows are published by `manage.py dispatch_outbox` whenever the broker answers again.
+    """
+
+    task = models.CharField(max_length=200)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # Publications refused for a reason other than an unreachable broker (e.g. a task that no longer exists).
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["id"], condition=Q(sent_at__isnull=True), name="portal_outbox_pending"),
+            models.Index(fields=["task", "created_at"], name="portal_outbox_task_created"),
+        ]
+
+    def __str__(self) -> str:
+        state = f"sent {self.sent_at:%H:%M:%S}" if self.sent_at else "pending"
+        return f"{self.task}{tuple(self.args)} ({state})"

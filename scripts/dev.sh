@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make dev`: PostgreSQL, Redis, the local Kubernetes control plane with demo GPU pools, migrations and demo data,
-# then the web server, a Celery worker, Celery beat and the cluster sync, each in the background with a pid file
-# and a log under .state/. `make stop` stops them; `make status` tells what runs.
+# then the web server, a Celery worker, Celery beat, the outbox dispatcher and the cluster sync, each in the
+# background with a pid file and a log under .state/. `make stop` stops them; `make status` tells what runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/inotify.sh
@@ -14,7 +14,7 @@ PY=.venv/bin/python
 mkdir -p "$PIDS" "$LOGS"
 export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-portal.settings.dev}
 
-PROCESSES=(web worker beat)
+PROCESSES=(web worker beat outbox)
 
 say() { printf '[dev] %s\n' "$*"; }
 
@@ -23,7 +23,9 @@ running() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null
 start() {
   local name=$1; shift
   if running "$name"; then say "$name already running (pid $(cat "$PIDS/$name.pid"))"; return; fi
-  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  # Supervised: a process that exits (e.g. the Celery worker on kombu's unrecoverable error after a Redis restart)
+  # is started again a second later; `make stop` ends the process group, supervisor included.
+  setsid bash scripts/supervise.sh "$name" "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
   echo $! >"$PIDS/$name.pid"
   say "started $name (pid $!, log .state/logs/$name.log)"
 }
@@ -79,6 +81,8 @@ $PY manage.py reconcile_cluster || say "the cluster could not be reconciled yet;
 start web $PY manage.py runserver "127.0.0.1:$PORT" --noreload
 start worker .venv/bin/celery -A portal worker -Q default,cluster,billing -c 2 --loglevel=INFO
 start beat .venv/bin/celery -A portal beat --loglevel=INFO --schedule "$STATE_DIR/celerybeat-schedule"
+# Sends task messages that a committed change left in the outbox while Redis was unreachable (portal/outbox.py).
+start outbox $PY manage.py dispatch_outbox
 if $PY manage.py help sync_cluster >/dev/null 2>&1; then
   PROCESSES+=(sync)
   start sync $PY manage.py sync_cluster

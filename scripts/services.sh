@@ -71,9 +71,12 @@ start_redis() {
     say "Redis already running on 127.0.0.1:6379"
     return
   fi
-  say "starting Redis on 127.0.0.1:6379"
+  say "starting Redis on 127.0.0.1:6379 (append-only file in $STATE_DIR/redis)"
+  # Append-only persistence: task messages (and retries waiting for their countdown) survive a Redis restart.
+  # fsync once a second: a crash of the machine may lose the last second, which convergence resends.
   redis-server --bind 127.0.0.1 --port 6379 --daemonize yes --dir "$STATE_DIR/redis" \
-    --logfile "$STATE_DIR/logs/redis.log" --pidfile "$STATE_DIR/redis/redis.pid" --save "" --appendonly no
+    --logfile "$STATE_DIR/logs/redis.log" --pidfile "$STATE_DIR/redis/redis.pid" --save "" \
+    --appendonly yes --appendfsync everysec
   for _ in $(seq 1 20); do
     if redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; then return; fi
     sleep 0.5

@@ -6,7 +6,7 @@ from django.core.cache import cache
 from portal.choices import Role
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
 
-pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit"]
+pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit", "tests.faultkit"]
 
 
 @pytest.fixture(autouse=True)

@@ -2,12 +2,15 @@
 cancel (202: the cluster's Job and pods are deleted by a task) and resubmit. Members act on their teams' jobs;
 platform admins on all; anything else is 404."""
 
+from django.db import DatabaseError
 from django.db.models import Prefetch
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from portal import outage
 from portal.api.throttles import SubmissionRateThrottle
 
 from .. import services
@@ -24,6 +27,21 @@ def _detail(job: Job) -> dict:
     )
     job.queue_position = services.queue_position(job)
     return JobDetailSerializer(job).data
+
+
+def _committed(job: Job, status_code: int) -> Response:
+    """The answer to a submit, cancel or resubmit that has committed. Should the database fail while the details are
+    read back, the write has still succeeded: answer so, with what is known, rather than an error that would make
+    the caller try again and submit twice."""
+    try:
+        return Response(_detail(job), status=status_code)
+    except DatabaseError as error:
+        if not outage.is_database_unavailable(error):
+            raise
+        return Response(
+            {"id": job.pk, "state": job.state, "detail": _("Saved; details are unavailable for a moment.")},
+            status=status_code,
+        )
 
 
 class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -60,7 +78,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         job = services.submit_job(team=data["team"], pool=data["pool"], user=request.user, spec=serializer.spec())
-        return Response(_detail(job), status=status.HTTP_201_CREATED)
+        return _committed(job, status.HTTP_201_CREATED)
 
     @extend_schema(
         request=None,
@@ -70,10 +88,10 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         job = services.cancel_job(job=self.get_object(), user=request.user)
-        return Response(_detail(job), status=status.HTTP_202_ACCEPTED)
+        return _committed(job, status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={201: JobDetailSerializer}, description="Submit a finished job again.")
     @action(detail=True, methods=["post"])
     def resubmit(self, request, pk=None):
         job = services.resubmit_job(job=self.get_object(), user=request.user)
-        return Response(_detail(job), status=status.HTTP_201_CREATED)
+        return _committed(job, status.HTTP_201_CREATED)

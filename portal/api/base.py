@@ -11,6 +11,8 @@ from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import exceptions, pagination, permissions, serializers
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from portal import outage
+
 
 def is_admin(user) -> bool:
     return bool(user and user.is_authenticated and user.is_admin)
@@ -93,11 +95,28 @@ def django_errors_as_drf(error: DjangoValidationError) -> exceptions.ValidationE
     return exceptions.ValidationError(detail)
 
 
+class DatabaseUnavailable(exceptions.APIException):
+    """PostgreSQL cannot be reached: 503 with Retry-After (DRF's handler writes the header from `wait`)."""
+
+    status_code = 503
+    default_code = "database_unavailable"
+
+    def __init__(self):
+        super().__init__(outage.MESSAGE)
+        self.wait = outage.retry_after()
+
+
 def exception_handler(exc, context):
-    """DRF's handler, plus: a Django ValidationError from a service or model answers 400 with field errors."""
+    """DRF's handler, plus: a Django ValidationError from a service or model answers 400 with field errors, and an
+    unreachable database answers 503 with Retry-After."""
     if isinstance(exc, DjangoValidationError):
         exc = django_errors_as_drf(exc)
-    return drf_exception_handler(exc, context)
+    elif outage.is_database_unavailable(exc):
+        exc = DatabaseUnavailable()
+    response = drf_exception_handler(exc, context)
+    if response is not None and isinstance(exc, DatabaseUnavailable):
+        response.data["retry_after"] = exc.wait
+    return response
 
 
 class FullCleanMixin:

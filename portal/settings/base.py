@@ -39,6 +39,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "monitoring.middleware.RequestMetricsMiddleware",
+    "portal.outage.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -79,6 +80,11 @@ DATABASES = {
 }
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
+# A kept connection is checked before a request uses it: after a PostgreSQL restart the first request gets a new
+# one instead of an error.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# While PostgreSQL cannot be reached, pages and the API answer 503 with this Retry-After (portal/outage.py).
+DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("RESERVOIR_DB_RETRY_AFTER_SECONDS", default=10)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "portal.User"
@@ -208,7 +214,16 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=300)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=240)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# The longest countdown a task gives its own retry (the backoff caps in the apps' tasks.py stay within it).
+TASK_MAX_COUNTDOWN_SECONDS = 300
+# Redis hands a message that was not acknowledged within `visibility_timeout` to another worker. A message stays
+# unacknowledged while it waits for its countdown and while its task runs (acks_late), so the timeout must exceed
+# both together, or a healthy task would run twice. Longer only delays the redelivery of a dead worker's task,
+# and nothing waits for that: convergence (jobs/convergence.py) resends what did not reach the cluster.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TASK_MAX_COUNTDOWN_SECONDS + CELERY_TASK_TIME_LIMIT + 60}
+# A publish to an unreachable broker gives up within about a second: messages after a commit wait in the outbox
+# (portal/outbox.py), so a request never hangs on Redis.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Cluster I/O and billing get queues of their own so that one cannot starve the other.
@@ -253,6 +268,9 @@ LOGGING = {
 CLUSTER_TASK_MAX_RETRIES = env.int("RESERVOIR_CLUSTER_TASK_MAX_RETRIES", default=8)
 # The job page's log tail: at most this many bytes (besides its line count).
 LOG_TAIL_MAX_BYTES = env.int("RESERVOIR_LOG_TAIL_MAX_BYTES", default=64 * 1024)
+# Convergence (jobs/convergence.py): a job nobody has tried to send for this long is sent again, and a job final
+# for this long whose Job still runs in the cluster has it deleted.
+CONVERGENCE_GRACE_SECONDS = env.int("RESERVOIR_CONVERGENCE_GRACE_SECONDS", default=20)
 # Attempts of one cluster call on transient failures outside tasks (the sync, pages, commands); tasks try once.
 KUBE_CALL_ATTEMPTS = env.int("RESERVOIR_KUBE_CALL_ATTEMPTS", default=4)
 

@@ -82,3 +82,45 @@ def test_objects_are_parsed_as_they_arrive_and_those_parsed_to_none_are_skipped(
         for name in names:
             core.delete_namespace(name)
         client.reset()
+
+
+def test_a_handler_that_fails_reads_the_same_events_again_instead_of_relisting(kube_cluster, kube_namespace, settings):
+    """As while PostgreSQL restarts: applying events fails again and again. A relist would never see an object that
+    came and went meanwhile (a short pod, and its GPU time); reading the same events again does."""
+    settings.KUBECONFIG = str(kube_cluster.kubeconfig_path)
+    client.reset()
+    core = client.core()
+    relists: list[int] = []
+    seen: list[tuple[str, str]] = []
+    refused: list[str] = []
+    database_down = threading.Event()
+
+    def on_event(kind, obj):
+        if database_down.is_set():
+            refused.append(kind)
+            raise ConnectionError("database unreachable")
+        seen.append((kind, obj["metadata"]["name"]))
+
+    watch = ListWatch(
+        name="test-namespaces-handler",
+        list_call=core.list_namespace,
+        on_relist=lambda items, version: relists.append(len(items)),
+        on_event=on_event,
+        watch_timeout_seconds=5,
+    )
+    thread = threading.Thread(target=watch.run, daemon=True)
+    thread.start()
+    fleeting = f"{kube_namespace}-fleeting"
+    try:
+        wait_for(lambda: relists, timeout=30, what="the first list")
+        database_down.set()
+        core.create_namespace({"metadata": {"name": fleeting}})
+        core.delete_namespace(fleeting)
+        wait_for(lambda: len(refused) > ListWatch.RELIST_AFTER_FAILURES, timeout=90, what="repeated failures")
+        database_down.clear()
+        wait_for(lambda: ("ADDED", fleeting) in seen, timeout=60, what="the namespace's events read again")
+    finally:
+        watch.close()
+        thread.join(timeout=15)
+        client.reset()
+    assert len(relists) == 1  # no relist because of our own failures

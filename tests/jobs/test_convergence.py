@@ -1,0 +1,217 @@
+"""Convergence and the cancel/submit race, against the real local cluster (issue 14).
+
+A lost message is simulated where it is lost in production: the task's `delay` drops it, as a Redis restart
+without persistence or a killed worker would; the outbox row is marked sent all the same. Everything the cluster
+does is real: Jobs are created, found and deleted in the apiserver.
+"""
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.conf import settings as django_settings
+from django.utils import timezone
+
+from cluster import client, resources
+from cluster.manifests import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
+from jobs import convergence, services
+from jobs.choices import JobState
+from jobs.convergence import FinalJob, leftovers
+from jobs.models import Job
+from jobs.specs import JobSpec
+from jobs.tasks import submit_job_to_cluster
+from pools.models import Pool
+from portal.models import OutboxMessage
+from tests.clusterkit import KWOK_DELAY, set_quota, wait_for
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+# --- the pure comparison ---------------------------------------------------------------------------------------
+
+
+def _cluster_job(job_id, namespace="team-a", *, name=None, finished=False, deleting=False):
+    metadata = {
+        "name": name or f"rsv-{job_id}",
+        "namespace": namespace,
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: str(job_id)},
+    }
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-11-30T12:00:00Z"
+    status = {"conditions": [{"type": "Complete", "status": "True"}]} if finished else {}
+    return {"metadata": metadata, "status": status}
+
+
+def test_leftovers_are_the_jobs_of_cancelled_jobs_and_unfinished_jobs_of_jobs_final_for_long():
+    cutoff = T0
+    old, recent = T0 - timedelta(seconds=1), T0 + timedelta(seconds=1)
+    final = {
+        1: FinalJob("team-a", "rsv-1", JobState.CANCELLED, recent),  # cancelled: always deleted
+        2: FinalJob("team-a", "rsv-2", JobState.FAILED, old),  # failed long ago, Job still running: deleted
+        3: FinalJob("team-a", "rsv-3", JobState.FAILED, recent),  # failed just now: sync may still be catching up
+        4: FinalJob("team-a", "rsv-4", JobState.SUCCEEDED, old),  # finished in the cluster: left to its TTL
+        5: FinalJob("team-a", "rsv-5", JobState.CANCELLED, old),  # already being deleted
+        6: FinalJob("team-a", "rsv-6", JobState.CANCELLED, old),  # only a look-alike exists elsewhere
+    }
+    cluster_jobs = [
+        _cluster_job(1),
+        _cluster_job(2),
+        _cluster_job(3),
+        _cluster_job(4, finished=True),
+        _cluster_job(5, deleting=True),
+        _cluster_job(6, namespace="team-b"),  # another team's namespace, with job 6's label
+        _cluster_job(6, name="not-rsv-6"),  # right namespace, wrong name
+        _cluster_job(7),  # job 7 is not final (absent from `final`)
+        {"metadata": {"name": "x", "namespace": "team-a", "labels": {LABEL_JOB_ID: "abc"}}},
+    ]
+    doomed = leftovers(cluster_jobs, final, cutoff=cutoff)
+    assert [job.name for job in doomed] == ["rsv-1", "rsv-2"]
+
+
+# --- against the cluster ------------------------------------------------------------------------------------------
+
+
+def _submit(team, *, name, gpus=1, runs_for="10m"):
+    spec = JobSpec(
+        name=name,
+        image="registry.example.com/research/train:1.0",
+        gpus=gpus,
+        pod_annotations={KWOK_DELAY: runs_for},
+    )
+    return services.submit_job(team=team, pool=Pool.objects.get(slug="reserved-a800"), user=team.researcher, spec=spec)
+
+
+def _jobs_in_cluster(job) -> list:
+    team = job.team
+    label = f"{LABEL_JOB_ID}={job.pk}"
+    return client.batch().list_namespaced_job(team.namespace, label_selector=label).items
+
+
+def _later() -> datetime:
+    """A moment past the grace, so that what waits for it is due (instead of sleeping through it)."""
+    return timezone.now() + timedelta(seconds=django_settings.CONVERGENCE_GRACE_SECONDS + 1)
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db(transaction=True)
+def test_jobs_whose_messages_were_lost_are_sent_again_even_with_a_last_error(portal_cluster, cluster_team, monkeypatch):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    with monkeypatch.context() as lost:
+        lost.setattr(submit_job_to_cluster, "delay", lambda *args: None)  # Redis lost them
+        plain = _submit(cluster_team, name="lost")
+        retrying = _submit(cluster_team, name="lost-retry")
+        # This one's first attempt failed and its retry (a countdown in Redis) was lost with it.
+        services.note_submit_problem(
+            job_id=retrying.pk, message="apiserver unreachable — retrying in 37s (attempt 1 of 8)", attempt=1
+        )
+    assert OutboxMessage.objects.get(task="jobs.submit_job", args=[plain.pk]).sent_at is not None  # it did leave
+    assert Job.objects.get(pk=retrying.pk).last_error
+
+    # Within the grace nothing is sent twice: a fresh submission is on its way.
+    assert convergence.converge()["resent"] == []
+
+    summary = convergence.converge(now=_later())
+    assert sorted(summary["resent"]) == sorted([plain.pk, retrying.pk])
+    for job in (plain, retrying):
+        job = Job.objects.get(pk=job.pk)
+        assert job.cluster_created_at is not None and job.last_error == ""
+        assert len(_jobs_in_cluster(job)) == 1
+    # Once created, nothing more to do; a second pass sends nothing.
+    assert convergence.converge(now=_later())["resent"] == []
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db(transaction=True)
+def test_the_job_of_a_cancelled_job_is_deleted_and_nothing_that_is_not_the_portals(
+    portal_cluster, cluster_team, monkeypatch
+):
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    cancelled = _submit(cluster_team, name="cancel-lost")
+    failed = _submit(cluster_team, name="failed-but-running")
+    for job in (cancelled, failed):
+        assert Job.objects.get(pk=job.pk).cluster_created_at is not None
+    with monkeypatch.context() as lost:
+        lost.setattr("jobs.tasks.delete_job_from_cluster.delay", lambda *args: None)  # the delete was lost
+        services.cancel_job(job=cancelled, user=cluster_team.researcher)
+    # The portal gave up on this one ("could not create the Job") although the apiserver had created it.
+    services.fail_job(job_id=failed.pk, message="could not create the Job in the cluster: timed out")
+    # A Job in another namespace that claims to be the cancelled job's: not the portal's, never deleted.
+    decoy_namespace = f"{cluster_team.namespace}-decoy"
+    decoy = _copy_into(cancelled, decoy_namespace)
+
+    first = convergence.converge()
+    assert first["deleted"] == [f"{cluster_team.namespace}/{cancelled.job_name}"]
+    assert len(_jobs_in_cluster(Job.objects.get(pk=failed.pk))) == 1  # failed only now: within the grace
+
+    second = convergence.converge(now=_later())
+    assert second["deleted"] == [f"{cluster_team.namespace}/{failed.job_name}"]
+    for job in (cancelled, failed):
+        wait_for(lambda job=job: resources.read_job(cluster_team.namespace, job.job_name) is None, what="the Job")
+    assert resources.read_job(decoy_namespace, decoy) is not None
+    client.core().delete_namespace(decoy_namespace)
+
+
+def _copy_into(job, namespace: str) -> str:
+    core, batch = client.core(), client.batch()
+    core.create_namespace({"metadata": {"name": namespace}})
+    wait_for(lambda: _has_default_service_account(core, namespace), what="the decoy namespace")
+    manifest = _render(job)
+    manifest["metadata"]["namespace"] = namespace
+    batch.create_namespaced_job(namespace, manifest)
+    return manifest["metadata"]["name"]
+
+
+def _render(job):
+    from jobs.manifests import render
+
+    return render(Job.objects.select_related("team", "pool").get(pk=job.pk))
+
+
+def _has_default_service_account(core, namespace) -> bool:
+    try:
+        core.read_namespaced_service_account("default", namespace)
+        return True
+    except Exception:  # noqa: BLE001 - not made yet
+        return False
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_while_the_job_is_being_created_leaves_no_job_running(portal_cluster, cluster_team, monkeypatch):
+    """The race of issue 14: the cancel commits after the submit task checked the job and before its Job exists,
+    so the cancel's delete finds nothing. The task's re-check under the row lock deletes what it created."""
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    with monkeypatch.context() as queued:
+        queued.setattr(submit_job_to_cluster, "delay", lambda *args: None)  # the worker picks it up below
+        job = _submit(cluster_team, name="race")
+    real_create = resources.create_job
+    deletes = []
+
+    def cancel_first_then_create(manifest):
+        services.cancel_job(job=Job.objects.get(pk=job.pk), user=cluster_team.researcher)
+        deletes.append(resources.read_job(cluster_team.namespace, job.job_name))  # what the cancel's delete saw
+        return real_create(manifest)
+
+    monkeypatch.setattr(resources, "create_job", cancel_first_then_create)
+    result = submit_job_to_cluster.apply(args=[job.pk]).result
+
+    assert deletes == [None]  # the cancel came first and found no Job to delete
+    assert result == "final meanwhile: deleted"
+    assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
+    wait_for(lambda: resources.read_job(cluster_team.namespace, job.job_name) is None, what="the Job to be deleted")
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db(transaction=True)
+def test_an_unreachable_cluster_postpones_the_comparison_without_failing(
+    portal_cluster, cluster_team, settings, tmp_path
+):
+    broken = tmp_path / "kubeconfig"
+    text = portal_cluster.kubeconfig_path.read_text()
+    port = re.search(r"server: https://127\.0\.0\.1:(\d+)", text).group(1)
+    broken.write_text(text.replace(f"127.0.0.1:{port}", "127.0.0.1:9"))
+    settings.KUBECONFIG = str(broken)
+    settings.KUBE_CALL_ATTEMPTS = 1
+    client.reset()
+    summary = convergence.converge()
+    assert summary["deleted"] == [] and "unreachable" in summary["cluster_error"]

@@ -1,0 +1,77 @@
+"""The outbox on its own: what a rollback leaves, what a refused message does to the others, and the broker
+settings that keep a healthy task from running twice (tests/api/test_outages.py covers Redis going away)."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from jobs.tasks import delete_job_from_cluster
+from portal import outbox
+from portal.celery import app as celery_app
+from portal.models import OutboxMessage
+from tests.faultkit import celery_broker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_a_rolled_back_change_leaves_no_message():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        outbox.send(delete_job_from_cluster, 123)
+        raise RuntimeError("the change failed")
+    assert not OutboxMessage.objects.exists()
+
+
+def test_a_message_the_broker_refuses_is_set_aside_and_does_not_hold_back_the_others(throwaway_redis):
+    throwaway_redis.start()
+    bad = OutboxMessage.objects.create(task="jobs.no_such_task", args=[1])
+    good = OutboxMessage.objects.create(task="jobs.delete_job", args=[2])
+    with celery_broker(throwaway_redis.url):
+        assert outbox.dispatch_pending() == 1
+    bad.refresh_from_db()
+    good.refresh_from_db()
+    assert good.sent_at is not None
+    assert bad.sent_at is None and bad.attempts == 1 and "no_such_task" in bad.last_error
+    assert throwaway_redis.messages("cluster") == [{"task": "jobs.delete_job", "args": "(2,)"}]
+
+
+def test_with_the_broker_down_nothing_is_marked_sent(throwaway_redis):
+    throwaway_redis.start()
+    message = OutboxMessage.objects.create(task="jobs.delete_job", args=[3])
+    with celery_broker(throwaway_redis.url):
+        throwaway_redis.stop()
+        with pytest.raises(outbox.BrokerUnavailable):
+            outbox.dispatch_pending()
+    message.refresh_from_db()
+    assert message.sent_at is None and message.attempts == 0  # an outage is no fault of the message
+
+
+def test_sent_messages_are_forgotten_after_a_week():
+    now = timezone.now()
+    old = OutboxMessage.objects.create(task="jobs.delete_job", args=[1], sent_at=now - timedelta(days=8))
+    recent = OutboxMessage.objects.create(task="jobs.delete_job", args=[2], sent_at=now - timedelta(days=1))
+    pending = OutboxMessage.objects.create(task="jobs.delete_job", args=[3], created_at=now - timedelta(days=30))
+    assert outbox.prune(now=now) == 1
+    assert set(OutboxMessage.objects.values_list("pk", flat=True)) == {recent.pk, pending.pk}
+    assert not OutboxMessage.objects.filter(pk=old.pk).exists()
+
+
+def test_redis_redelivers_only_messages_older_than_any_countdown_plus_the_task_time_limit():
+    """A message waits unacknowledged through its countdown and its run; a shorter visibility timeout would hand a
+    healthy task to a second worker."""
+    visibility = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
+    assert visibility > settings.TASK_MAX_COUNTDOWN_SECONDS + settings.CELERY_TASK_TIME_LIMIT
+    assert settings.CELERY_TASK_SOFT_TIME_LIMIT < settings.CELERY_TASK_TIME_LIMIT
+    assert celery_app.conf.broker_transport_options["visibility_timeout"] == visibility
+
+
+def test_metrics_show_what_waits_in_the_outbox(client):
+    OutboxMessage.objects.create(task="jobs.delete_job", args=[1], created_at=timezone.now() - timedelta(seconds=90))
+    OutboxMessage.objects.create(task="jobs.delete_job", args=[2], sent_at=timezone.now())
+    body = client.get("/metrics").content.decode()
+    assert "reservoir_outbox_pending 1.0" in body
+    age = float(re.search(r"^reservoir_outbox_oldest_pending_seconds (\S+)$", body, re.MULTILINE).group(1))
+    assert 90 <= age < 300
