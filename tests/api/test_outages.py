@@ -37,7 +37,7 @@ def test_a_broker_outage_after_commit_is_no_error_and_the_dispatcher_sends_the_m
         response = client.post("/api/v1/jobs/", BODY, format="json")
         assert response.status_code == 201
         job = Job.objects.get(pk=response.json()["id"])
-        assert job.state == "submitted"
+        assert job.state == "queued"
         pending = OutboxMessage.objects.get(task="jobs.submit_job", args=[job.pk])
         assert pending.sent_at is None
 
@@ -160,7 +160,7 @@ def test_a_submit_whose_answer_cannot_be_read_back_still_says_it_was_accepted(ap
     finally:
         outage.__exit__(None, None, None)
     assert response.status_code == 201
-    assert response.json()["state"] == "submitted"
+    assert response.json()["state"] == "queued"
     assert Job.objects.filter(pk=response.json()["id"], name="through-outage").exists()
 
 
