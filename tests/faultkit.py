@@ -77,11 +77,16 @@ def throwaway_redis(tmp_path):
 
 
 def _forget_broker_connections() -> None:
+    """Drop every broker connection and producer pool, the app's and kombu's global ones (kombu keeps a pool per
+    broker URL process-wide: a closed one would be handed out again for the URL the tests switch back to)."""
+    from kombu import pools
+
     if celery_app._pool is not None:
         celery_app._pool.force_close_all()
     celery_app._pool = None
     with contextlib.suppress(KeyError):
         celery_app.__dict__["amqp"]._producer_pool = None
+    pools.reset()
 
 
 @contextlib.contextmanager
