@@ -41,7 +41,7 @@ def _job_id_label(metadata: dict) -> int | None:
 # --- nodes --------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeFacts:
     name: str
     labels: Mapping[str, str]
@@ -82,7 +82,7 @@ def node_facts(node: dict) -> NodeFacts:
 # --- pods ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodFacts:
     uid: str
     namespace: str
@@ -169,7 +169,7 @@ def pod_facts(pod: dict) -> PodFacts:
 # --- Jobs ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobFacts:
     namespace: str
     name: str
