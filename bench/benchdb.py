@@ -7,8 +7,9 @@ from urllib.parse import urlsplit, urlunsplit
 DEFAULT_URL = "postgres://reservoir:reservoir@127.0.0.1:5432/reservoir"
 
 
-def bench_database(suffix: str) -> str:
-    """Create (if missing) and return the URL of the benchmark database `<name>_<suffix>`."""
+def bench_database(suffix: str, *, fresh: bool = False) -> str:
+    """Create (if missing) and return the URL of the benchmark database `<name>_<suffix>`; with `fresh`, drop it
+    first (closing its connections), so that the run starts from empty tables."""
     import psycopg2
 
     parts = urlsplit(os.environ.get("DATABASE_URL", DEFAULT_URL))
@@ -17,6 +18,8 @@ def bench_database(suffix: str) -> str:
     connection = psycopg2.connect(urlunsplit(parts._replace(path="/postgres")))
     connection.autocommit = True
     with connection.cursor() as cursor:
+        if fresh:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
         if cursor.fetchone() is None:
             cursor.execute(f'CREATE DATABASE "{name}"')
