@@ -85,10 +85,10 @@ def cluster_sync(portal_cluster):
     runner.stop()
 
 
-@pytest.fixture
-def cluster_team(portal_cluster):
-    """A fresh team (own namespace) with a researcher; its namespace and pods are deleted afterwards."""
-    team = Team.objects.create(slug=f"it-{uuid.uuid4().hex[:6]}", name="Integration")
+def integration_team(name: str = "Integration"):
+    """A fresh team with its own namespace and a researcher (`team.researcher`); yields it, then deletes its
+    namespace and pods and waits until the pods are gone (so their GPUs are free for the next test)."""
+    team = Team.objects.create(slug=f"it-{uuid.uuid4().hex[:6]}", name=name)
     user = UserFactory(username=f"{team.slug}-researcher")
     MembershipFactory(team=team, user=user, role=Role.RESEARCHER)
     team.researcher = user
@@ -99,12 +99,17 @@ def cluster_team(portal_cluster):
         core.delete_namespace(team.namespace, propagation_policy="Background")
     except Exception:  # noqa: BLE001 - never created: nothing to clean
         return
-    # Free the GPUs before the next test: wait until the namespace's pods are gone.
     wait_for(
         lambda: not core.list_namespaced_pod(team.namespace).items,
         timeout=60,
         what=f"pods of {team.namespace} to be deleted",
     )
+
+
+@pytest.fixture
+def cluster_team(portal_cluster):
+    """A fresh team (own namespace) with a researcher; its namespace and pods are deleted afterwards."""
+    yield from integration_team()
 
 
 def set_quota(team, pool, gpus):

@@ -11,7 +11,6 @@ reservation borrows.
 
 import threading
 import time
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -29,8 +28,7 @@ from jobs.spill import spill_due_jobs
 from pools import services as pool_services
 from pools.models import Pool
 from portal.choices import Role
-from portal.models import Team
-from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, integration_team, job_state, set_quota, wait_for
 from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -81,18 +79,7 @@ def admitted_gpus(items: list[dict]) -> int:
 @pytest.fixture
 def second_team(portal_cluster):
     """Another fresh team with its own namespace, deleted afterwards (like clusterkit's cluster_team)."""
-    team = Team.objects.create(slug=f"it-{uuid.uuid4().hex[:6]}", name="Other integration team")
-    user = UserFactory(username=f"{team.slug}-researcher")
-    MembershipFactory(team=team, user=user, role=Role.RESEARCHER)
-    team.researcher = user
-    yield team
-    core = client.core()
-    try:
-        core.delete_collection_namespaced_pod(team.namespace, grace_period_seconds=0)
-        core.delete_namespace(team.namespace, propagation_policy="Background")
-    except Exception:  # noqa: BLE001 - never created: nothing to clean
-        return
-    wait_for(lambda: not core.list_namespaced_pod(team.namespace).items, timeout=60, what="pods to be deleted")
+    yield from integration_team("Other integration team")
 
 
 def test_fifty_concurrent_submitters_never_get_more_than_the_quota_admitted(cluster_sync, cluster_team):
