@@ -80,7 +80,13 @@ def test_a_researcher_submits_watches_and_cancels_jobs(cluster_sync, cluster_tea
     expect(page.locator("#job-status [data-state]")).to_have_text("Queued")
     page.goto(f"{base}/jobs/pending/")
     row = page.locator("#pending-table tr", has_text="e2e-queued")
-    expect(row).to_contain_text("Over team quota: 4 of 8 GPUs in use")
+    # Kueue's reason, in words, once the sync has mirrored its Workload (the pending view does not poll: reload).
+    for _ in range(30):
+        if "Waiting for its team's quota in Reserved A800" in row.inner_text():
+            break
+        page.wait_for_timeout(1000)
+        page.reload()
+    expect(row).to_contain_text("Waiting for its team's quota in Reserved A800 (monthly): 4 more GPUs needed")
     expect(row).to_contain_text("starts when 4 GPUs of the team's quota are freed")
     shoot("07-pending-queued")
     page.goto(f"{base}/jobs/{long_id}/")
