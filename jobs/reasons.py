@@ -154,7 +154,7 @@ def quota_hint(*, in_use: int, quota: int, gpus: int, position: int | None = Non
             "the team's quota has room; %(n)d jobs of the team are ahead of it",
             position - 1,
         ) % {"n": position - 1}
-    return _("the team's quota has room: it waits for GPUs other teams borrowed in the pool to be given back")
+    return _("the team's quota has room, but the pool's GPUs it could borrow are in use: it starts when some are freed")
 
 
 def eviction_reason(

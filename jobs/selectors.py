@@ -367,8 +367,8 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
     if to_borrow and to_borrow > borrowable_gpus(pool):
         outlook.start, outlook.position = "queued", 1
         outlook.start_text = _(
-            "Queued: it needs %(n)d GPUs above the team's reservation and other teams are using %(pool)s's unreserved "
-            "GPUs; Kueue admits it when they are given back."
+            "Queued: it needs %(n)d GPUs above the team's reservation and %(pool)s's unreserved GPUs are in use; "
+            "Kueue admits it when enough of them are freed."
         ) % {"n": to_borrow, "pool": pool.name}
         return outlook
     pool_ids = [pool.pk, *pool.spill_pools.values_list("pk", flat=True)]

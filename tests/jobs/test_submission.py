@@ -322,6 +322,22 @@ def test_kueue_messages_become_sentences_with_pool_names():
     assert kueue_reason("", names) == "Waiting for Kueue to admit it against the team's quota."
 
 
+def test_the_hint_for_a_queued_job_says_what_would_let_it_in():
+    from jobs.reasons import quota_hint
+
+    assert quota_hint(in_use=0, quota=4, gpus=8) == "over team quota: it can never fit in 4 GPUs"
+    assert quota_hint(in_use=18, quota=20, gpus=8) == "starts when 6 GPUs of the team's quota are freed"
+    assert (
+        quota_hint(in_use=2, quota=20, gpus=1, position=3)
+        == "the team's quota has room; 2 jobs of the team are ahead of it"
+    )
+    # The quota has room and nothing is ahead: what is missing is the pool's GPUs it could borrow, whoever holds them
+    # (the team itself included), so the hint names no culprit.
+    assert quota_hint(in_use=18, quota=28, gpus=8, position=1) == (
+        "the team's quota has room, but the pool's GPUs it could borrow are in use: it starts when some are freed"
+    )
+
+
 def test_a_reclaim_names_the_team_that_took_its_gpus_back():
     from jobs.reasons import eviction_reason
 
@@ -364,4 +380,4 @@ def test_the_preview_says_queued_when_the_gpus_to_borrow_are_taken_by_another_te
     assert fits.start != "queued"
     waits = submit_outlook(team=team, pool=pool, spec=spec(gpus=4))
     assert waits.start == "queued"
-    assert "other teams are using" in waits.start_text
+    assert "unreserved GPUs are in use" in waits.start_text
