@@ -1,22 +1,20 @@
-"""Cluster reconcile tasks for pools and team namespaces (queue: cluster)."""
+"""Cluster reconcile tasks for pools and team namespaces (queue: cluster).
+
+The tasks that call the cluster use the one retry policy of `portal.celery.ClusterTask` (each cluster call tried
+once, the task retried with backoff and jitter on a transient failure). Two periodic sweeps do not retry as tasks:
+the namespace sweep goes on to the next team when one fails, and the reservation-boundary check runs every few
+seconds, so its next run is its retry (retries of it would pile up during an outage)."""
 
 import logging
 
 from celery import shared_task
 
-from cluster.errors import TransientClusterError
+from portal.celery import ClusterTask
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(
-    name="pools.reconcile_team_namespace",
-    acks_late=True,
-    autoretry_for=(TransientClusterError,),
-    retry_backoff=2,
-    retry_backoff_max=120,
-    max_retries=8,
-)
+@shared_task(base=ClusterTask, name="pools.reconcile_team_namespace")
 def reconcile_team_namespace(team_id: int) -> dict | None:
     from portal.models import Team
 
@@ -45,27 +43,14 @@ def reconcile_all_namespaces() -> int:
     return count
 
 
-@shared_task(
-    name="pools.reconcile_node_taints",
-    acks_late=True,
-    autoretry_for=(TransientClusterError,),
-    retry_backoff=2,
-    max_retries=5,
-)
+@shared_task(base=ClusterTask, name="pools.reconcile_node_taints")
 def reconcile_node_taints() -> dict:
     from .isolation import reconcile_taints
 
     return reconcile_taints()
 
 
-@shared_task(
-    name="pools.reconcile_kueue",
-    acks_late=True,
-    autoretry_for=(TransientClusterError,),
-    retry_backoff=2,
-    retry_backoff_max=120,
-    max_retries=8,
-)
+@shared_task(base=ClusterTask, name="pools.reconcile_kueue")
 def reconcile_kueue(version: int | None = None) -> dict:
     """Make Kueue's objects match the portal. With `version` (sent by a change), nothing is done when a reconcile
     already applied it; without (the periodic run), always: that is what puts back hand edits."""
@@ -74,13 +59,7 @@ def reconcile_kueue(version: int | None = None) -> dict:
     return kueue.summary(kueue.reconcile(unless_applied=version))
 
 
-@shared_task(
-    name="pools.reconcile_kueue_at_reservation_boundary",
-    acks_late=True,
-    autoretry_for=(TransientClusterError,),
-    retry_backoff=2,
-    max_retries=3,
-)
+@shared_task(name="pools.reconcile_kueue_at_reservation_boundary", acks_late=True)
 def reconcile_kueue_at_reservation_boundary() -> dict | None:
     """Frequent and cheap: reconcile Kueue's objects when a reservation started or ended since the last rendering."""
     from . import kueue
