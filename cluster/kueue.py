@@ -180,75 +180,74 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
     for pool in flavor_order(pools):
         share = team.share(pool.slug)
         has_gpus = share.quota > 0 or share.reserved > 0
+        gpus = str(share.reserved)
+        borrowing = str(max(share.quota - share.reserved, 0))
         flavors.append(
-            {
-                "name": pool.slug,
-                "resources": [
-                    _quota(
-                        GPU_RESOURCE,
-                        str(share.reserved),
-                        borrowing=str(max(share.quota - share.reserved, 0)),
-                        lending="0",
-                    ),
-                    _quota("cpu", cpu if has_gpus else "0", borrowing="0", lending="0"),
-                    _quota("memory", memory if has_gpus else "0", borrowing="0", lending="0"),
-                ],
-            }
+            _flavor_quotas(pool.slug, gpus, borrowing, "0", cpu if has_gpus else "0", memory if has_gpus else "0")
         )
-    return {
-        "apiVersion": KUEUE_API_VERSION,
-        "kind": "ClusterQueue",
-        "metadata": {"name": cluster_queue_name(team.slug), "labels": _labels(**{LABEL_TEAM: team.slug})},
-        "spec": {
-            "cohortName": COHORT,
-            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: team.namespace}},
-            "queueingStrategy": team.queueing_strategy,
-            "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
-            "preemption": {
-                "reclaimWithinCohort": "Any",
-                "borrowWithinCohort": {"policy": "Never"},
-                "withinClusterQueue": "LowerPriority",
-            },
-            "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
-            "stopPolicy": "None",
+    return _cluster_queue(
+        name=cluster_queue_name(team.slug),
+        labels=_labels(**{LABEL_TEAM: team.slug}),
+        namespace_selector={"matchLabels": {NAMESPACE_NAME_LABEL: team.namespace}},
+        queueing_strategy=team.queueing_strategy,
+        flavors=flavors,
+        preemption={
+            "reclaimWithinCohort": "Any",
+            "borrowWithinCohort": {"policy": "Never"},
+            "withinClusterQueue": "LowerPriority",
         },
-    }
+    )
 
 
 def render_unreserved_cluster_queue(pool: PoolFlavorSpec) -> dict:
     """The pool's GPUs nobody reserved, lent to the cohort in full. No namespace may submit to it (a null
     namespaceSelector selects none), so it only ever lends; cpu and memory are the teams' own (see above)."""
     gpus = str(unreserved_gpus(pool))
+    return _cluster_queue(
+        name=unreserved_queue_name(pool.slug),
+        labels=_labels(**{LABEL_POOL: pool.slug}),
+        namespace_selector=None,
+        queueing_strategy=BEST_EFFORT_FIFO,
+        flavors=[_flavor_quotas(pool.slug, gpus, "0", gpus, "0", "0")],
+        preemption={
+            "reclaimWithinCohort": "Never",
+            "borrowWithinCohort": {"policy": "Never"},
+            "withinClusterQueue": "Never",
+        },
+    )
+
+
+def _flavor_quotas(flavor: str, gpus: str, gpu_borrowing: str, gpu_lending: str, cpu: str, memory: str) -> dict:
+    """One flavor of a ClusterQueue: GPUs with their borrowing and lending limits; cpu and memory never move."""
+    return {
+        "name": flavor,
+        "resources": [
+            _quota(GPU_RESOURCE, gpus, borrowing=gpu_borrowing, lending=gpu_lending),
+            _quota("cpu", cpu, borrowing="0", lending="0"),
+            _quota("memory", memory, borrowing="0", lending="0"),
+        ],
+    }
+
+
+def _cluster_queue(
+    *, name: str, labels: dict, namespace_selector: dict | None, queueing_strategy: str, flavors: list, preemption: dict
+) -> dict:
+    """A ClusterQueue of the portal's cohort; `namespace_selector=None` lets no namespace submit to it."""
+    spec = {"cohortName": COHORT}
+    if namespace_selector is not None:
+        spec["namespaceSelector"] = namespace_selector
+    spec |= {
+        "queueingStrategy": queueing_strategy,
+        "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
+        "preemption": preemption,
+        "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
+        "stopPolicy": "None",
+    }
     return {
         "apiVersion": KUEUE_API_VERSION,
         "kind": "ClusterQueue",
-        "metadata": {"name": unreserved_queue_name(pool.slug), "labels": _labels(**{LABEL_POOL: pool.slug})},
-        "spec": {
-            "cohortName": COHORT,
-            "queueingStrategy": BEST_EFFORT_FIFO,
-            "resourceGroups": [
-                {
-                    "coveredResources": list(COVERED_RESOURCES),
-                    "flavors": [
-                        {
-                            "name": pool.slug,
-                            "resources": [
-                                _quota(GPU_RESOURCE, gpus, borrowing="0", lending=gpus),
-                                _quota("cpu", "0", borrowing="0", lending="0"),
-                                _quota("memory", "0", borrowing="0", lending="0"),
-                            ],
-                        }
-                    ],
-                }
-            ],
-            "preemption": {
-                "reclaimWithinCohort": "Never",
-                "borrowWithinCohort": {"policy": "Never"},
-                "withinClusterQueue": "Never",
-            },
-            "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
-            "stopPolicy": "None",
-        },
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
     }
 
 
