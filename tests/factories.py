@@ -103,6 +103,23 @@ class JobFactory(factory.django.DjangoModelFactory):
     gpus = 1
 
 
+class PodFactory(factory.django.DjangoModelFactory):
+    """A pod as the sync records it; by default a GPU pod the scheduler has not placed yet (give `pending_reason`)."""
+
+    class Meta:
+        model = "jobs.Pod"
+
+    uid = factory.Sequence(lambda n: f"pod-uid-{n}")
+    namespace = factory.LazyAttribute(lambda o: o.team.namespace if o.team else "team-x")
+    name = factory.Sequence(lambda n: f"rsv-pod-{n}")
+    team = None
+    pool = None
+    gpus = 1
+    phase = "Pending"
+    scheduled = False
+    created_at = "2026-01-01T00:00:00Z"
+
+
 # --- billing ---------------------------------------------------------------------------------------------------
 
 

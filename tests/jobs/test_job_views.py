@@ -12,7 +12,7 @@ from jobs.choices import JobState, Placement
 from jobs.models import Job, JobTemplate, Pod
 from pools.models import Pool
 from portal.htmx import STOP_POLLING
-from tests.factories import JobFactory, NodeFactory, PoolFactory, QuotaFactory, UserFactory
+from tests.factories import JobFactory, NodeFactory, PodFactory, PoolFactory, QuotaFactory, UserFactory
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -406,16 +406,11 @@ def test_pending_shows_other_teams_without_their_details(client, researcher, tea
     secret = JobFactory(
         team=other_team, pool=pool, submitted_by=outsider, name="secret-job", gpus=4, state=JobState.QUEUED
     )
-    Pod.objects.create(
-        uid="o1",
-        namespace="team-beta",
+    PodFactory(
         name="secret-pod",
         team=other_team,
         pool=pool,
         gpus=8,
-        phase="Pending",
-        scheduled=False,
-        created_at="2026-01-01T00:00:00Z",
         pending_reason="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
     )
     response = login(client, researcher).get(reverse("jobs:pending"))
@@ -451,17 +446,12 @@ def test_pending_explains_in_plain_words_and_says_what_would_fit(client, researc
         state=JobState.PENDING,
         placement=Placement.STRICT,
     )
-    Pod.objects.create(
-        uid="w",
-        namespace="team-alpha",
+    PodFactory(
         name="rsv-w",
         team=team,
         pool=pool,
         job=job,
         gpus=4,
-        phase="Pending",
-        scheduled=False,
-        created_at="2026-01-01T00:00:00Z",
         pending_reason="0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node(s) had "
         "untolerated taint {workload: spare}. preemption: 0/3 nodes are available.",
     )
@@ -474,16 +464,12 @@ def test_pending_explains_in_plain_words_and_says_what_would_fit(client, researc
         state=JobState.PENDING,
         placement=Placement.SOFT,
     )
-    Pod.objects.create(
-        uid="b",
-        namespace="team-alpha",
+    PodFactory(
         name="rsv-b",
         team=team,
         pool=pool,
         job=big,
         gpus=8,
-        phase="Pending",
-        scheduled=False,
         created_at="2026-01-01T00:01:00Z",
         pending_reason="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
     )

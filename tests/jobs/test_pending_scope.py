@@ -6,8 +6,7 @@ import pytest
 from django.urls import reverse
 
 from jobs.choices import JobState
-from jobs.models import Pod
-from tests.factories import JobFactory, NodeFactory, PoolFactory, QuotaFactory
+from tests.factories import JobFactory, NodeFactory, PodFactory, PoolFactory, QuotaFactory
 
 
 @pytest.fixture
@@ -37,16 +36,11 @@ def beta_waits(other_team, pool, outsider):
         name="beta-next",
         pending_reason=KUEUE_REASON,  # as the sync writes it from Kueue's Workload
     )
-    Pod.objects.create(
-        uid="b1",
-        namespace="team-beta",
+    PodFactory(
         name="beta-pod",
         team=other_team,
         pool=pool,
         gpus=1,
-        phase="Pending",
-        scheduled=False,
-        created_at="2026-01-01T00:00:00Z",
         pending_reason='persistentvolumeclaim "beta-private-dataset" not found',
     )
 

@@ -11,7 +11,15 @@ from django.urls import reverse
 from jobs.choices import JobState
 from portal.choices import Role
 from portal.models import User
-from tests.factories import JobFactory, MembershipFactory, PoolFactory, QuotaFactory, ReservationFactory, UserFactory
+from tests.factories import (
+    JobFactory,
+    MembershipFactory,
+    PodFactory,
+    PoolFactory,
+    QuotaFactory,
+    ReservationFactory,
+    UserFactory,
+)
 
 PO = Path(settings.BASE_DIR) / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
 
@@ -103,21 +111,14 @@ def test_the_switcher_refuses_unknown_languages_and_foreign_redirects(client, re
 
 
 def test_chinese_pending_reasons_and_units(client, team):
-    from jobs.models import Pod
-
     user = UserFactory(username="zhao", language="zh-hans")
     MembershipFactory(team=team, user=user)
     pool = PoolFactory(slug="train", name="Train Pool")
-    Pod.objects.create(
-        uid="z",
-        namespace="team-alpha",
+    PodFactory(
         name="rsv-z",
         team=team,
         pool=pool,
         gpus=8,
-        phase="Pending",
-        scheduled=False,
-        created_at="2026-01-01T00:00:00Z",
         pending_reason="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
     )
     client.force_login(user)
