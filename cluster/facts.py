@@ -178,6 +178,7 @@ class JobFacts:
     finished_at: datetime | None  # when the final condition became true
     reason: str  # the Failed condition's reason (e.g. "DeadlineExceeded", "BackoffLimitExceeded")
     message: str  # the Failed condition's message
+    deleting: bool = False  # a deletion has begun (deletionTimestamp set)
 
 
 def job_facts(job: dict) -> JobFacts:
@@ -200,6 +201,7 @@ def job_facts(job: dict) -> JobFacts:
         finished_at=at,
         reason=reason,
         message=message,
+        deleting=bool(metadata.get("deletionTimestamp")),
     )
 
 

@@ -5,13 +5,14 @@ idempotent."""
 import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
 
 from . import client, live
 from .errors import TransientClusterError, with_retries
-from .facts import NodeFacts, node_facts
+from .facts import JobFacts, NodeFacts, job_facts, node_facts
 from .kueue import KINDS, KUEUE_GROUP, KUEUE_VERSION
 from .manifests import LABEL_MANAGED_BY, MANAGED_BY, render_priority_classes
 from .watch import list_pages
@@ -391,9 +392,9 @@ def delete_job(namespace: str, name: str) -> bool:
     return True
 
 
-def managed_job_pages(*, page_size: int = 500):
+def managed_job_pages(*, page_size: int = 500) -> Iterator[list[JobFacts]]:
     """Every Job the portal labels as its own (`app.kubernetes.io/managed-by=reservoir`), in every namespace, as
-    plain dicts, one page (a list) at a time."""
+    `JobFacts`, one page (a list) at a time."""
     batch = client.batch()
     token = None
     while True:
@@ -410,7 +411,7 @@ def managed_job_pages(*, page_size: int = 500):
             body = json.loads(response.data)
         finally:
             response.release_conn()
-        yield body.get("items") or []
+        yield [job_facts(item) for item in body.get("items") or []]
         token = (body.get("metadata") or {}).get("continue")
         if not token:
             return

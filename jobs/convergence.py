@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from cluster import resources
 from cluster.errors import ClusterError
-from cluster.manifests import LABEL_JOB_ID
+from cluster.facts import JobFacts
 from portal import outbox
 from portal.models import OutboxMessage
 
@@ -94,29 +94,17 @@ class FinalJob:
     finished_at: datetime | None
 
 
-def finished_in_cluster(job_obj: dict) -> bool:
-    """True once the Job controller has marked the Job Complete or Failed (its pods have stopped)."""
-    conditions = (job_obj.get("status") or {}).get("conditions") or []
-    return any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions)
-
-
-def portal_job_id(job_obj: dict) -> int | None:
-    label = ((job_obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_ID, "")
-    return int(label) if label.isdigit() else None
-
-
-def leftovers(cluster_jobs: list[dict], final_jobs: dict[int, FinalJob], *, cutoff: datetime) -> list[FinalJob]:
+def leftovers(cluster_jobs: list[JobFacts], final_jobs: dict[int, FinalJob], *, cutoff: datetime) -> list[FinalJob]:
     """The cluster Jobs (of `cluster_jobs`) to delete, given the final portal jobs by id. Pure: no I/O."""
     doomed = []
-    for obj in cluster_jobs:
-        metadata = obj.get("metadata") or {}
-        job = final_jobs.get(portal_job_id(obj))
-        if job is None or metadata.get("deletionTimestamp"):
+    for facts in cluster_jobs:
+        job = final_jobs.get(facts.job_id)
+        if job is None or facts.deleting:
             continue
-        if (metadata.get("namespace"), metadata.get("name")) != (job.namespace, job.name):
+        if (facts.namespace, facts.name) != (job.namespace, job.name):
             continue  # labelled with a portal job id, but not that job's Job
         finished_long_ago = job.finished_at is not None and job.finished_at < cutoff
-        if job.state == JobState.CANCELLED or (finished_long_ago and not finished_in_cluster(obj)):
+        if job.state == JobState.CANCELLED or (finished_long_ago and not facts.outcome):
             doomed.append(job)
     return doomed
 
@@ -134,7 +122,7 @@ def delete_leftovers(*, now: datetime) -> list[str]:
     """Sweep 2; returns the `namespace/name` of the Jobs deleted."""
     deleted = []
     for page in resources.managed_job_pages():
-        ids = {job_id for job_id in map(portal_job_id, page) if job_id is not None}
+        ids = {facts.job_id for facts in page if facts.job_id is not None}
         for job in leftovers(page, _final_jobs(ids), cutoff=now - _grace()):
             resources.delete_job(job.namespace, job.name)
             deleted.append(f"{job.namespace}/{job.name}")

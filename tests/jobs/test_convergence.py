@@ -13,6 +13,7 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from cluster import client, resources
+from cluster.facts import job_facts
 from cluster.manifests import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
 from jobs import convergence, services
 from jobs.choices import JobState
@@ -39,7 +40,7 @@ def _cluster_job(job_id, namespace="team-a", *, name=None, finished=False, delet
     if deleting:
         metadata["deletionTimestamp"] = "2026-11-30T12:00:00Z"
     status = {"conditions": [{"type": "Complete", "status": "True"}]} if finished else {}
-    return {"metadata": metadata, "status": status}
+    return job_facts({"metadata": metadata, "status": status})
 
 
 def test_leftovers_are_the_jobs_of_cancelled_jobs_and_unfinished_jobs_of_jobs_final_for_long():
@@ -62,7 +63,7 @@ def test_leftovers_are_the_jobs_of_cancelled_jobs_and_unfinished_jobs_of_jobs_fi
         _cluster_job(6, namespace="team-b"),  # another team's namespace, with job 6's label
         _cluster_job(6, name="not-rsv-6"),  # right namespace, wrong name
         _cluster_job(7),  # job 7 is not final (absent from `final`)
-        {"metadata": {"name": "x", "namespace": "team-a", "labels": {LABEL_JOB_ID: "abc"}}},
+        job_facts({"metadata": {"name": "x", "namespace": "team-a", "labels": {LABEL_JOB_ID: "abc"}}}),
     ]
     doomed = leftovers(cluster_jobs, final, cutoff=cutoff)
     assert [job.name for job in doomed] == ["rsv-1", "rsv-2"]
