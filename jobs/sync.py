@@ -119,6 +119,7 @@ class ClusterSync:
 
     def __init__(self):
         self.attribution = Attribution()
+        self._nodes_recorded: dict[str, tuple[NodeFacts, float]] = {}  # name -> (facts last recorded, when)
 
     # --- versions -------------------------------------------------------------------------------------------
     @staticmethod
@@ -133,18 +134,32 @@ class ClusterSync:
         SyncState.objects.update_or_create(resource=resource, defaults=defaults)
 
     # --- nodes -> pools -------------------------------------------------------------------------------------
+    # A node's status is rewritten by its heartbeats, which change nothing the portal keeps: such an update is
+    # recorded again only when the row's `last_seen_at` is this old (at 2,000 nodes, recording every heartbeat was
+    # a fifth of the sync's time).
+    NODE_SEEN_REFRESH_SECONDS = 300.0
+
     def relist_nodes(self, nodes: list[NodeFacts], version: str) -> None:
         with transaction.atomic():
             node_pools = pools.record_nodes(nodes=nodes, complete=True)
             self.save_version("nodes", version, listed=True)
         self.attribution.node_pools = node_pools
+        now = time.monotonic()
+        self._nodes_recorded = {node.name: (node, now) for node in nodes}
 
     def node_event(self, kind: str, node: NodeFacts) -> None:
+        recorded = self._nodes_recorded
         if kind == "DELETED":
             pools.remove_node(name=node.name)
             self.attribution.node_pools.pop(node.name, None)
+            recorded.pop(node.name, None)
+            return
+        now = time.monotonic()
+        previous = recorded.get(node.name)
+        if previous is not None and previous[0] == node and now - previous[1] < self.NODE_SEEN_REFRESH_SECONDS:
             return
         self.attribution.node_pools.update(pools.record_nodes(nodes=[node]))
+        recorded[node.name] = (node, now)
 
     # --- pods -> jobs (pods, job states) and billing (usage intervals) --------------------------------------
     @staticmethod

@@ -266,6 +266,7 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
     pool.save()
     if spill_pools is not None:
         pool.spill_pools.set(spill_pools)
+    reassign_nodes()
     audit.record(
         actor=user,
         action="pool.update" if previous else "pool.create",
@@ -292,6 +293,7 @@ def delete_pool(*, pool: Pool, user=None) -> None:
             _("%(pool)s has jobs or reservations and cannot be deleted.") % {"pool": pool.name}
         ) from None
     pool.pk = pk
+    reassign_nodes()
     audit.record(actor=user, action="pool.delete", instance=pool, before=before, after=None)
     kueue.mark_changed()
 
@@ -470,6 +472,21 @@ def record_nodes(*, nodes: list[NodeFacts], complete: bool = False) -> dict[str,
     if complete:
         Node.objects.exclude(name__in=[row.name for row in rows]).delete()
     return {row.name: row.pool_id for row in rows}
+
+
+def reassign_nodes() -> int:
+    """Pools changed: put every node row in the pool its recorded labels now select, at once (the sync records a
+    node again only when the node changes). Returns how many rows moved."""
+    pools = list(Pool.objects.order_by("slug"))
+    moved = []
+    for node in Node.objects.only("pk", "labels", "pool_id"):
+        pool = pool_for(node.labels, pools)
+        pool_id = pool.pk if pool else None
+        if node.pool_id != pool_id:
+            node.pool_id = pool_id
+            moved.append(node)
+    Node.objects.bulk_update(moved, ["pool"], batch_size=NODE_BATCH)
+    return len(moved)
 
 
 def remove_node(*, name: str) -> None:

@@ -124,6 +124,22 @@ def test_nodes_are_recorded_in_their_pool_and_removed_with_the_cluster(world):
     assert rows(Node, "name") == [("gpu-b",)]
 
 
+def test_a_node_heartbeat_that_changes_nothing_kept_writes_nothing_until_the_refresh(
+    world, django_assert_num_queries, monkeypatch
+):
+    sync, pool, *_ = world
+    same = node("gpu-a", dict(pool.node_selector))
+    with django_assert_num_queries(0):
+        sync.node_event("MODIFIED", same)  # a heartbeat: the same facts as the relist recorded
+    drained = node("gpu-a", dict(pool.node_selector), gpus=6)
+    sync.node_event("MODIFIED", drained)
+    assert rows(Node, "name", "gpu_allocatable") == [("cpu-1", 0), ("gpu-a", 6)]
+    Node.objects.filter(name="gpu-a").update(last_seen_at=None)
+    monkeypatch.setattr(ClusterSync, "NODE_SEEN_REFRESH_SECONDS", 0.0)  # the refresh period has passed
+    sync.node_event("MODIFIED", node("gpu-a", dict(pool.node_selector), gpus=6))
+    assert Node.objects.get(name="gpu-a").last_seen_at is not None
+
+
 def test_a_pod_seen_again_and_again_is_one_row_and_one_interval(world):
     sync, pool, alpha, _beta, job = world
     running = pod("p1", alpha.namespace, node_name="gpu-a", job_id=job.pk, owner=job.job_name)

@@ -10,7 +10,7 @@ from pools import services
 from pools.choices import PoolKind
 from pools.models import NamespaceLimits, Pool, Quota
 from portal.models import AuditEntry
-from tests.factories import PoolFactory, ReservationFactory
+from tests.factories import NodeFactory, PoolFactory, ReservationFactory
 
 
 def test_a_pool_needs_a_node_selector(db):
@@ -66,6 +66,24 @@ def test_pool_matches_nodes_by_every_selector_label(db):
     pool = PoolFactory(node_selector={"node-role": "training", "gpu-type": "a100"})
     assert pool.matches({"node-role": "training", "gpu-type": "a100", "extra": "x"})
     assert not pool.matches({"node-role": "training", "gpu-type": "t4"})
+
+
+def test_a_pool_whose_selector_changes_takes_its_nodes_at_once(platform_admin):
+    old = PoolFactory(slug="a-old", node_selector={"node-role": "training"})
+    node = NodeFactory(pool=old, labels={"node-role": "training", "gpu-type": "a100"})
+    other = NodeFactory(pool=None, labels={"node-role": "spare"})
+    new = PoolFactory.build(slug="b-new", node_selector={"gpu-type": "a100"}, taints=[])
+    services.save_pool(pool=new, user=platform_admin)
+    node.refresh_from_db()
+    assert node.pool_id == old.pk  # both select it: the first by slug keeps it
+    old.node_selector = {"node-role": "inference"}
+    services.save_pool(pool=old, user=platform_admin)
+    node.refresh_from_db()
+    assert node.pool_id == new.pk  # without waiting for the node to change in the cluster
+    services.delete_pool(pool=new, user=platform_admin)
+    node.refresh_from_db()
+    other.refresh_from_db()
+    assert node.pool_id is None and other.pool_id is None
 
 
 def test_quota_is_set_and_audited(team, platform_admin):
