@@ -747,7 +747,10 @@ class Bench:
             time.sleep(OUTAGE)
             self.postgres.start()
         elif fault in ("apiserver", "kueue"):
-            self.cluster.restart_component("kube-apiserver" if fault == "apiserver" else "kueue")
+            # The API server's graceful stop alone takes from 3 s (an idle machine) to 47 s (a loaded one);
+            # --apiserver-down keeps it down longer, so that the portal's watches back off as on a loaded machine.
+            down_for = self.args.apiserver_down if fault == "apiserver" else 0.0
+            self.cluster.restart_component("kube-apiserver" if fault == "apiserver" else "kueue", down_for=down_for)
         return time.monotonic()
 
     def _kill_worker_mid_task(self, worker_log: Path) -> str:
@@ -861,6 +864,9 @@ def parse_args():
     parser.add_argument("--runs-for", default="10s", help="how long each job's pod runs (KWOK delay)")
     parser.add_argument("--quota", type=int, default=32, help="the bench team's GPUs in the reserved pool")
     parser.add_argument("--converge-timeout", type=float, default=150.0)
+    parser.add_argument(
+        "--apiserver-down", type=float, default=0.0, help="seconds the API server stays down after its graceful stop"
+    )
     parser.add_argument("--keep", action="store_true", help="leave the services running afterwards")
     return parser.parse_args()
 
@@ -898,6 +904,7 @@ def main() -> None:
         "cancel_every": CANCEL_EVERY,
         "outage_s": OUTAGE,
         "job_runs_for": args.runs_for,
+        "apiserver_down_s": args.apiserver_down,
         "cpus": os.cpu_count(),
         "wall_s": round(time.monotonic() - started, 1),
         "targets": TARGETS,
