@@ -683,8 +683,23 @@ class Bench:
         self.api = Api(self.portal.web_port, token)
         from django.conf import settings
 
-        self.recorder = ClusterRecorder(f"{settings.TEAM_NAMESPACE_PREFIX}{TEAM}")
+        namespace = f"{settings.TEAM_NAMESPACE_PREFIX}{TEAM}"
+        self.recorder = ClusterRecorder(namespace)
         self.recorder.start()
+        # The first fault must not strike before the team can run jobs at all (on a loaded machine the worker may
+        # still be starting): its namespace with the ServiceAccount pods need, and its Kueue LocalQueue.
+        from cluster import client as kube
+        from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
+        from cluster.manifests import LOCAL_QUEUE_NAME
+
+        wait(lambda: kube.core().read_namespaced_service_account("default", namespace), timeout=180, what=namespace)
+        wait(
+            lambda: kube.custom_objects().get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", LOCAL_QUEUE_NAME
+            ),
+            timeout=180,
+            what=f"the LocalQueue of {namespace}",
+        )
         time.sleep(3)  # the sync's first list, the worker ready
 
     def _seed_team(self) -> str:
