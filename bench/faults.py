@@ -26,7 +26,9 @@ For each fault:
 - usage: each job's usage intervals as the portal recorded them vs the cluster's own pod records, watched by this
   benchmark (independently of the sync): [PodScheduled time, container finish time), GPUs; `exact` when equal.
 
-Usage: ``.venv/bin/python bench/faults.py [--only worker,redis] [--burst 20] [--rate 1.5] [--keep]``.
+Usage: ``.venv/bin/python bench/faults.py [--only worker,redis] [--burst 20] [--rate 1.5] [--apiserver-down 25]
+[--keep]`` (``--apiserver-down``: seconds the API server stays stopped, so that the portal's watches back off as
+they do when a loaded machine takes that long to stop and start it).
 The last line printed is the JSON summary.
 """
 
