@@ -26,7 +26,9 @@ For each fault:
 - usage: each job's usage intervals as the portal recorded them vs the cluster's own pod records, watched by this
   benchmark (independently of the sync): [PodScheduled time, container finish time), GPUs; `exact` when equal.
 
-Usage: ``.venv/bin/python bench/faults.py [--only worker,redis] [--burst 20] [--rate 1.5] [--keep]``.
+Usage: ``.venv/bin/python bench/faults.py [--only worker,redis] [--burst 20] [--rate 1.5] [--apiserver-down 25]
+[--keep]`` (``--apiserver-down``: seconds the API server stays stopped, so that the portal's watches back off as
+they do when a loaded machine takes that long to stop and start it).
 The last line printed is the JSON summary.
 """
 
@@ -683,8 +685,23 @@ class Bench:
         self.api = Api(self.portal.web_port, token)
         from django.conf import settings
 
-        self.recorder = ClusterRecorder(f"{settings.TEAM_NAMESPACE_PREFIX}{TEAM}")
+        namespace = f"{settings.TEAM_NAMESPACE_PREFIX}{TEAM}"
+        self.recorder = ClusterRecorder(namespace)
         self.recorder.start()
+        # The first fault must not strike before the team can run jobs at all (on a loaded machine the worker may
+        # still be starting): its namespace with the ServiceAccount pods need, and its Kueue LocalQueue.
+        from cluster import client as kube
+        from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
+        from cluster.manifests import LOCAL_QUEUE_NAME
+
+        wait(lambda: kube.core().read_namespaced_service_account("default", namespace), timeout=180, what=namespace)
+        wait(
+            lambda: kube.custom_objects().get_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "localqueues", LOCAL_QUEUE_NAME
+            ),
+            timeout=180,
+            what=f"the LocalQueue of {namespace}",
+        )
         time.sleep(3)  # the sync's first list, the worker ready
 
     def _seed_team(self) -> str:
@@ -747,7 +764,10 @@ class Bench:
             time.sleep(OUTAGE)
             self.postgres.start()
         elif fault in ("apiserver", "kueue"):
-            self.cluster.restart_component("kube-apiserver" if fault == "apiserver" else "kueue")
+            # The API server's graceful stop alone takes from 3 s (an idle machine) to 47 s (a loaded one);
+            # --apiserver-down keeps it down longer, so that the portal's watches back off as on a loaded machine.
+            down_for = self.args.apiserver_down if fault == "apiserver" else 0.0
+            self.cluster.restart_component("kube-apiserver" if fault == "apiserver" else "kueue", down_for=down_for)
         return time.monotonic()
 
     def _kill_worker_mid_task(self, worker_log: Path) -> str:
@@ -861,6 +881,9 @@ def parse_args():
     parser.add_argument("--runs-for", default="10s", help="how long each job's pod runs (KWOK delay)")
     parser.add_argument("--quota", type=int, default=32, help="the bench team's GPUs in the reserved pool")
     parser.add_argument("--converge-timeout", type=float, default=150.0)
+    parser.add_argument(
+        "--apiserver-down", type=float, default=0.0, help="seconds the API server stays down after its graceful stop"
+    )
     parser.add_argument("--keep", action="store_true", help="leave the services running afterwards")
     return parser.parse_args()
 
@@ -898,6 +921,7 @@ def main() -> None:
         "cancel_every": CANCEL_EVERY,
         "outage_s": OUTAGE,
         "job_runs_for": args.runs_for,
+        "apiserver_down_s": args.apiserver_down,
         "cpus": os.cpu_count(),
         "wall_s": round(time.monotonic() - started, 1),
         "targets": TARGETS,

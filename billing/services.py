@@ -539,5 +539,9 @@ def record_usage(*, intervals: list[UsageInterval]) -> int:
 @transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
 def close_usage_of_vanished_pods(*, present_pod_uids: set[str], at: datetime) -> int:
     """After a full list of pods: the open intervals of pods not in it vanished while nobody watched; they end at
-    `at`, the earliest moment that can be known. Returns how many were closed (their days are marked stale)."""
+    `at`, the earliest moment that can be known. Returns how many were closed (their days are marked stale).
+
+    Pods of portal Jobs never get here with an open interval: they carry the usage finalizer until their end is
+    recorded (jobs/sync.py). What remains are pods of other owners (and pods made before the finalizer existed),
+    whose end the portal cannot know from any record that outlives them."""
     return UsageInterval.objects.filter(ended_at__isnull=True).exclude(pod_uid__in=present_pod_uids).update(ended_at=at)

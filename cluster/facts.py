@@ -19,7 +19,7 @@ from datetime import datetime
 
 from django.utils.dateparse import parse_datetime
 
-from .manifests import GPU_RESOURCE, LABEL_JOB_ID
+from .manifests import GPU_RESOURCE, LABEL_JOB_ID, USAGE_FINALIZER
 
 
 def _time(value: str | None) -> datetime | None:
@@ -97,6 +97,19 @@ class PodFacts:
     created_at: datetime | None
     bound_at: datetime | None  # when it was bound to its node
     finished_at: datetime | None  # when its last container finished (None while it runs)
+    deleting: bool = False  # it has a deletionTimestamp
+    held_for_usage: bool = False  # it carries the portal's USAGE_FINALIZER
+
+    @property
+    def usage_final(self) -> bool:
+        """True when the pod's GPU time can no longer change: it has terminated (its finish time is final), or it
+        is being deleted without ever having been bound to a node (it never held a GPU)."""
+        return self.phase in ("Succeeded", "Failed") or (self.deleting and not self.scheduled)
+
+    @property
+    def releasable(self) -> bool:
+        """True when the portal's finalizer may come off once these facts are recorded (`usage_final`)."""
+        return self.held_for_usage and self.usage_final
 
 
 def _container_gpus(container: dict) -> int:
@@ -163,6 +176,8 @@ def pod_facts(pod: dict) -> PodFacts:
         created_at=_time(metadata.get("creationTimestamp")),
         bound_at=bound_at,
         finished_at=finished_at(pod),
+        deleting=bool(metadata.get("deletionTimestamp")),
+        held_for_usage=USAGE_FINALIZER in (metadata.get("finalizers") or ()),
     )
 
 

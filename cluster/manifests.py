@@ -35,6 +35,12 @@ LOCAL_QUEUE_NAME = "reservoir"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 PRIORITY_VALUES = {"reservoir-low": 1000, "reservoir-normal": 5000, "reservoir-high": 10000}
+# Every pod of a portal Job carries this finalizer (the Job's pod template sets it; the Job controller copies a
+# template's finalizers to each pod, as it adds its own `batch.kubernetes.io/job-tracking` for the same reason): the
+# pod cannot leave the apiserver until the cluster sync has recorded its end and takes the finalizer off
+# (jobs/sync.py). A pod that finishes and is deleted while nobody watches is still there, terminated, at the next
+# list, so its GPU time ends at its own finish time, never at the time the portal happened to look.
+USAGE_FINALIZER = "reservoir.io/usage"
 
 
 @dataclass(frozen=True)
@@ -222,7 +228,11 @@ def render_job(spec: JobManifestSpec) -> dict:
             "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
             "template": {
                 # The portal's own annotations always win over a user's (jobs.specs also refuses reserved keys).
-                "metadata": {"labels": pod_labels, "annotations": {**spec.pod_annotations, **annotations}},
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {**spec.pod_annotations, **annotations},
+                    "finalizers": [USAGE_FINALIZER],
+                },
                 "spec": pod_spec,
             },
         },

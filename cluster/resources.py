@@ -14,7 +14,7 @@ from . import client, live
 from .errors import TransientClusterError, with_retries
 from .facts import JobFacts, NodeFacts, job_facts, node_facts
 from .kueue import KINDS, KUEUE_GROUP, KUEUE_VERSION
-from .manifests import LABEL_MANAGED_BY, MANAGED_BY, render_priority_classes
+from .manifests import LABEL_MANAGED_BY, MANAGED_BY, USAGE_FINALIZER, render_priority_classes
 from .watch import list_pages
 
 log = logging.getLogger(__name__)
@@ -415,6 +415,20 @@ def managed_job_pages(*, page_size: int = 500) -> Iterator[list[JobFacts]]:
         token = (body.get("metadata") or {}).get("continue")
         if not token:
             return
+
+
+def release_pod(namespace: str, name: str) -> bool:
+    """Take the portal's usage finalizer off a pod (a strategic merge patch that removes only that entry, whatever
+    other finalizers come and go meanwhile). False when the pod is already gone."""
+    core = client.core()
+    patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [USAGE_FINALIZER]}}
+    try:
+        with_retries(lambda: core.patch_namespaced_pod(name, namespace, patch))
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True
 
 
 def patch_job(namespace: str, name: str, patch: dict):

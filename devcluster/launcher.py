@@ -535,9 +535,10 @@ class Cluster:
         self.progress(f"up in {time.monotonic() - started:.1f}s; {self.env()}")
         return True
 
-    def restart_component(self, name: str, *, timeout: float = 120.0) -> None:
+    def restart_component(self, name: str, *, timeout: float = 120.0, down_for: float = 0.0) -> None:
         """Stop one running component and start it again with the same command line and port (its data, e.g.
-        etcd's, is kept): for tests of how the portal lives through an apiserver or Kueue restart.
+        etcd's, is kept), `down_for` seconds after it stopped: for tests of how the portal lives through an
+        apiserver or Kueue restart.
 
         Kueue's webhooks stay registered while it is down (Job creates fail until it is back, rather than a
         labelled Job starting unsuspended); once it answers again they are re-registered if they were removed."""
@@ -556,6 +557,7 @@ class Cluster:
             except psutil.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+            time.sleep(down_for)
             new = self._spawn(name, argv, record.port, record.health_url)
             entry.update(new.__dict__)
             self._write_state(state)

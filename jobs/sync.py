@@ -5,9 +5,16 @@ team by namespace, which pool by node, which portal job — if any), and handed 
 nodes to `pools.services`, pods and job states to `jobs.services`, GPU time to `billing.services`. Each of those
 writes is an upsert keyed by the object's name or UID, so seeing the same object twice — after a relist, a
 restart of this process, or a replayed watch — writes the same row again instead of a second one: nothing is
-counted twice. A relist also settles what disappeared while nobody watched: pods that are gone are closed at the
-time of the relist (the earliest moment sync can know), and admitted jobs whose Job is gone fail with that
-reason.
+counted twice. A relist also settles what disappeared while nobody watched: admitted jobs whose Job is gone fail
+with that reason.
+
+GPU time ends at the pod's own finish time, also when nobody watched it end. The pods of portal Jobs carry the
+portal's finalizer (`cluster.manifests.USAGE_FINALIZER`), so a pod that finishes and is deleted while the sync is
+away (an apiserver restart, a sync restart, a cancel, a preemption, a TTL) stays in the apiserver, terminated, with
+its finish time: the next event or list records it, and only after that is committed does the sync take the
+finalizer off (`ClusterSync._release`). This holds per pod, so it holds for jobs of several pods alike. Pods without
+the finalizer (other owners' GPU pods, which the portal meters but does not shape) can still vanish unseen: the
+relist closes their intervals at the time of the relist, the earliest moment the portal can know.
 
 A label proves nothing: anyone who may create a pod or a Job in some namespace can write `reservoir.io/job-id`.
 An object belongs to portal job N only if it is the Job `rsv-N` in N's own team namespace, or a pod that Job
@@ -29,6 +36,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing import services as billing
+from cluster import resources
 from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, pod_facts
 from pools import services as pools
 from pools.models import Node
@@ -198,6 +206,7 @@ class ClusterSync:
             billing.close_usage_of_vanished_pods(present_pod_uids={f.uid for f in pods}, at=now)
             self.save_version("pods", version, listed=True)
         jobs.record_pod_states(pods=[(o.job_id, f) for f, o in zip(pods, owners, strict=True) if o.job_id])
+        self._release(pods)
 
     def pod_event(self, kind: str, pod: PodFacts) -> None:
         (owner,) = self._owners([pod])
@@ -214,6 +223,17 @@ class ClusterSync:
                     billing.record_usage(intervals=[interval])
         if kind != "DELETED" and owner.job_id is not None:
             jobs.record_pod_states(pods=[(owner.job_id, pod)])
+        if kind != "DELETED":
+            self._release([pod])
+
+    @staticmethod
+    def _release(pods: list[PodFacts]) -> None:
+        """Take the usage finalizer off the pods whose GPU time is final and now committed (`PodFacts.releasable`):
+        only then may they leave the cluster. A failure raises, so the watch applies the same event (or list) again
+        and this is retried; a pod released twice is no harm."""
+        for pod in pods:
+            if pod.releasable:
+                resources.release_pod(pod.namespace, pod.name)
 
     # --- the portal's Jobs -> jobs (job states) -------------------------------------------------------------
     def _portal_jobs(self, job_objs: list[JobFacts]) -> list[tuple[int, JobFacts]]:

@@ -10,7 +10,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from cluster import client
+from cluster import client, resources
+from cluster.manifests import USAGE_FINALIZER
 from jobs.management.commands.sync_cluster import build_watches
 from jobs.models import Job
 from jobs.sync import ClusterSync
@@ -93,17 +94,28 @@ def integration_team(name: str = "Integration"):
     MembershipFactory(team=team, user=user, role=Role.RESEARCHER)
     team.researcher = user
     yield team
+    delete_team_namespace(team.namespace)
+
+
+def delete_team_namespace(namespace: str) -> None:
+    """Delete a team namespace and wait until its pods are gone (so their GPUs are free for the next test). Pods of
+    portal Jobs keep the portal's usage finalizer until a sync records their end; without a sync running, it is
+    taken off here."""
     core = client.core()
     try:
-        core.delete_collection_namespaced_pod(team.namespace, grace_period_seconds=0)
-        core.delete_namespace(team.namespace, propagation_policy="Background")
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        core.delete_namespace(namespace, propagation_policy="Background")
     except Exception:  # noqa: BLE001 - never created: nothing to clean
         return
-    wait_for(
-        lambda: not core.list_namespaced_pod(team.namespace).items,
-        timeout=60,
-        what=f"pods of {team.namespace} to be deleted",
-    )
+
+    def gone() -> bool:
+        pods = core.list_namespaced_pod(namespace).items
+        for pod in pods:
+            if USAGE_FINALIZER in (pod.metadata.finalizers or []):
+                resources.release_pod(namespace, pod.metadata.name)
+        return not pods
+
+    wait_for(gone, timeout=60, what=f"pods of {namespace} to be deleted")
 
 
 @pytest.fixture

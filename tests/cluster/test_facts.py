@@ -129,3 +129,38 @@ def test_a_complete_job_and_a_failed_job_say_when_and_why():
         job([{"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer"}])
     )
     assert (failed.outcome, failed.reason, failed.message) == ("Failed", "DeadlineExceeded", "Job was active longer")
+
+
+def held(raw: dict, *, deleting: bool = False) -> dict:
+    raw["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking", "reservoir.io/usage"]
+    if deleting:
+        raw["metadata"]["deletionTimestamp"] = "2026-03-01T11:00:00Z"
+    return raw
+
+
+SCHEDULED = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-03-01T10:00:05Z"}]
+
+
+def test_a_held_pod_is_released_only_once_its_gpu_time_is_final():
+    running = pod_facts(held(pod(phase="Running", conditions=SCHEDULED)))
+    assert running.held_for_usage and not running.usage_final and not running.releasable
+    # Deleted while it runs: held until it has terminated, so its finish time is recorded first.
+    stopping = pod_facts(held(pod(phase="Running", conditions=SCHEDULED), deleting=True))
+    assert stopping.deleting and not stopping.releasable
+    for phase in ("Succeeded", "Failed"):
+        ended = pod_facts(held(pod(phase=phase, conditions=SCHEDULED), deleting=True))
+        assert ended.usage_final and ended.releasable
+
+
+def test_a_pod_deleted_before_it_was_bound_is_released_it_never_held_a_gpu():
+    waiting = pod_facts(held(pod(node="", phase="Pending")))
+    assert not waiting.releasable  # it may still be bound
+    deleted = pod_facts(held(pod(node="", phase="Pending"), deleting=True))
+    assert deleted.usage_final and deleted.releasable
+
+
+def test_a_pod_without_the_portals_finalizer_is_never_released():
+    raw = pod(phase="Succeeded", conditions=SCHEDULED)
+    raw["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
+    facts = pod_facts(raw)
+    assert facts.usage_final and not facts.held_for_usage and not facts.releasable

@@ -118,6 +118,8 @@ def test_job_lifecycle_fields():
     assert manifest["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "reservoir-high"
     assert pod_spec(manifest)["priorityClassName"] == "reservoir-high"
     assert pod_spec(manifest)["restartPolicy"] == "Never"
+    # Every pod stays in the cluster until the sync has recorded its end (jobs/sync.py takes this off).
+    assert manifest["spec"]["template"]["metadata"]["finalizers"] == ["reservoir.io/usage"]
 
 
 def test_seed_000_annotations_only_when_the_cluster_reads_them():

@@ -348,3 +348,70 @@ def test_rendered_manifests_are_accepted_by_the_real_apiserver(portal_cluster, c
             created = client.batch().create_namespaced_job(cluster_team.namespace, manifest, dry_run="All")
             assert created.metadata.annotations["scheduling.eks.ebcloud.com/allow-soft-placement"] == str(soft).lower()
             assert created.spec.template.spec.priority_class_name == "reservoir-normal"
+
+
+class PodEnds:
+    """The finish time of every pod of a namespace, from the apiserver's own watch (a thread of the test): what
+    the cluster says, kept even after the pod is gone."""
+
+    def __init__(self, namespace: str):
+        from kubernetes import watch
+
+        self.ends: dict[str, object] = {}
+        self.gone: set[str] = set()
+        self._watch = watch.Watch()
+        self._thread = threading.Thread(target=self._run, args=(namespace,), daemon=True)
+        self._thread.start()
+
+    def _run(self, namespace: str) -> None:
+        for event in self._watch.stream(client.core().list_namespaced_pod, namespace, timeout_seconds=300):
+            pod = event["object"]
+            for status in pod.status.container_statuses or []:
+                if status.state.terminated is not None:
+                    self.ends[pod.metadata.uid] = status.state.terminated.finished_at
+            if event["type"] == "DELETED":
+                self.gone.add(pod.metadata.uid)
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+def test_pods_that_end_and_go_while_the_sync_is_away_are_billed_to_their_own_end(cluster_sync, cluster_team):
+    """While the sync is away (an apiserver restart: its new watch cache cannot serve the old resourceVersion, so
+    the sync lists again), one job's pod completes and then the job is cancelled (its Job deleted), and another's
+    Job is deleted by a cancel while its pod runs. Neither pod may be billed until the sync came back."""
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    ends = PodEnds(cluster_team.namespace)
+    completes = submit(cluster_team, "reserved-a800", gpus=1, name="completes", runs_for="3s")
+    runs = submit(cluster_team, "reserved-a800", gpus=2, name="runs", runs_for="10m")
+    for job in (completes, runs):
+        wait_state(job, JobState.RUNNING)
+    wait_for(lambda: UsageInterval.objects.filter(job__in=[completes, runs]).count() == 2, what="both intervals open")
+    uids = dict(UsageInterval.objects.filter(job__in=[completes, runs]).values_list("job_id", "pod_uid"))
+    cluster_sync.stop()
+    batch = client.batch()
+    wait_for(
+        lambda: (batch.read_namespaced_job(completes.job_name, cluster_team.namespace).status.succeeded or 0) == 1,
+        what="the short job to complete in the cluster",
+    )
+    # The portal has not seen it finish: the user may still cancel it, and cancels the other one too.
+    for job in (completes, runs):
+        services.cancel_job(job=Job.objects.get(pk=job.pk), user=cluster_team.researcher)
+    wait_for(lambda: all(uid in ends.ends for uid in uids.values()), what="both pods to end in the cluster")
+    time.sleep(3)  # the sync comes back well after the pods ended
+    cluster_sync.start(resume=False)
+    try:
+        closed = wait_for(
+            lambda: (
+                dict(UsageInterval.objects.filter(pod_uid__in=uids.values()).values_list("pod_uid", "ended_at"))
+                if UsageInterval.objects.filter(pod_uid__in=uids.values(), ended_at__isnull=False).count() == 2
+                else None
+            ),
+            what="both intervals closed",
+        )
+        assert closed == {uid: ends.ends[uid] for uid in uids.values()}  # each pod's own end, not the relist's time
+        # Once recorded, the pods are let go.
+        wait_for(lambda: set(uids.values()) <= ends.gone, what="both pods to leave the cluster")
+        assert job_state(completes.pk) == job_state(runs.pk) == JobState.CANCELLED
+    finally:
+        ends.stop()

@@ -17,7 +17,7 @@ from jobs.specs import JobSpec
 from pools.models import Node, Pool
 from pools.namespaces import reconcile
 from portal.models import Team
-from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, delete_team_namespace, job_state, set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -41,10 +41,7 @@ def other_team(portal_cluster):
         set_quota(team, Pool.objects.get(slug=slug), 8)
     reconcile(team)
     yield team
-    core = client.core()
-    core.delete_collection_namespaced_pod(team.namespace, grace_period_seconds=0)
-    core.delete_namespace(team.namespace, propagation_policy="Background")
-    wait_for(lambda: not core.list_namespaced_pod(team.namespace).items, timeout=60, what="the other team's pods")
+    delete_team_namespace(team.namespace)
 
 
 def bare_pod(name: str, job_id: int, *, node_name: str = "", node_selector: dict | None = None) -> dict:

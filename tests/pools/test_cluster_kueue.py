@@ -18,7 +18,7 @@ from pools.choices import PoolKind
 from pools.models import KueueProjection, Pool
 from pools.tasks import reconcile_kueue_at_reservation_boundary
 from portal.models import AuditEntry, Team
-from tests.clusterkit import KWOK_DELAY, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, delete_team_namespace, set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -386,9 +386,7 @@ def other_cluster_team(portal_cluster):
 
     team = portal_services.save_team(team=Team(slug=f"it-{uuid.uuid4().hex[:6]}", name="Other"))
     yield team
-    core = client.core()
-    core.delete_collection_namespaced_pod(team.namespace, grace_period_seconds=0)
-    core.delete_namespace(team.namespace, propagation_policy="Background")
+    delete_team_namespace(team.namespace)
 
 
 def test_a_borrowing_job_never_preempts_another_teams_job(portal_cluster, cluster_team, other_cluster_team):
