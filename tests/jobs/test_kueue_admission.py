@@ -171,6 +171,10 @@ def test_strict_order_holds_later_jobs_back_and_best_effort_lets_them_pass(clust
     set_quota(cluster_team, Pool.objects.get(slug="elastic"), 8)
     wait_state(submit(cluster_team, "reserved-a800", gpus=6, name="filler"), JobState.RUNNING)
     big = submit(cluster_team, "reserved-a800", gpus=4, name="big")  # does not fit: 2 GPUs of quota left
+    # Queue order is the order Kueue sees the Workloads: the Job of `big` must exist before `small` is submitted
+    # (two submit tasks can otherwise reach the apiserver in either order on a busy machine).
+    wait_for(lambda: Workload.objects.filter(job=big).exists(), what="the big job's Workload")
+    time.sleep(1.1)  # and a later creation second: Kueue orders by creationTimestamp, which has whole seconds
     small = submit(cluster_team, "elastic", gpus=1, name="small")  # would fit, in another pool
     time.sleep(6)
     # Strict order (the default): the head of the team's queue holds back the jobs behind it, even elsewhere.
