@@ -361,6 +361,23 @@ def test_the_preview_shows_manifest_quota_and_expected_start(client, researcher,
     assert not Job.objects.exists()
 
 
+def test_the_preview_of_an_untouched_form_says_what_to_fill_in_not_errors(client, researcher, team, pool):
+    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    untouched = _form(pool="", name="", image="")  # what the page posts on load: team preselected, defaults kept
+    html = login(client, researcher).post(reverse("jobs:job_submit_preview"), untouched, **HTMX).content.decode()
+    assert "This field is required" not in html
+    assert "Still to fill in:</strong> Pool, Name, Image" in html
+
+
+def test_the_preview_names_what_is_wrong_once_typed_and_what_is_still_missing(client, researcher, team, pool):
+    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    typed = _form(image="", gpus="0")
+    html = login(client, researcher).post(reverse("jobs:job_submit_preview"), typed, **HTMX).content.decode()
+    assert "Still to fill in:</strong> Image" in html
+    assert "GPUs: Ensure this value is greater than or equal to 1." in html
+    assert "This field is required" not in html
+
+
 def test_the_preview_says_queued_at_position_k(client, researcher, team, pool):
     QuotaFactory(team=team, pool=pool, max_gpus=2)
     JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.RUNNING, gpus=2)
