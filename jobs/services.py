@@ -245,7 +245,7 @@ def _eviction_message(workload: Workload, job: Job) -> str:
     )
 
 
-def _observed_state(job: Job, workload: Workload) -> tuple[str, str, str, object]:
+def observed_state(job: Job, workload: Workload) -> tuple[str, str, str, object]:
     """(state, node, reason, since) that the job's newest Workload and its live pods imply."""
     if not workload.admitted:
         pool_names = dict(Pool.objects.values_list("slug", "name"))
@@ -279,7 +279,7 @@ def settle_job(*, job_id: int) -> bool:
     workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()
     if workload is None:
         return False
-    state, node_name, reason, since = _observed_state(job, workload)
+    state, node_name, reason, since = observed_state(job, workload)
     fields = set()
     flavor_pool = None
     if workload.admitted and workload.flavors:

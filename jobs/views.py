@@ -83,7 +83,7 @@ def _detail_context(job: Job) -> dict:
         "events": events,
         "placement": selectors.placement_of(job),
         "queue_position": services.queue_position(job),
-        "pending_in_words": job.pending_reason,
+        "pending_in_words": selectors.waiting_reason(job),
         "command_line": " ".join([*job.command, *job.args]),
         "now": timezone.now(),
         "poll": STATUS_POLL_SECONDS,

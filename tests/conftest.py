@@ -1,6 +1,10 @@
 """Shared fixtures: a user of each role around one team; the cluster fixtures come from the plugins below."""
 
+import subprocess
+from pathlib import Path
+
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 
 from portal.choices import Role
@@ -13,6 +17,20 @@ pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit", "tests.faultki
 def _fresh_rate_limit_counters():
     """API throttle counters live in the cache: every test starts with none."""
     cache.clear()
+
+
+@pytest.fixture(scope="session")
+def compiled_translations():
+    """`make install` compiles the catalogue; a bare pytest run compiles it here when it is missing or stale."""
+    po = Path(settings.BASE_DIR) / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
+    mo = po.with_suffix(".mo")
+    if not mo.exists() or mo.stat().st_mtime < po.stat().st_mtime:
+        subprocess.run(["msgfmt", "-o", str(mo), str(po)], check=True)
+        from django.utils.translation import trans_real
+
+        trans_real._translations = {}
+        trans_real._active = trans_real.Local()
+    return mo
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from django.urls import reverse
 from cluster.errors import ClusterError
 from jobs import views as job_views
 from jobs.choices import JobState, Placement
-from jobs.models import Job, JobTemplate, Pod
+from jobs.models import Job, JobTemplate, Pod, Workload
 from pools.models import Pool
 from portal.htmx import STOP_POLLING
 from tests.factories import JobFactory, NodeFactory, PodFactory, PoolFactory, QuotaFactory, UserFactory
@@ -502,13 +502,16 @@ def test_pending_explains_in_plain_words_and_says_what_would_fit(client, researc
 def test_pending_shows_queued_jobs_over_quota_with_their_position(client, researcher, team, pool):
     QuotaFactory(team=team, pool=pool, max_gpus=2)
     JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.RUNNING, gpus=2)
-    reason = "Waiting for its team's quota in Train: 2 more GPUs needed"  # as the sync writes Kueue's word
-    first = {"name": "first-q", "pending_reason": reason}
-    JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=2, **first)
+    first = JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=2, name="first-q")
     JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=1, name="second-q")
+    said = (
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor train, "
+        "2 more needed"
+    )
+    Workload.objects.create(uid="w1", namespace="t", name="w1", job=first, message=said, created_at=first.created_at)
     response = login(client, researcher).get(reverse("jobs:pending"))
     html = response.content.decode()
-    assert "Waiting for its team&#x27;s quota in Train: 2 more GPUs needed" in html
+    assert "Waiting for its team&#x27;s quota in Train Pool: 2 more GPUs needed" in html
     assert "Waiting for Kueue to admit it against the team&#x27;s quota." in html  # not synced yet
     assert "queued at position 1" in html and "queued at position 2" in html
     assert "starts when 2 GPUs of the team&#x27;s quota are freed" in html
