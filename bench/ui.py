@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from bench.benchdb import bench_database  # noqa: E402
 
 TARGET_P95_MS = 150
+TARGET_REFRESH_BYTES = 50_000  # a live refresh at full size, on the wire (issue 16)
 
 
 def parse_args():
@@ -151,20 +152,29 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def wire_bytes(client, path: str) -> tuple[int, int]:
-    """(bytes on the wire, bytes before compression) of one live refresh of `path`, as the page's htmx poll asks
-    for it: the HX-Request header, gzip accepted, and the refresh URL the page's fragment names (the dashboard's
-    carries the version of what the browser already shows). On the wire = status line and headers + body."""
+def _on_wire(response) -> int:
+    status_line = f"HTTP/1.1 {response.status_code} {response.reason_phrase}\r\n".encode()
+    return len(status_line) + len(response.serialize_headers()) + 4 + len(response.content)
+
+
+def wire_bytes(client, path: str) -> dict:
+    """Bytes of one live refresh of `path` as the page's htmx poll asks for it (the HX-Request header, gzip
+    accepted; on the wire = status line, headers and body): after a change (the whole fragment; for the dashboard,
+    asked without the version the browser holds), uncompressed for comparison, and while nothing changed (the
+    dashboard names the version it shows in its poll URL and gets an empty 204; other pages send the fragment)."""
     page = client.get(path, HTTP_ACCEPT_ENCODING="gzip").content
     if page[:2] == b"\x1f\x8b":
         page = gzip.decompress(page)
     match = re.search(rb'hx-get="([^"]+)"[^>]*hx-trigger="every', page)
-    refresh_path = html.unescape(match[1].decode()) if match else path
-    compressed = client.get(refresh_path, HTTP_HX_REQUEST="true", HTTP_ACCEPT_ENCODING="gzip")
-    plain = client.get(refresh_path, HTTP_HX_REQUEST="true")
-    status_line = f"HTTP/1.1 {compressed.status_code} {compressed.reason_phrase}\r\n".encode()
-    on_wire = len(status_line) + len(compressed.serialize_headers()) + 4 + len(compressed.content)
-    return on_wire, len(plain.content)
+    poll = html.unescape(match[1].decode()) if match else path
+    changed = client.get(poll.split("since=")[0].rstrip("?&"), HTTP_HX_REQUEST="true", HTTP_ACCEPT_ENCODING="gzip")
+    unchanged = client.get(poll, HTTP_HX_REQUEST="true", HTTP_ACCEPT_ENCODING="gzip")
+    plain = client.get(poll.split("since=")[0].rstrip("?&"), HTTP_HX_REQUEST="true")
+    return {
+        "refresh_bytes_on_wire": _on_wire(changed),
+        "refresh_bytes_uncompressed": _on_wire(plain),
+        "refresh_bytes_unchanged": _on_wire(unchanged),
+    }
 
 
 def main():
@@ -222,21 +232,22 @@ def main():
                 assert response.status_code == 200
             with CaptureQueriesContext(connection) as queries:
                 client.get(path)
-            refresh_bytes, refresh_raw = wire_bytes(client, path)
+            query_count = len(queries.captured_queries)  # before any other request clears the log
+            refresh = wire_bytes(client, path)
             key = f"{page}[{'admin' if viewer.is_admin else 'researcher'}]"
             results[key] = {
                 "p50_ms": round(statistics.median(timings), 1),
                 "p95_ms": round(percentile(timings, 0.95), 1),
                 "max_ms": round(max(timings), 1),
-                "queries": len(queries.captured_queries),
+                "queries": query_count,
                 "bytes": len(response.content),
-                "refresh_bytes_on_wire": refresh_bytes,
-                "refresh_bytes_uncompressed": refresh_raw,
+                **refresh,
             }
             print(
                 f"{key:<34} p50 {results[key]['p50_ms']:>7} ms  p95 {results[key]['p95_ms']:>7} ms  "
-                f"{results[key]['queries']} queries  refresh {refresh_bytes:,} B on the wire "
-                f"({refresh_raw:,} B uncompressed)",
+                f"{results[key]['queries']} queries  refresh {refresh['refresh_bytes_on_wire']:,} B on the wire "
+                f"({refresh['refresh_bytes_uncompressed']:,} B uncompressed, {refresh['refresh_bytes_unchanged']:,} B "
+                "when nothing changed)",
                 flush=True,
             )
     summary = {
@@ -253,8 +264,10 @@ def main():
         "requests_per_page": args.requests,
         "load_seconds": round(load_seconds, 1) if load_seconds is not None else None,
         "target_p95_ms": TARGET_P95_MS,
+        "target_refresh_bytes": TARGET_REFRESH_BYTES,
         "pages": results,
         "all_within_target": all(r["p95_ms"] < TARGET_P95_MS for r in results.values()),
+        "refreshes_within_target": all(r["refresh_bytes_on_wire"] <= TARGET_REFRESH_BYTES for r in results.values()),
     }
     print(json.dumps(summary))
 
