@@ -139,7 +139,7 @@ class MeteredDay(models.Model):
 
     class Meta:
         verbose_name = _("metered day")
-        verbose_name_plural = _("metered daies")
+        verbose_name_plural = _("metered days")
         ordering = ["day"]
 
     def __str__(self) -> str:
@@ -158,7 +158,7 @@ class StaleDay(models.Model):
 
     class Meta:
         verbose_name = _("stale day")
-        verbose_name_plural = _("stale daies")
+        verbose_name_plural = _("stale days")
         ordering = ["day"]
 
     def __str__(self) -> str:

@@ -196,9 +196,9 @@ class Workload(models.Model):
     admitted = models.BooleanField(_("admitted"), default=False)
     finished = models.BooleanField(_("finished"), default=False)
     flavors = models.JSONField(
-        _("flavors"), default=list, blank=True, help_text="Flavors (pool slugs) assigned at admission."
+        _("flavors"), default=list, blank=True, help_text=_("Flavors (pool slugs) assigned at admission.")
     )
-    message = models.TextField(_("message"), blank=True, help_text="Kueue's latest word on why the workload waits.")
+    message = models.TextField(_("message"), blank=True, help_text=_("Kueue's latest word on why the workload waits."))
     evicted_reason = models.CharField(_("evicted reason"), max_length=80, blank=True)
     evicted_message = models.TextField(_("evicted message"), blank=True)
     requeue_count = models.PositiveIntegerField(_("requeue count"), default=0)

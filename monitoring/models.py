@@ -339,7 +339,7 @@ class AlertNotification(models.Model):
 
     alert = models.ForeignKey(Alert, verbose_name=_("alert"), on_delete=models.CASCADE, related_name="notifications")
     event = models.CharField(
-        _("event"), max_length=10, choices=[(AlertState.FIRING, "firing"), (AlertState.RESOLVED, "resolved")]
+        _("event"), max_length=10, choices=[(AlertState.FIRING, _("Firing")), (AlertState.RESOLVED, _("Resolved"))]
     )
     status = models.CharField(
         _("status"), max_length=10, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
