@@ -5,12 +5,15 @@ state changes only through `Job.transition_to` (called by `jobs.services` under 
 edge outside `choices.TRANSITIONS` and writes a `JobEvent` with the time, so the timeline is complete.
 """
 
+from dataclasses import dataclass, field
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
@@ -21,6 +24,28 @@ from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, TRANSITIONS, 
 
 class IllegalTransition(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Words:
+    """A message kept as its English msgid and its arguments, so that each reader gets it in their own language
+    (the sync and the workers write events in the default language; a page shows them in the viewer's). A msgid
+    "reasons.<function>" is instead worded by that function of jobs.reasons, called with `args`."""
+
+    msgid: str
+    args: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        if self.msgid.startswith("reasons."):
+            from . import reasons
+
+            return getattr(reasons, self.msgid.removeprefix("reasons."))(**self.args)
+        text = gettext(self.msgid)
+        return text % self.args if self.args else text
+
+    def english(self) -> str:
+        with translation.override("en"):
+            return str(self)
 
 
 def job_name_for(job_id: int) -> str:
@@ -141,12 +166,13 @@ class Job(models.Model):
         if self.placement == Placement.SPILL_AFTER and not self.spill_after_minutes:
             raise ValidationError({"spill_after_minutes": _("Say after how many minutes the job may spill.")})
 
-    def transition_to(self, new_state: str, *, message: str = "", actor=None, at=None) -> "JobEvent":
+    def transition_to(self, new_state: str, *, message: "str | Words" = "", actor=None, at=None) -> "JobEvent":
         """Move to `new_state` along a legal edge and record it. The caller holds a row lock and saves."""
         if new_state not in TRANSITIONS[self.state]:
             raise IllegalTransition(f"job {self.pk}: {self.state} -> {new_state} is not allowed")
         at = at or timezone.now()
-        event = JobEvent(job=self, from_state=self.state, to_state=new_state, at=at, message=message, actor=actor)
+        event = JobEvent(job=self, from_state=self.state, to_state=new_state, at=at, actor=actor)
+        event.say(message)
         self.state = new_state
         self.state_changed_at = at
         if new_state == JobState.RUNNING and self.started_at is None:
@@ -163,7 +189,9 @@ class JobEvent(models.Model):
     from_state = models.CharField(_("from state"), max_length=20, choices=JobState.choices, blank=True)
     to_state = models.CharField(_("to state"), max_length=20, choices=JobState.choices, blank=True)
     at = models.DateTimeField(_("at"), default=timezone.now)
-    message = models.TextField(_("message"), blank=True)
+    message = models.TextField(_("message"), blank=True, help_text=_("In English; pages show it in the reader's."))
+    message_id = models.CharField(_("message id"), max_length=200, blank=True)
+    message_args = models.JSONField(_("message arguments"), default=dict, blank=True)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, verbose_name=_("actor"), on_delete=models.SET_NULL, null=True, blank=True
     )
@@ -176,6 +204,26 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state} -> {self.to_state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @classmethod
+    def note(cls, *, job: Job, message: "str | Words", **fields) -> "JobEvent":
+        """Save an event (a note when no states are given) whose message may be `Words`."""
+        event = cls(job=job, **fields)
+        event.say(message)
+        event.save()
+        return event
+
+    def say(self, message: "str | Words") -> None:
+        """Keep `message`: text as it is, `Words` as their English text plus what re-words them for a reader."""
+        if isinstance(message, Words):
+            self.message, self.message_id, self.message_args = message.english(), message.msgid, message.args
+        else:
+            self.message = str(message)
+
+    @property
+    def in_words(self) -> str:
+        """The message in the active language (events written before messages kept their msgid: as written)."""
+        return str(Words(self.message_id, self.message_args)) if self.message_id else self.message
 
 
 class Workload(models.Model):

@@ -88,7 +88,7 @@ def waiting_reason(job: Job) -> str:
     workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()
     if workload is None:
         return job.pending_reason
-    return observed_state(job, workload)[2]
+    return str(observed_state(job, workload)[2])
 
 
 def timeline(job: Job) -> tuple[list[TimelineStep], list[JobEvent]]:
@@ -100,7 +100,7 @@ def timeline(job: Job) -> tuple[list[TimelineStep], list[JobEvent]]:
         if not event.to_state:
             continue
         after = int((event.at - steps[-1].at).total_seconds()) if steps else None
-        steps.append(TimelineStep(event.to_state, labels[event.to_state], event.at, event.message, after))
+        steps.append(TimelineStep(event.to_state, labels[event.to_state], event.at, event.in_words, after))
     return steps, events
 
 

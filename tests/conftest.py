@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.core.cache import cache
+from django.utils import translation
 
 from portal.choices import Role
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
@@ -17,6 +18,15 @@ pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit", "tests.faultki
 def _fresh_rate_limit_counters():
     """API throttle counters live in the cache: every test starts with none."""
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def _default_language():
+    """Every test starts in the default language: a request of a user who reads Chinese activates it for the
+    thread (portal.middleware.UserLanguageMiddleware), and the test client serves requests in the test's thread."""
+    translation.activate(settings.LANGUAGE_CODE)
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture(scope="session")
