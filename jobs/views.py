@@ -118,7 +118,14 @@ def job_logs(request, pk: int):
     """The last lines the job's pod wrote, read from the cluster; a clear message when there are none."""
     job = _visible_job(request, pk)
     placement = selectors.placement_of(job)
-    context = {"job": job, "placement": placement, "lines": LOG_LINES, "log_text": None, "log_message": ""}
+    context = {
+        "job": job,
+        "placement": placement,
+        "lines": LOG_LINES,
+        "log_text": None,
+        "log_message": "",
+        "cluster_says": "",
+    }
     if not placement.pod_name:
         context["log_message"] = (
             _("The job never had a pod in the cluster, so there is no log.")
@@ -131,7 +138,8 @@ def job_logs(request, pk: int):
         except Exception as error:  # noqa: BLE001 - any failure of the cluster call is shown, not raised
             log.info("log tail of job %s unavailable: %s", job.pk, error)
             why = str(error) if isinstance(error, ClusterError) else describe(error)
-            context["log_message"] = _("Logs are not available from the cluster: %(why)s") % {"why": why}
+            context["log_message"] = _("Logs are not available from the cluster.")
+            context["cluster_says"] = why  # verbatim, on its own line
         else:
             if text:
                 context["log_text"] = text

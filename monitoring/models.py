@@ -245,10 +245,10 @@ class AlertRule(models.Model):
     @property
     def scope_label(self) -> str:
         if self.pool_id:
-            return f"pool {self.pool}"
+            return _("pool %(pool)s") % {"pool": self.pool}
         if self.team_id:
-            return f"team {self.team}"
-        return "default"
+            return _("team %(team)s") % {"team": self.team}
+        return _("default")
 
 
 class AlertQuerySet(models.QuerySet):

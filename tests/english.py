@@ -59,14 +59,19 @@ def english_words(text: str, data: tuple[str, ...] = ()) -> list[str]:
     return [word for word in _WORD.findall(text) if word not in KEPT_TERMS and len(word) > 1]
 
 
+_PLAIN_WORD = re.compile(r"^\(?([A-Za-z][a-z'’]*)[,.:;)]*$")
+
+
 def english_phrases(text: str, data: tuple[str, ...] = (), length: int = 3) -> list[str]:
-    """Stretches of `length` or more English words in a row (a sentence or phrase left untranslated): the text is
-    cut at every character that is neither a Latin letter nor a space or light punctuation, e.g. a Chinese one."""
+    """Stretches of `length` or more plain English words (a sentence or phrase left untranslated): the text is cut
+    at every character that is neither a Latin letter nor a space or light punctuation, e.g. a Chinese one. Code
+    and data (registry.example.com, python train.py --epochs, key=value) are not plain words."""
     for item in sorted(data, key=len, reverse=True):
         text = text.replace(item, "|")
-    stretches = re.split(r"[^A-Za-z'’\-\s,.:;()]+", text)
-    return [
-        stretch.strip()
-        for stretch in stretches
-        if len([w for w in _WORD.findall(stretch) if w not in KEPT_TERMS and len(w) > 1]) >= length
-    ]
+    stretches = re.split(r"[^A-Za-z0-9'’\-\s,.:;()/=_*]+", text)
+    found = []
+    for stretch in stretches:
+        plain = [m[1] for m in map(_PLAIN_WORD.match, stretch.split()) if m and m[1] not in KEPT_TERMS]
+        if len(plain) >= length:
+            found.append(stretch.strip())
+    return found
