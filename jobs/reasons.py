@@ -1,13 +1,16 @@
 """Why work waits, in plain words, and what would make it fit.
 
-The scheduler explains an unschedulable pod in one line ("0/9 nodes are available: 2 Insufficient nvidia.com/gpu,
-7 node(s) had untolerated taint {workload: inference}. preemption: ..."). `plain_reason` turns the counted causes
-into a sentence a researcher understands. `fit_hint` compares what the work needs with the pool's occupancy right
-now: it fits now (the scheduler will retry), it would fit with soft placement in a spill pool, or the largest free
-block is too small. Quota waits are Kueue's: `kueue_reason` reads the reasons Kueue joins into its QuotaReserved
-message ("couldn't assign flavors to pod set main: flavor elastic doesn't match node affinity, insufficient unused
-quota for nvidia.com/gpu in flavor a800, 2 more needed") and says them with pool names; flavors the job's placement
-excludes are left out. A message of another shape is shown as it is, as what the cluster says.
+The scheduler explains an unschedulable pod in one line ("0/9 nodes are available: 2 Insufficient nvidia.com/gpu, 7
+node(s) had untolerated taint(s). no new claims to deallocate, preemption: 0/9 nodes are available: 9 Preemption is
+not helpful for scheduling."). `plain_reason` keeps the first sentence (the rest is about preemption, which the
+portal's priority classes never ask of the scheduler) and turns its counted causes into one whole sentence; a cause of
+a shape not known here is not guessed at: the whole message follows, verbatim, on its own line. `fit_hint` compares
+what the work needs with the pool's occupancy right now: it fits now (the scheduler will retry), it would fit with
+soft placement in a spill pool, or the largest free block is too small. Quota waits are Kueue's: `kueue_reason` reads
+the reasons Kueue joins into its QuotaReserved message ("couldn't assign flavors to pod set main: flavor elastic
+doesn't match node affinity, insufficient unused quota for nvidia.com/gpu in flavor a800, 2 more needed") and says
+them with pool names; flavors the job's placement excludes are left out. A message of another shape is shown as it is,
+as what the cluster says.
 """
 
 import re
@@ -47,11 +50,11 @@ def _cause_in_words(count: int, text: str) -> str | None:
     lowered = text.lower()
     for needle in _KNOWN_CAUSES:
         if needle in lowered:
-            return _n(needle, count)
+            return _cause_words(needle, count)
     return None
 
 
-def _n(needle: str, count: int) -> str:
+def _cause_words(needle: str, count: int) -> str:
     """The sentence piece for one known cause (each spelled out so makemessages finds it)."""
     if needle == "insufficient nvidia.com/gpu":
         text = ngettext("%(n)d node lacks enough free GPUs", "%(n)d nodes lack enough free GPUs", count)
