@@ -7,7 +7,9 @@ jobs. Two viewers: a researcher of two teams and a platform admin (who sees ever
 
 Each page is requested in-process through Django's test client (URL routing, middleware, session, views, templates:
 everything but the network), WARMUP times untimed, then REQUESTS times timed; queries per request are counted in a
-separate request. The JSON summary (p50, p95 in milliseconds and queries per request) is the last line printed.
+separate request, and the bytes on the wire of one live refresh (the page's htmx poll, gzip accepted, headers
+included) next to its size uncompressed. The JSON summary (p50, p95 in milliseconds, queries per request, refresh
+bytes) is the last line printed.
 
     .venv/bin/python bench/ui.py                    # 1,000 nodes, 10,000 pods, 100,000 past jobs
     .venv/bin/python bench/ui.py --reuse            # keep the data of a previous run of the same size
@@ -15,8 +17,11 @@ separate request. The JSON summary (p50, p95 in milliseconds and queries per req
 """
 
 import argparse
+import gzip
+import html
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -28,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from bench.benchdb import bench_database  # noqa: E402
 
 TARGET_P95_MS = 150
+TARGET_REFRESH_BYTES = 50_000  # a live refresh at full size, on the wire (issue 16)
 
 
 def parse_args():
@@ -49,8 +55,8 @@ LOAD_SQL = """
 TRUNCATE jobs_jobevent, jobs_pod, jobs_job, pools_quota, pools_reservation, pools_node, pools_pool_spill_pools,
          pools_pool, portal_membership, portal_team RESTART IDENTITY CASCADE;
 
-INSERT INTO portal_team (slug, name, description, created_at)
-SELECT 'team-' || n, 'Team ' || n, '', now() FROM generate_series(1, %(teams)s) n;
+INSERT INTO portal_team (slug, name, description, queueing_strategy, allow_high_priority, created_at)
+SELECT 'team-' || n, 'Team ' || n, '', 'StrictFIFO', false, now() FROM generate_series(1, %(teams)s) n;
 
 INSERT INTO pools_pool (slug, name, kind, gpu_model, node_selector, taints, apply_taints, contracted_gpus,
                         monthly_price_per_gpu, hourly_price_per_gpu, min_nodes, max_nodes, created_at, updated_at)
@@ -81,22 +87,22 @@ FROM portal_team t WHERE t.id <= 60;
 INSERT INTO jobs_job (team_id, pool_id, submitted_by_id, name, image, command, args, env, gpus, cpu_millicores,
                       memory_mib, placement, priority, max_run_minutes, state, state_changed_at, created_at,
                       started_at, finished_at, node_name, pending_reason, last_error, submit_attempts,
-                      anti_affinity_group, pod_annotations, spilled)
+                      anti_affinity_group, pod_annotations, spilled, preemptions)
 SELECT 1 + n %% %(teams)s, 1 + n %% %(pools)s, %(user)s, 'job-' || n, 'registry.example.com/train:1.0',
        '["python", "train.py"]'::jsonb, '[]'::jsonb, '{}'::jsonb, (ARRAY[1, 1, 2, 4, 8])[1 + n %% 5], 1000, 4096,
        'strict', 50, 1440, (ARRAY['succeeded', 'succeeded', 'succeeded', 'failed', 'cancelled'])[1 + n %% 5],
        now() - (n * interval '5 minutes'), now() - (n * interval '5 minutes') - interval '2 hours',
        now() - (n * interval '5 minutes') - interval '100 minutes', now() - (n * interval '5 minutes'),
-       'gpu-node-' || lpad((1 + n %% %(nodes)s)::text, 5, '0'), '', '', 1, '', '{}'::jsonb, false
+       'gpu-node-' || lpad((1 + n %% %(nodes)s)::text, 5, '0'), '', '', 1, '', '{}'::jsonb, false, 0
 FROM generate_series(1, %(jobs)s) n;
 
 INSERT INTO jobs_job (team_id, pool_id, submitted_by_id, name, image, command, args, env, gpus, cpu_millicores,
                       memory_mib, placement, priority, max_run_minutes, state, state_changed_at, created_at,
                       node_name, pending_reason, last_error, submit_attempts, anti_affinity_group, pod_annotations,
-                      spilled)
+                      spilled, preemptions)
 SELECT 1 + n %% 40, 1 + n %% %(pools)s, %(user)s, 'queued-' || n, 'registry.example.com/train:1.0', '[]'::jsonb,
        '[]'::jsonb, '{}'::jsonb, 8, 1000, 4096, 'strict', 50, 1440, 'queued', now() - n * interval '1 minute',
-       now() - n * interval '1 minute', '', '', '', 0, '', '{}'::jsonb, false
+       now() - n * interval '1 minute', '', '', '', 0, '', '{}'::jsonb, false, 0
 FROM generate_series(1, %(queued)s) n;
 
 -- Pods: running and bound (a quarter without GPUs), unschedulable ones with the scheduler's message, finished ones.
@@ -144,6 +150,31 @@ def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
     return ordered[index]
+
+
+def _on_wire(response) -> int:
+    status_line = f"HTTP/1.1 {response.status_code} {response.reason_phrase}\r\n".encode()
+    return len(status_line) + len(response.serialize_headers()) + 4 + len(response.content)
+
+
+def wire_bytes(client, path: str) -> dict:
+    """Bytes of one live refresh of `path` as the page's htmx poll asks for it (the HX-Request header, gzip
+    accepted; on the wire = status line, headers and body): after a change (the whole fragment; for the dashboard,
+    asked without the version the browser holds), uncompressed for comparison, and while nothing changed (the
+    dashboard names the version it shows in its poll URL and gets an empty 204; other pages send the fragment)."""
+    page = client.get(path, HTTP_ACCEPT_ENCODING="gzip").content
+    if page[:2] == b"\x1f\x8b":
+        page = gzip.decompress(page)
+    match = re.search(rb'hx-get="([^"]+)"[^>]*hx-trigger="every', page)
+    poll = html.unescape(match[1].decode()) if match else path
+    changed = client.get(poll.split("since=")[0].rstrip("?&"), HTTP_HX_REQUEST="true", HTTP_ACCEPT_ENCODING="gzip")
+    unchanged = client.get(poll, HTTP_HX_REQUEST="true", HTTP_ACCEPT_ENCODING="gzip")
+    plain = client.get(poll.split("since=")[0].rstrip("?&"), HTTP_HX_REQUEST="true")
+    return {
+        "refresh_bytes_on_wire": _on_wire(changed),
+        "refresh_bytes_uncompressed": _on_wire(plain),
+        "refresh_bytes_unchanged": _on_wire(unchanged),
+    }
 
 
 def main():
@@ -201,17 +232,22 @@ def main():
                 assert response.status_code == 200
             with CaptureQueriesContext(connection) as queries:
                 client.get(path)
+            query_count = len(queries.captured_queries)  # before any other request clears the log
+            refresh = wire_bytes(client, path)
             key = f"{page}[{'admin' if viewer.is_admin else 'researcher'}]"
             results[key] = {
                 "p50_ms": round(statistics.median(timings), 1),
                 "p95_ms": round(percentile(timings, 0.95), 1),
                 "max_ms": round(max(timings), 1),
-                "queries": len(queries.captured_queries),
+                "queries": query_count,
                 "bytes": len(response.content),
+                **refresh,
             }
             print(
                 f"{key:<34} p50 {results[key]['p50_ms']:>7} ms  p95 {results[key]['p95_ms']:>7} ms  "
-                f"{results[key]['queries']} queries",
+                f"{results[key]['queries']} queries  refresh {refresh['refresh_bytes_on_wire']:,} B on the wire "
+                f"({refresh['refresh_bytes_uncompressed']:,} B uncompressed, {refresh['refresh_bytes_unchanged']:,} B "
+                "when nothing changed)",
                 flush=True,
             )
     summary = {
@@ -228,8 +264,10 @@ def main():
         "requests_per_page": args.requests,
         "load_seconds": round(load_seconds, 1) if load_seconds is not None else None,
         "target_p95_ms": TARGET_P95_MS,
+        "target_refresh_bytes": TARGET_REFRESH_BYTES,
         "pages": results,
         "all_within_target": all(r["p95_ms"] < TARGET_P95_MS for r in results.values()),
+        "refreshes_within_target": all(r["refresh_bytes_on_wire"] <= TARGET_REFRESH_BYTES for r in results.values()),
     }
     print(json.dumps(summary))
 

@@ -1,4 +1,5 @@
 from django.contrib import admin, messages
+from django.utils.translation import gettext_lazy as _
 
 from portal import outbox
 
@@ -47,14 +48,15 @@ class InvoiceAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    @admin.action(description="Close the month of the selected invoices (freezes every team's invoice)")
+    @admin.action(description=_("Close the month of the selected invoices (freezes every team's invoice)"))
     def close_months(self, request, queryset):
         months = sorted(set(queryset.values_list("month", flat=True)))
         for month in months:
             outbox.send(tasks.close_month, format_month(month), user_id=request.user.pk)
         self.message_user(
             request,
-            f"Closing {', '.join(format_month(m) for m in months)}: the billing queue meters and freezes them.",
+            _("Closing %(months)s: the billing queue meters and freezes them.")
+            % {"months": ", ".join(format_month(m) for m in months)},
             messages.INFO,
         )
 

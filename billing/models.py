@@ -32,11 +32,18 @@ class UsageInterval(models.Model):
     pod_uid = models.CharField(_("pod UID"), max_length=64, unique=True)
     namespace = models.CharField(_("namespace"), max_length=63)
     pod_name = models.CharField(_("pod"), max_length=253)
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, null=True, blank=True, related_name="usage_intervals")
-    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="usage_intervals")
+    team = models.ForeignKey(
+        Team, verbose_name=_("team"), on_delete=models.PROTECT, null=True, blank=True, related_name="usage_intervals"
+    )
+    pool = models.ForeignKey(Pool, verbose_name=_("pool"), on_delete=models.PROTECT, related_name="usage_intervals")
     node_name = models.CharField(_("node"), max_length=253)
     job = models.ForeignKey(
-        "jobs.Job", on_delete=models.SET_NULL, null=True, blank=True, related_name="usage_intervals"
+        "jobs.Job",
+        verbose_name=_("job"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="usage_intervals",
     )
     gpus = models.PositiveIntegerField(_("GPUs"))
     started_at = models.DateTimeField(_("started"))
@@ -45,6 +52,8 @@ class UsageInterval(models.Model):
     objects = UsageIntervalQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("usage interval")
+        verbose_name_plural = _("usage intervals")
         ordering = ["-started_at"]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gt=0), name="%(app_label)s_%(class)s_gpus_positive"),
@@ -81,8 +90,8 @@ class DailyUsage(models.Model):
     equals the month metered from scratch. A (team, pool, day) without usage or reservation has no row.
     """
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="daily_usage")
-    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="daily_usage")
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="daily_usage")
+    pool = models.ForeignKey(Pool, verbose_name=_("pool"), on_delete=models.CASCADE, related_name="daily_usage")
     day = models.DateField(_("day"))
     reserved_gpu_seconds = models.DecimalField(_("reserved GPU-seconds (R)"), **GPU_SECONDS)
     in_reservation_gpu_seconds = models.DecimalField(_("used in reservation GPU-seconds (U)"), **GPU_SECONDS)
@@ -91,8 +100,9 @@ class DailyUsage(models.Model):
     computed_at = models.DateTimeField(_("computed at"))
 
     class Meta:
+        verbose_name = _("daily usage")
+        verbose_name_plural = _("daily usage")
         ordering = ["day", "team", "pool"]
-        verbose_name_plural = "daily usage"
         constraints = [
             models.UniqueConstraint(
                 fields=["team", "pool", "day"], name="%(app_label)s_%(class)s_unique_team_pool_day"
@@ -128,6 +138,8 @@ class MeteredDay(models.Model):
     complete = models.BooleanField(_("complete"), default=False)
 
     class Meta:
+        verbose_name = _("metered day")
+        verbose_name_plural = _("metered days")
         ordering = ["day"]
 
     def __str__(self) -> str:
@@ -145,6 +157,8 @@ class StaleDay(models.Model):
     day = models.DateField(_("day"), unique=True)
 
     class Meta:
+        verbose_name = _("stale day")
+        verbose_name_plural = _("stale days")
         ordering = ["day"]
 
     def __str__(self) -> str:
@@ -161,11 +175,18 @@ class ClosedMonth(models.Model):
     month = models.DateField(_("month"), unique=True, help_text=_("The first day of the month."))
     closed_at = models.DateTimeField(_("closed at"))
     closed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("closed by"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
     )
     needs_reconciling = models.BooleanField(_("needs reconciling"), default=False)
 
     class Meta:
+        verbose_name = _("closed month")
+        verbose_name_plural = _("closed months")
         ordering = ["-month"]
         constraints = [
             models.CheckConstraint(condition=Q(month__day=1), name="%(app_label)s_%(class)s_month_starts_on_day_1"),
@@ -189,7 +210,7 @@ class Invoice(models.Model):
     lines never change again — database triggers (migration 0002) refuse any update or delete.
     """
 
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="invoices")
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.PROTECT, related_name="invoices")
     month = models.DateField(_("month"), help_text=_("The first day of the month."))
     status = models.CharField(_("status"), max_length=10, choices=InvoiceStatus.choices, default=InvoiceStatus.DRAFT)
     total = models.DecimalField(_("total"), max_digits=14, decimal_places=2, default=0)
@@ -200,6 +221,8 @@ class Invoice(models.Model):
     objects = InvoiceQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("invoice")
+        verbose_name_plural = _("invoices")
         ordering = ["-month", "team__name"]
         constraints = [
             models.UniqueConstraint(fields=["team", "month"], name="%(app_label)s_%(class)s_unique_team_month"),
@@ -230,13 +253,16 @@ class InvoiceLine(models.Model):
     `adjusts_month` and the same key as the line it corrects.
     """
 
-    invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
+    invoice = models.ForeignKey(Invoice, verbose_name=_("invoice"), on_delete=models.CASCADE, related_name="lines")
     kind = models.CharField(_("kind"), max_length=20, choices=LineKind.choices)
     key = models.CharField(_("key"), max_length=60)
-    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    pool = models.ForeignKey(
+        Pool, verbose_name=_("pool"), on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     # No database constraint: the line keeps naming the reservation it billed even if that row is deleted later.
     reservation = models.ForeignKey(
         "pools.Reservation",
+        verbose_name=_("reservation"),
         on_delete=models.DO_NOTHING,
         db_constraint=False,
         null=True,
@@ -251,6 +277,8 @@ class InvoiceLine(models.Model):
     adjusts_month = models.DateField(_("adjusts month"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("invoice line")
+        verbose_name_plural = _("invoice lines")
         ordering = ["invoice", "adjusts_month", "kind", "key"]
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=LineKind.values), name="%(app_label)s_%(class)s_valid_kind"),

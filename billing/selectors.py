@@ -11,6 +11,8 @@ from decimal import Decimal
 from fractions import Fraction
 
 from django.db.models import Max, Min, Sum
+from django.utils.formats import number_format
+from django.utils.translation import gettext as _
 
 from pools.choices import PoolKind
 from pools.models import Pool
@@ -188,8 +190,13 @@ def daily_chart(daily: list[dict]) -> dict:
                 "spill_height": spill_h,
                 "label": f"{d['day']:%d}",
                 "label_x": round_half_up(x + slot / 2, 1),
-                "title": f"{d['day']:%Y-%m-%d}: reserved {d['reserved_gpu_hours']:.2f}, "
-                f"used {d['used_gpu_hours']:.2f}, spilled {d['spill_gpu_hours']:.2f} GPU-hours",
+                "title": _("%(day)s: reserved %(reserved)s, used %(used)s, spilled %(spilled)s GPU-hours")
+                % {
+                    "day": f"{d['day']:%Y-%m-%d}",
+                    "reserved": number_format(d["reserved_gpu_hours"], 2),
+                    "used": number_format(d["used_gpu_hours"], 2),
+                    "spilled": number_format(d["spill_gpu_hours"], 2),
+                },
                 "show_label": index % 5 == 0,
             }
         )

@@ -5,6 +5,7 @@ Team, pool and submitter are chosen among what the requesting user may see, by s
 
 import django_filters
 from django.contrib.auth import get_user_model
+from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
 from portal.api.filters import UtcDateTimeFilter
@@ -32,14 +33,14 @@ def _submitters(request):
 
 
 class JobFilterSet(django_filters.FilterSet):
-    team = django_filters.ModelChoiceFilter(queryset=_teams, to_field_name="slug", label="team (slug)")
-    pool = django_filters.ModelChoiceFilter(queryset=_pools, to_field_name="slug", label="pool (slug)")
+    team = django_filters.ModelChoiceFilter(queryset=_teams, to_field_name="slug", label=_("team (slug)"))
+    pool = django_filters.ModelChoiceFilter(queryset=_pools, to_field_name="slug", label=_("pool (slug)"))
     # No DISTINCT: the filter joins nothing, and DISTINCT over every column made the count scan slow.
     state = django_filters.MultipleChoiceFilter(
-        choices=JobState.choices, distinct=False, label="state (repeat for several)"
+        choices=JobState.choices, distinct=False, label=_("state (repeat for several)")
     )
     submitted_by = django_filters.ModelChoiceFilter(
-        queryset=_submitters, to_field_name="username", label="submitted by (username)"
+        queryset=_submitters, to_field_name="username", label=_("submitted by (username)")
     )
     placement = django_filters.ChoiceFilter(choices=Placement.choices)
     created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")

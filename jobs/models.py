@@ -5,12 +5,15 @@ state changes only through `Job.transition_to` (called by `jobs.services` under 
 edge outside `choices.TRANSITIONS` and writes a `JobEvent` with the time, so the timeline is complete.
 """
 
+from dataclasses import dataclass, field
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
+from django.utils import timezone, translation
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
@@ -21,6 +24,28 @@ from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, TRANSITIONS, 
 
 class IllegalTransition(Exception):
     pass
+
+
+@dataclass(frozen=True)
+class Words:
+    """A message kept as its English msgid and its arguments, so that each reader gets it in their own language
+    (the sync and the workers write events in the default language; a page shows them in the viewer's). A msgid
+    "reasons.<function>" is instead worded by that function of jobs.reasons, called with `args`."""
+
+    msgid: str
+    args: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        if self.msgid.startswith("reasons."):
+            from . import reasons
+
+            return getattr(reasons, self.msgid.removeprefix("reasons."))(**self.args)
+        text = gettext(self.msgid)
+        return text % self.args if self.args else text
+
+    def english(self) -> str:
+        with translation.override("en"):
+            return str(self)
 
 
 def job_name_for(job_id: int) -> str:
@@ -50,9 +75,11 @@ class JobQuerySet(models.QuerySet):
 class Job(models.Model):
     """A GPU job of one team in one pool, with its whole lifecycle (see module docstring)."""
 
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
-    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="jobs")
-    submitted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.PROTECT, related_name="jobs")
+    pool = models.ForeignKey(Pool, verbose_name=_("pool"), on_delete=models.PROTECT, related_name="jobs")
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("submitted by"), on_delete=models.PROTECT, related_name="jobs"
+    )
     name = models.CharField(_("name"), max_length=63)
     image = models.CharField(_("image"), max_length=255)
     command = models.JSONField(_("command"), default=list, blank=True)
@@ -75,7 +102,7 @@ class Job(models.Model):
     node_name = models.CharField(_("node"), max_length=253, blank=True)
     pending_reason = models.TextField(_("pending reason"), blank=True)
     last_error = models.TextField(_("last error"), blank=True)
-    submit_attempts = models.PositiveIntegerField(default=0)
+    submit_attempts = models.PositiveIntegerField(_("submit attempts"), default=0)
     cluster_created_at = models.DateTimeField(_("created in the cluster"), null=True, blank=True)
     anti_affinity_group = models.CharField(
         _("spread from jobs of group"),
@@ -96,12 +123,19 @@ class Job(models.Model):
     )
     preemptions = models.PositiveIntegerField(_("times preempted"), default=0)
     resubmitted_from = models.ForeignKey(
-        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
+        "self",
+        verbose_name=_("resubmitted from"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="resubmissions",
     )
 
     objects = JobQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gt=0), name="%(app_label)s_%(class)s_gpus_positive"),
@@ -132,12 +166,13 @@ class Job(models.Model):
         if self.placement == Placement.SPILL_AFTER and not self.spill_after_minutes:
             raise ValidationError({"spill_after_minutes": _("Say after how many minutes the job may spill.")})
 
-    def transition_to(self, new_state: str, *, message: str = "", actor=None, at=None) -> "JobEvent":
+    def transition_to(self, new_state: str, *, message: "str | Words" = "", actor=None, at=None) -> "JobEvent":
         """Move to `new_state` along a legal edge and record it. The caller holds a row lock and saves."""
         if new_state not in TRANSITIONS[self.state]:
             raise IllegalTransition(f"job {self.pk}: {self.state} -> {new_state} is not allowed")
         at = at or timezone.now()
-        event = JobEvent(job=self, from_state=self.state, to_state=new_state, at=at, message=message, actor=actor)
+        event = JobEvent(job=self, from_state=self.state, to_state=new_state, at=at, actor=actor)
+        event.say(message)
         self.state = new_state
         self.state_changed_at = at
         if new_state == JobState.RUNNING and self.started_at is None:
@@ -150,19 +185,45 @@ class Job(models.Model):
 class JobEvent(models.Model):
     """One recorded state transition (or note) of a job, with its time."""
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    from_state = models.CharField(max_length=20, choices=JobState.choices, blank=True)
-    to_state = models.CharField(max_length=20, choices=JobState.choices, blank=True)
-    at = models.DateTimeField(default=timezone.now)
-    message = models.TextField(blank=True)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(_("from state"), max_length=20, choices=JobState.choices, blank=True)
+    to_state = models.CharField(_("to state"), max_length=20, choices=JobState.choices, blank=True)
+    at = models.DateTimeField(_("at"), default=timezone.now)
+    message = models.TextField(_("message"), blank=True, help_text=_("In English; pages show it in the reader's."))
+    message_id = models.CharField(_("message id"), max_length=200, blank=True)
+    message_args = models.JSONField(_("message arguments"), default=dict, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("actor"), on_delete=models.SET_NULL, null=True, blank=True
+    )
 
     class Meta:
+        verbose_name = _("job event")
+        verbose_name_plural = _("job events")
         ordering = ["at", "id"]
         indexes = [models.Index(fields=["job", "at"], name="jobs_event_job_at")]
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state} -> {self.to_state} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @classmethod
+    def note(cls, *, job: Job, message: "str | Words", **fields) -> "JobEvent":
+        """Save an event (a note when no states are given) whose message may be `Words`."""
+        event = cls(job=job, **fields)
+        event.say(message)
+        event.save()
+        return event
+
+    def say(self, message: "str | Words") -> None:
+        """Keep `message`: text as it is, `Words` as their English text plus what re-words them for a reader."""
+        if isinstance(message, Words):
+            self.message, self.message_id, self.message_args = message.english(), message.msgid, message.args
+        else:
+            self.message = str(message)
+
+    @property
+    def in_words(self) -> str:
+        """The message in the active language (events written before messages kept their msgid: as written)."""
+        return str(Words(self.message_id, self.message_args)) if self.message_id else self.message
 
 
 class Workload(models.Model):
@@ -173,25 +234,31 @@ class Workload(models.Model):
     Queued with `message` (Kueue's reason), admitted → Admitted / Pending / Running.
     """
 
-    uid = models.CharField(max_length=64, unique=True)
-    namespace = models.CharField(max_length=63)
-    name = models.CharField(max_length=253)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="workloads")
-    cluster_queue = models.CharField(max_length=253, blank=True)
-    priority = models.IntegerField(default=0)
-    quota_reserved = models.BooleanField(default=False)
-    admitted = models.BooleanField(default=False)
-    finished = models.BooleanField(default=False)
-    flavors = models.JSONField(default=list, blank=True, help_text="Flavors (pool slugs) assigned at admission.")
-    message = models.TextField(blank=True, help_text="Kueue's latest word on why the workload waits.")
-    evicted_reason = models.CharField(max_length=80, blank=True)
-    evicted_message = models.TextField(blank=True)
-    requeue_count = models.PositiveIntegerField(default=0)
-    created_at = models.DateTimeField()
-    admitted_at = models.DateTimeField(null=True, blank=True)
-    seen_at = models.DateTimeField(auto_now=True)
+    uid = models.CharField(_("UID"), max_length=64, unique=True)
+    namespace = models.CharField(_("namespace"), max_length=63)
+    name = models.CharField(_("name"), max_length=253)
+    job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="workloads")
+    cluster_queue = models.CharField(_("cluster queue"), max_length=253, blank=True)
+    priority = models.IntegerField(_("priority"), default=0)
+    quota_reserved = models.BooleanField(_("quota reserved"), default=False)
+    admitted = models.BooleanField(_("admitted"), default=False)
+    finished = models.BooleanField(_("finished"), default=False)
+    flavors = models.JSONField(
+        _("flavors"), default=list, blank=True, help_text=_("Flavors (pool slugs) assigned at admission.")
+    )
+    message = models.TextField(_("message"), blank=True, help_text=_("Kueue's latest word on why the workload waits."))
+    evicted_reason = models.CharField(_("evicted reason"), max_length=80, blank=True)
+    evicted_message = models.TextField(_("evicted message"), blank=True)
+    requeue_count = models.PositiveIntegerField(_("requeue count"), default=0)
+    created_at = models.DateTimeField(
+        _("created at"),
+    )
+    admitted_at = models.DateTimeField(_("admitted at"), null=True, blank=True)
+    seen_at = models.DateTimeField(_("seen at"), auto_now=True)
 
     class Meta:
+        verbose_name = _("workload")
+        verbose_name_plural = _("workloads")
         ordering = ["created_at"]
         indexes = [
             models.Index(fields=["job", "created_at"], name="jobs_workload_job_created"),
@@ -213,25 +280,35 @@ class Pod(models.Model):
     Rows exist while the pod exists in the cluster; its GPU time is kept in billing.UsageInterval.
     """
 
-    uid = models.CharField(max_length=64, unique=True)
-    namespace = models.CharField(max_length=63)
-    name = models.CharField(max_length=253)
-    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="pods")
-    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="pods")
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="pods")
-    node_name = models.CharField(max_length=253, blank=True)
-    gpus = models.PositiveIntegerField(default=0)
-    phase = models.CharField(max_length=20)
-    scheduled = models.BooleanField(default=False)
-    pending_reason = models.TextField(blank=True)
-    created_at = models.DateTimeField()
-    bound_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    seen_at = models.DateTimeField(auto_now=True)
+    uid = models.CharField(_("UID"), max_length=64, unique=True)
+    namespace = models.CharField(_("namespace"), max_length=63)
+    name = models.CharField(_("name"), max_length=253)
+    team = models.ForeignKey(
+        Team, verbose_name=_("team"), on_delete=models.SET_NULL, null=True, blank=True, related_name="pods"
+    )
+    pool = models.ForeignKey(
+        Pool, verbose_name=_("pool"), on_delete=models.SET_NULL, null=True, blank=True, related_name="pods"
+    )
+    job = models.ForeignKey(
+        Job, verbose_name=_("job"), on_delete=models.SET_NULL, null=True, blank=True, related_name="pods"
+    )
+    node_name = models.CharField(_("node name"), max_length=253, blank=True)
+    gpus = models.PositiveIntegerField(_("GPUs"), default=0)
+    phase = models.CharField(_("phase"), max_length=20)
+    scheduled = models.BooleanField(_("scheduled"), default=False)
+    pending_reason = models.TextField(_("pending reason"), blank=True)
+    created_at = models.DateTimeField(
+        _("created at"),
+    )
+    bound_at = models.DateTimeField(_("bound at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    seen_at = models.DateTimeField(_("seen at"), auto_now=True)
 
     objects = PodQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("pod")
+        verbose_name_plural = _("pods")
         ordering = ["created_at"]
         indexes = [
             models.Index(fields=["phase", "scheduled"], name="jobs_pod_phase_scheduled"),
@@ -246,10 +323,14 @@ class Pod(models.Model):
 class SyncState(models.Model):
     """Where the cluster sync stopped reading a resource: it resumes its watch from `resource_version`."""
 
-    resource = models.CharField(max_length=40, unique=True)
-    resource_version = models.CharField(max_length=40, blank=True)
-    listed_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    resource = models.CharField(_("resource"), max_length=40, unique=True)
+    resource_version = models.CharField(_("resource version"), max_length=40, blank=True)
+    listed_at = models.DateTimeField(_("listed at"), null=True, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("sync state")
+        verbose_name_plural = _("sync states")
 
     def __str__(self) -> str:
         return f"{self.resource}@{self.resource_version}"
@@ -268,12 +349,19 @@ class JobTemplate(models.Model):
     current limits) whenever a job is submitted from it, so an old template can never bypass a rule.
     """
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="job_templates")
-    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="job_templates")
+    pool = models.ForeignKey(
+        Pool, verbose_name=_("pool"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     name = models.CharField(_("name"), max_length=80)
     spec = models.JSONField(_("spec"), default=dict)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("created by"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
     )
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
@@ -281,6 +369,8 @@ class JobTemplate(models.Model):
     objects = JobTemplateQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("job template")
+        verbose_name_plural = _("job templates")
         ordering = ["team__name", "name"]
         constraints = [
             models.UniqueConstraint(fields=["team", "name"], name="%(app_label)s_%(class)s_unique_team_name"),

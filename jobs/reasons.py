@@ -1,73 +1,125 @@
 """Why work waits, in plain words, and what would make it fit.
 
-The scheduler explains an unschedulable pod in one line ("0/9 nodes are available: 2 Insufficient nvidia.com/gpu,
-7 node(s) had untolerated taint {workload: inference}. preemption: ..."). `plain_reason` turns the counted causes
-into a sentence a researcher understands. `fit_hint` compares what the work needs with the pool's occupancy right
-now: it fits now (the scheduler will retry), it would fit with soft placement in a spill pool, or the largest free
-block is too small. Quota waits are Kueue's: `kueue_reason` reads the reasons Kueue joins into its QuotaReserved
-message ("couldn't assign flavors to pod set main: flavor elastic doesn't match node affinity, insufficient unused
-quota for nvidia.com/gpu in flavor a800, 2 more needed") and says them with pool names; flavors the job's placement
-excludes are left out. A message of another shape is shown as it is, as what the cluster says.
+The scheduler explains an unschedulable pod in one line ("0/9 nodes are available: 2 Insufficient nvidia.com/gpu, 7
+node(s) had untolerated taint(s). no new claims to deallocate, preemption: 0/9 nodes are available: 9 Preemption is
+not helpful for scheduling."). `plain_reason` keeps the first sentence (the rest is about preemption, which the
+portal's priority classes never ask of the scheduler) and turns its counted causes into one whole sentence; a cause of
+a shape not known here is not guessed at: the whole message follows, verbatim, on its own line. `fit_hint` compares
+what the work needs with the pool's occupancy right now: it fits now (the scheduler will retry), it would fit with
+soft placement in a spill pool, or the largest free block is too small. Quota waits are Kueue's: `kueue_reason` reads
+the reasons Kueue joins into its QuotaReserved message ("couldn't assign flavors to pod set main: flavor elastic
+doesn't match node affinity, insufficient unused quota for nvidia.com/gpu in flavor a800, 2 more needed") and says
+them with pool names; flavors the job's placement excludes are left out. A message of another shape is shown as it is,
+as what the cluster says.
 """
 
 import re
 
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
+from django.utils.translation import ngettext, pgettext
 
 from pools.occupancy import Occupancy
 
 from .choices import Placement
 
 _CAUSE = re.compile(r"^(\d+)\s+(.*)$")
+_SCHEDULER_HEAD = re.compile(r"^\d+/(?P<total>\d+) nodes are available(?::\s*(?P<causes>.*))?$", re.DOTALL)
 
 
-def _cause_in_words(count: int, text: str) -> str:
+# The scheduler's counted causes this module puts into words, first match wins (a not-ready node is also a tainted
+# one: the specific taints come before the general "untolerated taint").
+_KNOWN_CAUSES = [
+    "insufficient nvidia.com/gpu",
+    "insufficient cpu",
+    "insufficient memory",
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/unschedulable",
+    "untolerated taint",
+    "anti-affinity",
+    "node affinity/selector",
+    "node selector",
+    "unschedulable",
+    "not ready",
+    "too many pods",
+]
+
+
+def _cause_in_words(count: int, text: str) -> str | None:
+    """One counted cause of the scheduler's message in words; None for a cause of a shape not known here."""
     lowered = text.lower()
-    if "insufficient nvidia.com/gpu" in lowered:
-        return ngettext("%(n)d node lacks enough free GPUs", "%(n)d nodes lack enough free GPUs", count) % {"n": count}
-    if "insufficient cpu" in lowered:
-        return ngettext("%(n)d node lacks free CPU", "%(n)d nodes lack free CPU", count) % {"n": count}
-    if "insufficient memory" in lowered:
-        return ngettext("%(n)d node lacks free memory", "%(n)d nodes lack free memory", count) % {"n": count}
-    if "untolerated taint" in lowered:
-        return ngettext(
+    for needle in _KNOWN_CAUSES:
+        if needle in lowered:
+            return _cause_words(needle, count)
+    return None
+
+
+def _cause_words(needle: str, count: int) -> str:
+    """The sentence piece for one known cause (each spelled out so makemessages finds it)."""
+    if needle == "insufficient nvidia.com/gpu":
+        text = ngettext("%(n)d node lacks enough free GPUs", "%(n)d nodes lack enough free GPUs", count)
+    elif needle == "insufficient cpu":
+        text = ngettext("%(n)d node lacks free CPU", "%(n)d nodes lack free CPU", count)
+    elif needle == "insufficient memory":
+        text = ngettext("%(n)d node lacks free memory", "%(n)d nodes lack free memory", count)
+    elif needle in ("node.kubernetes.io/not-ready", "not ready"):
+        text = ngettext("%(n)d node is not ready", "%(n)d nodes are not ready", count)
+    elif needle == "node.kubernetes.io/unreachable":
+        text = ngettext("%(n)d node is unreachable", "%(n)d nodes are unreachable", count)
+    elif needle in ("node.kubernetes.io/unschedulable", "unschedulable"):
+        text = ngettext("%(n)d node is cordoned", "%(n)d nodes are cordoned", count)
+    elif needle == "untolerated taint":
+        text = ngettext(
             "%(n)d node is kept for other workloads (taint)", "%(n)d nodes are kept for other workloads (taint)", count
-        ) % {"n": count}
-    if "node affinity" in lowered or "node selector" in lowered:
-        return ngettext("%(n)d node is outside the job's pools", "%(n)d nodes are outside the job's pools", count) % {
-            "n": count
-        }
-    if "unschedulable" in lowered:
-        return ngettext("%(n)d node is cordoned", "%(n)d nodes are cordoned", count) % {"n": count}
-    if "not ready" in lowered or "notready" in lowered:
-        return ngettext("%(n)d node is not ready", "%(n)d nodes are not ready", count) % {"n": count}
-    return f"{count} {text}"
+        )
+    elif needle == "anti-affinity":
+        text = ngettext(
+            "%(n)d node already runs a pod it must not share a node with",
+            "%(n)d nodes already run a pod it must not share a node with",
+            count,
+        )
+    elif needle in ("node affinity/selector", "node selector"):
+        text = ngettext("%(n)d node is outside the job's pools", "%(n)d nodes are outside the job's pools", count)
+    else:
+        text = ngettext(
+            "%(n)d node already runs as many pods as it may", "%(n)d nodes already run as many pods as they may", count
+        )
+    return text % {"n": count}
+
+
+def _scheduler_head(message: str) -> str:
+    """The scheduler's first sentence: "0/9 nodes are available: 2 Insufficient nvidia.com/gpu, 7 node(s) had
+    untolerated taint(s)". What follows it ("no new claims to deallocate", "preemption: ... Preemption is not
+    helpful for scheduling") is about preemption, which the portal's priority classes never ask of the scheduler."""
+    return re.split(r"\.\s|\.$|,\s*preemption:", message.strip(), maxsplit=1)[0].strip()
 
 
 def plain_reason(message: str) -> str:
-    """The scheduler's PodScheduled=False message in plain words (the raw text when it has another shape)."""
+    """The scheduler's PodScheduled=False message in whole sentences. Causes of a shape not known here are not
+    guessed at: the message is then shown verbatim, on its own line, as what the cluster says."""
     if not message:
-        return _("waiting to be scheduled")
-    head = message.split(". preemption:")[0].strip().rstrip(".")
-    if ":" not in head:
-        return message
-    summary, causes = head.split(":", 1)
-    parts = []
-    for cause in causes.split(","):
+        return _("Waiting to be scheduled.")
+    said = _("The cluster says: %(message)s") % {"message": message}
+    head = _SCHEDULER_HEAD.match(_scheduler_head(message))
+    if not head or not head["causes"]:
+        return said
+    parts, unknown = [], False
+    for cause in head["causes"].split(", "):
         match = _CAUSE.match(cause.strip())
-        if match:
-            parts.append(_cause_in_words(int(match.group(1)), match.group(2)))
+        words = _cause_in_words(int(match[1]), match[2]) if match else None
+        if words is None:
+            unknown = True
+        else:
+            parts.append(words)
     if not parts:
-        return message
-    total = re.search(r"/(\d+)", summary)
-    lead = (
-        ngettext("No node can take it (%(n)d node checked)", "No node can take it (%(n)d nodes checked)", int(total[1]))
-        % {"n": int(total[1])}
-        if total
-        else _("No node can take it")
-    )
-    return f"{lead}: " + "; ".join(parts) + "."
+        return said
+    total = int(head["total"])
+    sentence = ngettext(
+        "No node can take it now (%(n)d node checked): %(causes)s.",
+        "No node can take it now (%(n)d nodes checked): %(causes)s.",
+        total,
+    ) % {"n": total, "causes": pgettext("between causes", "; ").join(parts)}
+    return f"{sentence}\n{said}" if unknown else sentence
 
 
 _UNUSED = re.compile(

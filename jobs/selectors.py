@@ -13,7 +13,7 @@ from datetime import datetime
 import yaml
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import F, Sum, Window
+from django.db.models import F, OuterRef, Subquery, Sum, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -26,8 +26,8 @@ from portal.models import Team, User
 from . import reasons
 from .choices import JobState, Placement
 from .manifests import render
-from .models import Job, JobEvent, JobTemplate, Pod
-from .services import check_fits_limits, gpus_in_use
+from .models import Job, JobEvent, JobTemplate, Pod, Workload
+from .services import check_fits_limits, gpus_in_use, observed_state
 from .specs import JobSpec, validate_spec
 
 PENDING_PAGE_SIZE = 50
@@ -80,6 +80,17 @@ class TimelineStep:
     after_seconds: int | None
 
 
+def waiting_reason(job: Job) -> str:
+    """Why a queued or pending job waits, in the viewer's language, worded from its newest Workload and pods the
+    way the sync settles its state (`services.observed_state`); "" when it does not wait."""
+    if job.state not in (JobState.QUEUED, JobState.PENDING, JobState.ADMITTED):
+        return ""
+    workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()
+    if workload is None:
+        return job.pending_reason
+    return str(observed_state(job, workload)[2])
+
+
 def timeline(job: Job) -> tuple[list[TimelineStep], list[JobEvent]]:
     """The state changes of `job` with the time spent before each, and every recorded event (notes too)."""
     events = list(JobEvent.objects.filter(job=job).select_related("actor").order_by("at", "id"))
@@ -89,7 +100,7 @@ def timeline(job: Job) -> tuple[list[TimelineStep], list[JobEvent]]:
         if not event.to_state:
             continue
         after = int((event.at - steps[-1].at).total_seconds()) if steps else None
-        steps.append(TimelineStep(event.to_state, labels[event.to_state], event.at, event.message, after))
+        steps.append(TimelineStep(event.to_state, labels[event.to_state], event.at, event.in_words, after))
     return steps, events
 
 
@@ -185,8 +196,13 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                 RowNumber(),
                 partition_by=[F("team_id")],
                 order_by=[F("priority").desc(), "created_at", "id"],
-            )
-        ).values_list("id", "team_id", "pool_id", "gpus", "created_at", "position", "pending_reason")
+            ),
+            kueue_said=Subquery(
+                Workload.objects.filter(job=OuterRef("pk"), finished=False)
+                .order_by("-created_at", "-id")
+                .values("message")[:1]
+            ),
+        ).values_list("id", "team_id", "pool_id", "gpus", "created_at", "position", "kueue_said")
     )
     in_use = {
         (row["team_id"], row["pool_id"]): row["total"]
@@ -210,7 +226,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                 pod_name=pod_name if shown else "",
             )
         )
-    for job_id, team_id, pool_id, gpus, created_at, position, kueue_reason in queued_rows:
+    for job_id, team_id, pool_id, gpus, created_at, position, kueue_said in queued_rows:
         shown = team_id in visible
         rows.append(
             PendingRow(
@@ -220,7 +236,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                 team_name=visible.get(team_id, ""),
                 pool=pools.get(pool_id),
                 gpus=gpus,
-                reason=kueue_reason,
+                reason=kueue_said or "",
                 job_id=job_id if shown else None,
                 position=position,
                 team_pool=(team_id, pool_id),
@@ -236,6 +252,9 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
         .in_bulk()
         .items()
     }
+    # Reasons are worded here, in the viewer's language, from what Kueue and the scheduler said (the job row keeps
+    # the words of the sync process, in the default language).
+    pool_names = {each.slug: each.name for each in pools.values()}
     for row in page:
         row.wait_seconds = max(int((now - row.since).total_seconds()), 0)
         name, placement, spilled = jobs.get(row.job_id, ("", "", False))
@@ -243,7 +262,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
         if row.kind == "queued":
             team_pool = row.team_pool
             used, quota = in_use.get(team_pool, 0), quotas.get(team_pool, 0)
-            row.reason = row.reason or reasons.kueue_reason("")
+            row.reason = reasons.kueue_reason(row.reason, pool_names)
             row.hint = reasons.quota_hint(in_use=used, quota=quota, gpus=row.gpus, position=row.position)
         else:
             row.reason = reasons.plain_reason(row.reason)

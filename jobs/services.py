@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from cluster.facts import PREEMPTOR_UID, JobFacts, PodFacts, WorkloadFacts
 from pools.models import NamespaceLimits, Node, Pool, Quota
@@ -24,9 +25,9 @@ from portal import audit, outbox
 from portal.choices import Role
 from portal.models import Team
 
-from . import policy, reasons
+from . import policy
 from .choices import ACTIVE_STATES, TRANSITIONS, JobState, Placement
-from .models import Job, JobEvent, Pod, Workload
+from .models import Job, JobEvent, Pod, Words, Workload
 from .specs import JobSpec, validate_spec
 
 log = logging.getLogger(__name__)
@@ -116,10 +117,12 @@ def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from:
     job = Job(team=team, pool=pool, submitted_by=user, resubmitted_from=resubmitted_from, **spec.as_model_fields())
     job.full_clean()
     job.save()
-    note = _("resubmitted from #%(id)d") % {"id": resubmitted_from.pk} if resubmitted_from else _("submitted")
-    JobEvent.objects.create(
-        job=job, from_state="", to_state=JobState.QUEUED, at=job.created_at, message=note, actor=user
+    note = (
+        Words(gettext_noop("resubmitted from #%(id)d"), {"id": resubmitted_from.pk})
+        if resubmitted_from
+        else Words(gettext_noop("submitted"))
     )
+    JobEvent.note(job=job, from_state="", to_state=JobState.QUEUED, at=job.created_at, message=note, actor=user)
     _send_to_cluster(job)
     audit.record(actor=user, action="job.submit", instance=job, before=None, after=audit.snapshot(job))
     return job
@@ -149,7 +152,7 @@ def cancel_job(*, job: Job, user) -> Job:
     if job.is_final:
         raise ValidationError(_("Job #%(id)d is already %(state)s.") % {"id": job.pk, "state": job.get_state_display()})
     before = audit.snapshot(job)
-    _record(job, job.transition_to(JobState.CANCELLED, message=_("cancelled"), actor=user))
+    _record(job, job.transition_to(JobState.CANCELLED, message=Words(gettext_noop("cancelled")), actor=user))
     audit.record(actor=user, action="job.cancel", instance=job, before=before, after=audit.snapshot(job))
     _delete_from_cluster(job)
     return job
@@ -225,7 +228,7 @@ def forget_workload(*, uid: str) -> None:
         settle_job(job_id=job_id)
 
 
-def _eviction_message(workload: Workload, job: Job) -> str:
+def _eviction_message(workload: Workload, job: Job) -> Words:
     """Why an admitted job went back to the queue, and for whom, in plain words."""
     preemptor = None
     if workload.evicted_reason == "Preempted":
@@ -236,20 +239,29 @@ def _eviction_message(workload: Workload, job: Job) -> str:
                 .select_related("job__team")
                 .values_list("job_id", "job__team_id", "job__team__name")
             ).first()
-    return reasons.eviction_reason(
-        reason=workload.evicted_reason,
-        message=workload.evicted_message,
-        preemptor_job_id=preemptor[0] if preemptor else None,
-        preemptor_same_team=bool(preemptor) and preemptor[1] == job.team_id,
-        preemptor_team=preemptor[2] if preemptor else "",
+    return Words(
+        "reasons.eviction_reason",
+        {
+            "reason": workload.evicted_reason,
+            "message": workload.evicted_message,
+            "preemptor_job_id": preemptor[0] if preemptor else None,
+            "preemptor_same_team": bool(preemptor) and preemptor[1] == job.team_id,
+            "preemptor_team": preemptor[2] if preemptor else "",
+        },
     )
 
 
-def _observed_state(job: Job, workload: Workload) -> tuple[str, str, str, object]:
-    """(state, node, reason, since) that the job's newest Workload and its live pods imply."""
+def observed_state(job: Job, workload: Workload) -> tuple[str, str, Words | str, object]:
+    """(state, node, reason, since) that the job's newest Workload and its live pods imply; the reason as `Words`
+    (str() words it in the active language) or ""."""
     if not workload.admitted:
         pool_names = dict(Pool.objects.values_list("slug", "name"))
-        return JobState.QUEUED, "", reasons.kueue_reason(workload.message, pool_names), None
+        return (
+            JobState.QUEUED,
+            "",
+            Words("reasons.kueue_reason", {"message": workload.message, "pool_names": pool_names}),
+            None,
+        )
     pods = list(
         Pod.objects.filter(job=job, phase__in=["Pending", "Running"])
         .order_by("-created_at")
@@ -260,9 +272,14 @@ def _observed_state(job: Job, workload: Workload) -> tuple[str, str, str, object
         return JobState.RUNNING, running[0][2], "", running[0][4]
     placed = [pod for pod in pods if pod[1]]
     if placed:
-        return JobState.PENDING, placed[0][2], _("starting on %(node)s") % {"node": placed[0][2]}, placed[0][4]
+        return (
+            JobState.PENDING,
+            placed[0][2],
+            Words(gettext_noop("starting on %(node)s"), {"node": placed[0][2]}),
+            placed[0][4],
+        )
     if pods:
-        return JobState.PENDING, "", reasons.plain_reason(pods[0][3]), pods[0][5]
+        return JobState.PENDING, "", Words("reasons.plain_reason", {"message": pods[0][3]}), pods[0][5]
     return JobState.ADMITTED, "", "", workload.admitted_at
 
 
@@ -279,7 +296,7 @@ def settle_job(*, job_id: int) -> bool:
     workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()
     if workload is None:
         return False
-    state, node_name, reason, since = _observed_state(job, workload)
+    state, node_name, reason, since = observed_state(job, workload)
     fields = set()
     flavor_pool = None
     if workload.admitted and workload.flavors:
@@ -290,8 +307,8 @@ def settle_job(*, job_id: int) -> bool:
     if node_name and job.node_name != node_name:
         job.node_name = node_name
         fields.add("node_name")
-    if job.pending_reason != reason:
-        job.pending_reason = reason
+    if job.pending_reason != str(reason):
+        job.pending_reason = str(reason)
         fields.add("pending_reason")
     changed = False
     if state != job.state and state in TRANSITIONS[job.state]:
@@ -304,9 +321,9 @@ def settle_job(*, job_id: int) -> bool:
                 fields.add("preemptions")
         elif state == JobState.ADMITTED:
             pool_name = Pool.objects.filter(pk=flavor_pool).values_list("name", flat=True).first() or "?"
-            message = _("admitted by Kueue in %(pool)s") % {"pool": pool_name}
+            message = Words(gettext_noop("admitted by Kueue in %(pool)s"), {"pool": pool_name})
         elif state == JobState.RUNNING:
-            message = _("running on %(node)s") % {"node": node_name}
+            message = Words(gettext_noop("running on %(node)s"), {"node": node_name})
         else:
             message = reason
         event = job.transition_to(state, message=message, at=at)
@@ -328,25 +345,29 @@ def mark_created_in_cluster(*, job_id: int, created: bool) -> None:
     job.cluster_created_at = timezone.now()
     job.last_error = ""
     job.save(update_fields=["cluster_created_at", "last_error"])
-    message = _("Job created in the cluster") if created else _("Job already in the cluster (retried submission)")
-    JobEvent.objects.create(job=job, message=message)
+    message = (
+        Words(gettext_noop("Job created in the cluster"))
+        if created
+        else Words(gettext_noop("Job already in the cluster (retried submission)"))
+    )
+    JobEvent.note(job=job, message=message)
 
 
 @transaction.atomic
-def note_submit_problem(*, job_id: int, message: str, attempt: int) -> None:
+def note_submit_problem(*, job_id: int, message: str | Words, attempt: int) -> None:
     job = _locked(job_id)
-    job.last_error = message
+    job.last_error = str(message)
     job.submit_attempts = attempt
     job.save(update_fields=["last_error", "submit_attempts"])
-    JobEvent.objects.create(job=job, message=message)
+    JobEvent.note(job=job, message=message)
 
 
 @transaction.atomic
-def fail_job(*, job_id: int, message: str) -> None:
+def fail_job(*, job_id: int, message: str | Words) -> None:
     job = _locked(job_id)
     if job.is_final:
         return
-    job.last_error = message
+    job.last_error = str(message)
     _record(job, job.transition_to(JobState.FAILED, message=message))
 
 
@@ -364,18 +385,24 @@ class Observation:
     at: object = None
     node_name: str = ""
     pending_reason: str = ""
-    message: str = ""
+    message: str | Words = ""
 
 
 def job_outcome_observation(job: JobFacts) -> Observation | None:
     """The final state a finished Job implies (None while it has not finished)."""
     if job.outcome == "Complete":
-        return Observation(state=JobState.SUCCEEDED, at=job.finished_at, message="completed")
+        return Observation(state=JobState.SUCCEEDED, at=job.finished_at, message=Words(gettext_noop("completed")))
     if job.outcome == "Failed":
-        text = job.message
         if job.reason == "DeadlineExceeded":
-            text = "stopped: it ran longer than its maximum run time"
-        return Observation(state=JobState.FAILED, at=job.finished_at, message=f"{job.reason}: {text}".strip(": "))
+            message = Words(gettext_noop("stopped: it ran longer than its maximum run time"))
+        else:
+            said = f"{job.reason}: {job.message}".strip(": ")
+            message = (
+                Words(gettext_noop("The cluster says: %(message)s"), {"message": said})
+                if said
+                else Words(gettext_noop("failed"))
+            )
+        return Observation(state=JobState.FAILED, at=job.finished_at, message=message)
     return None
 
 
@@ -413,7 +440,7 @@ def fail_job_deleted_outside(*, job_id: int) -> None:
     job = Job.objects.filter(pk=job_id).only("state").first()
     if job is None or job.state not in ACTIVE_STATES:
         return
-    fail_job(job_id=job_id, message=_("the Job was deleted from the cluster outside the portal"))
+    fail_job(job_id=job_id, message=Words(gettext_noop("the Job was deleted from the cluster outside the portal")))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.db.models import DurationField, ExpressionWrapper, F
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from cluster import resources
 from cluster.errors import ClusterError
@@ -18,7 +19,7 @@ from cluster.manifests import ebcloud_annotations, scheduling_directives
 
 from .choices import JobState, Placement
 from .manifests import manifest_spec
-from .models import Job, JobEvent
+from .models import Job, JobEvent, Words
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +69,12 @@ def spill(job: Job) -> bool:
         locked = Job.objects.select_for_update().get(pk=job.pk)
         locked.spilled = True
         locked.save(update_fields=["spilled"])
-        JobEvent.objects.create(
+        JobEvent.note(
             job=locked,
-            message=f"not admitted after {job.spill_after_minutes} min: moved to soft placement "
-            f"(may run in {', '.join(p.slug for p in soft.spill_pools)})",
+            message=Words(
+                gettext_noop("not admitted after %(minutes)d min: moved to soft placement (may run in %(pools)s)"),
+                {"minutes": job.spill_after_minutes, "pools": ", ".join(p.slug for p in soft.spill_pools)},
+            ),
         )
     return True
 
@@ -84,5 +87,10 @@ def spill_due_jobs() -> list[int]:
                 moved.append(job.pk)
         except ClusterError as error:
             log.warning("could not move job %s to soft placement: %s", job.pk, error)
-            JobEvent.objects.create(job=job, message=f"moving to soft placement failed, will retry: {error}")
+            JobEvent.note(
+                job=job,
+                message=Words(
+                    gettext_noop("moving to soft placement failed, will retry: %(error)s"), {"error": str(error)}
+                ),
+            )
     return moved

@@ -10,13 +10,14 @@ import logging
 
 from celery import shared_task
 from django.db import transaction
+from django.utils.translation import gettext_noop
 
 from cluster import resources
 from cluster.errors import ClusterError, describe
 from portal.celery import ClusterTask
 
 from . import services
-from .models import Job
+from .models import Job, Words
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,8 @@ def _unsent(job_id: int) -> Job | None:
 class SubmitTask(ClusterTask):
     def gave_up(self, error: BaseException, job_id: int, *args, **kwargs) -> None:
         reason = str(error) if isinstance(error, ClusterError) else describe(error)
-        services.fail_job(job_id=job_id, message=f"could not create the Job in the cluster: {reason}")
+        message = Words(gettext_noop("could not create the Job in the cluster: %(reason)s"), {"reason": reason})
+        services.fail_job(job_id=job_id, message=message)
 
 
 @shared_task(base=SubmitTask, name="jobs.submit_job", bind=True)
@@ -64,7 +66,10 @@ def submit_job_to_cluster(self, job_id: int) -> str:
         if error.transient and attempt <= self.max_retries:
             services.note_submit_problem(
                 job_id=job_id,
-                message=f"{error} — retrying (attempt {attempt} of {self.max_retries + 1})",
+                message=Words(
+                    gettext_noop("%(error)s — retrying (attempt %(attempt)d of %(attempts)d)"),
+                    {"error": str(error), "attempt": attempt, "attempts": self.max_retries + 1},
+                ),
                 attempt=attempt,
             )
         raise

@@ -16,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 from django.views.decorators.http import require_POST
 
 from cluster import live
@@ -82,7 +83,7 @@ def _detail_context(job: Job) -> dict:
         "events": events,
         "placement": selectors.placement_of(job),
         "queue_position": services.queue_position(job),
-        "pending_in_words": job.pending_reason,
+        "pending_in_words": selectors.waiting_reason(job),
         "command_line": " ".join([*job.command, *job.args]),
         "now": timezone.now(),
         "poll": STATUS_POLL_SECONDS,
@@ -117,7 +118,14 @@ def job_logs(request, pk: int):
     """The last lines the job's pod wrote, read from the cluster; a clear message when there are none."""
     job = _visible_job(request, pk)
     placement = selectors.placement_of(job)
-    context = {"job": job, "placement": placement, "lines": LOG_LINES, "log_text": None, "log_message": ""}
+    context = {
+        "job": job,
+        "placement": placement,
+        "lines": LOG_LINES,
+        "log_text": None,
+        "log_message": "",
+        "cluster_says": "",
+    }
     if not placement.pod_name:
         context["log_message"] = (
             _("The job never had a pod in the cluster, so there is no log.")
@@ -130,7 +138,8 @@ def job_logs(request, pk: int):
         except Exception as error:  # noqa: BLE001 - any failure of the cluster call is shown, not raised
             log.info("log tail of job %s unavailable: %s", job.pk, error)
             why = str(error) if isinstance(error, ClusterError) else describe(error)
-            context["log_message"] = _("Logs are not available from the cluster: %(why)s") % {"why": why}
+            context["log_message"] = _("Logs are not available from the cluster.")
+            context["cluster_says"] = why  # verbatim, on its own line
         else:
             if text:
                 context["log_text"] = text
@@ -216,6 +225,25 @@ def _outlook(form: JobSubmitForm):
     return selectors.submit_outlook(team=form.cleaned_data["team"], pool=form.cleaned_data["pool"], spec=form.spec())
 
 
+def _preview_notes(form: JobSubmitForm) -> tuple[str, list[str]]:
+    """What the preview says while the form is incomplete: the fields still to fill in (never an error for a field
+    nobody has typed in yet) and the problems of what was typed. Form-wide problems wait until nothing is missing."""
+    if not form.is_bound or form.is_valid():
+        return "", []
+    to_fill, problems = [], []
+    for name, errors in form.errors.as_data().items():
+        if name == "__all__":
+            continue
+        field = form.fields[name]
+        if all(error.code == "required" for error in errors):
+            to_fill.append(str(field.label))
+        else:
+            problems.extend(f"{field.label}: {message}" for error in errors for message in error.messages)
+    if not to_fill:
+        problems.extend(form.non_field_errors())
+    return pgettext("list separator", ", ").join(to_fill), problems
+
+
 @login_required
 def job_submit(request):
     if request.method == "POST":
@@ -259,7 +287,14 @@ def job_submit(request):
 def job_submit_preview(request):
     """The manifest, the quota after submission and the expected start, for what is typed so far."""
     form = JobSubmitForm(request.POST, user=request.user)
-    context = {"form": form, "outlook": _outlook(form), "templates": selectors.templates_for(request.user)}
+    to_fill, problems = _preview_notes(form)
+    context = {
+        "form": form,
+        "outlook": _outlook(form),
+        "to_fill": to_fill,
+        "problems": problems,
+        "templates": selectors.templates_for(request.user),
+    }
     return render_page_or_partial(request, "jobs/job_submit.html", "jobs/partials/submit_preview.html", context)
 
 

@@ -1,6 +1,7 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class MonitoringConfig(AppConfig):
     name = "monitoring"
-    verbose_name = "Monitoring"
+    verbose_name = _("Monitoring")

@@ -29,12 +29,14 @@ class TelemetryRun(models.Model):
 
     at = models.DateTimeField(_("step"), unique=True)
     collected_at = models.DateTimeField(_("collected at"))
-    ok = models.BooleanField(default=False)
-    error = models.TextField(blank=True)
-    gpus = models.PositiveIntegerField(default=0)
-    duration_ms = models.PositiveIntegerField(default=0)
+    ok = models.BooleanField(_("ok"), default=False)
+    error = models.TextField(_("error"), blank=True)
+    gpus = models.PositiveIntegerField(_("GPUs"), default=0)
+    duration_ms = models.PositiveIntegerField(_("duration ms"), default=0)
 
     class Meta:
+        verbose_name = _("telemetry run")
+        verbose_name_plural = _("telemetry runs")
         ordering = ["-at"]
 
     def __str__(self) -> str:
@@ -44,25 +46,37 @@ class TelemetryRun(models.Model):
 class GpuReading(models.Model):
     """The latest DCGM reading of one GPU (node and index), and who held it then."""
 
-    node_name = models.CharField(max_length=253)
-    gpu = models.PositiveSmallIntegerField()
-    uuid = models.CharField(max_length=64, blank=True)
-    model_name = models.CharField(max_length=100, blank=True)
-    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    pod_namespace = models.CharField(max_length=63, blank=True)
-    pod_name = models.CharField(max_length=253, blank=True)
-    util_percent = models.FloatField(null=True)
-    memory_copy_util_percent = models.FloatField(null=True)
-    fb_used_mib = models.FloatField(null=True)
-    fb_free_mib = models.FloatField(null=True)
-    temperature_c = models.FloatField(null=True)
-    power_watts = models.FloatField(null=True)
-    gr_engine_active = models.FloatField(null=True)
-    at = models.DateTimeField()
+    node_name = models.CharField(_("node name"), max_length=253)
+    gpu = models.PositiveSmallIntegerField(
+        _("GPU"),
+    )
+    uuid = models.CharField(_("uuid"), max_length=64, blank=True)
+    model_name = models.CharField(_("model name"), max_length=100, blank=True)
+    pool = models.ForeignKey(
+        Pool, verbose_name=_("pool"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    team = models.ForeignKey(
+        Team, verbose_name=_("team"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    job = models.ForeignKey(
+        Job, verbose_name=_("job"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    pod_namespace = models.CharField(_("pod namespace"), max_length=63, blank=True)
+    pod_name = models.CharField(_("pod name"), max_length=253, blank=True)
+    util_percent = models.FloatField(_("utilisation percent"), null=True)
+    memory_copy_util_percent = models.FloatField(_("memory copy utilisation percent"), null=True)
+    fb_used_mib = models.FloatField(_("framebuffer used MiB"), null=True)
+    fb_free_mib = models.FloatField(_("framebuffer free MiB"), null=True)
+    temperature_c = models.FloatField(_("temperature (°C)"), null=True)
+    power_watts = models.FloatField(_("power watts"), null=True)
+    gr_engine_active = models.FloatField(_("gr engine active"), null=True)
+    at = models.DateTimeField(
+        _("at"),
+    )
 
     class Meta:
+        verbose_name = _("GPU reading")
+        verbose_name_plural = _("GPU readings")
         ordering = ["node_name", "gpu"]
         constraints = [
             models.UniqueConstraint(fields=["node_name", "gpu"], name="%(app_label)s_%(class)s_unique_node_gpu"),
@@ -81,21 +95,35 @@ class GpuReading(models.Model):
 class UtilisationSample(models.Model):
     """The GPUs of one pool, team or job at one step: how many reported, their mean and peak figures."""
 
-    scope = models.CharField(max_length=10, choices=Scope.choices)
-    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
-    at = models.DateTimeField()
+    scope = models.CharField(_("scope"), max_length=10, choices=Scope.choices)
+    pool = models.ForeignKey(
+        Pool, verbose_name=_("pool"), on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    team = models.ForeignKey(
+        Team, verbose_name=_("team"), on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    job = models.ForeignKey(
+        Job, verbose_name=_("job"), on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
+    at = models.DateTimeField(
+        _("at"),
+    )
     gpus = models.PositiveIntegerField(_("GPUs reporting"))
     gpus_busy = models.PositiveIntegerField(_("GPUs held by pods"))
-    util_avg = models.FloatField()
-    util_max = models.FloatField()
-    memory_used_percent_avg = models.FloatField(null=True)
-    memory_used_percent_max = models.FloatField(null=True)
-    temperature_max = models.FloatField(null=True)
-    power_watts = models.FloatField(null=True)
+    util_avg = models.FloatField(
+        _("utilisation avg"),
+    )
+    util_max = models.FloatField(
+        _("utilisation max"),
+    )
+    memory_used_percent_avg = models.FloatField(_("memory used percent avg"), null=True)
+    memory_used_percent_max = models.FloatField(_("memory used percent max"), null=True)
+    temperature_max = models.FloatField(_("temperature max"), null=True)
+    power_watts = models.FloatField(_("power watts"), null=True)
 
     class Meta:
+        verbose_name = _("utilisation sample")
+        verbose_name_plural = _("utilisation samples")
         ordering = ["at"]
         constraints = [
             models.CheckConstraint(
@@ -125,15 +153,19 @@ class UtilisationSample(models.Model):
 class JobUtilisation(models.Model):
     """A job's GPU utilisation over its life, and since when it has been idle (None while it works)."""
 
-    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="gpu_utilisation")
-    samples = models.PositiveIntegerField(default=0)
-    util_sum = models.FloatField(default=0.0)
-    last_util = models.FloatField(null=True)
-    last_memory_used_percent = models.FloatField(null=True)
-    gpus = models.PositiveIntegerField(default=0)
-    first_at = models.DateTimeField(null=True)
-    last_at = models.DateTimeField(null=True)
-    idle_since = models.DateTimeField(null=True, blank=True)
+    job = models.OneToOneField(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="gpu_utilisation")
+    samples = models.PositiveIntegerField(_("samples"), default=0)
+    util_sum = models.FloatField(_("utilisation sum"), default=0.0)
+    last_util = models.FloatField(_("last utilisation"), null=True)
+    last_memory_used_percent = models.FloatField(_("last memory used percent"), null=True)
+    gpus = models.PositiveIntegerField(_("GPUs"), default=0)
+    first_at = models.DateTimeField(_("first at"), null=True)
+    last_at = models.DateTimeField(_("last at"), null=True)
+    idle_since = models.DateTimeField(_("idle since"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("job utilisation")
+        verbose_name_plural = _("job utilisation")
 
     def __str__(self) -> str:
         return f"utilisation of job {self.job_id}"
@@ -153,22 +185,33 @@ class AlertRule(models.Model):
     one pool or one team. A team's override wins over a pool's, which wins over the default."""
 
     kind = models.CharField(_("alert"), max_length=40, choices=AlertKind.choices)
-    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, null=True, blank=True, related_name="alert_rules")
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True, related_name="alert_rules")
+    pool = models.ForeignKey(
+        Pool, verbose_name=_("pool"), on_delete=models.CASCADE, null=True, blank=True, related_name="alert_rules"
+    )
+    team = models.ForeignKey(
+        Team, verbose_name=_("team"), on_delete=models.CASCADE, null=True, blank=True, related_name="alert_rules"
+    )
     threshold = models.DecimalField(_("threshold"), max_digits=10, decimal_places=2)
     for_seconds = models.PositiveIntegerField(
         _("for (seconds)"), default=0, help_text=_("How long the condition must hold before the alert fires.")
     )
     severity = models.CharField(_("severity"), max_length=10, choices=Severity.choices, default=Severity.WARNING)
     enabled = models.BooleanField(_("enabled"), default=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     updated_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("updated by"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
     )
 
     objects = AlertRuleQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("alert rule")
+        verbose_name_plural = _("alert rules")
         ordering = ["kind", "pool__name", "team__name"]
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=AlertKind.values), name="%(app_label)s_%(class)s_valid_kind"),
@@ -202,10 +245,10 @@ class AlertRule(models.Model):
     @property
     def scope_label(self) -> str:
         if self.pool_id:
-            return f"pool {self.pool}"
+            return _("pool %(pool)s") % {"pool": self.pool}
         if self.team_id:
-            return f"team {self.team}"
-        return "default"
+            return _("team %(team)s") % {"team": self.team}
+        return _("default")
 
 
 class AlertQuerySet(models.QuerySet):
@@ -229,28 +272,40 @@ class AlertQuerySet(models.QuerySet):
 class Alert(models.Model):
     """One subject breaching one rule: pending → firing → resolved (pending ones that clear are dropped)."""
 
-    kind = models.CharField(max_length=40, choices=AlertKind.choices)
-    rule = models.ForeignKey(AlertRule, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts")
-    subject_key = models.CharField(max_length=300)
+    kind = models.CharField(_("kind"), max_length=40, choices=AlertKind.choices)
+    rule = models.ForeignKey(
+        AlertRule, verbose_name=_("rule"), on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
+    )
+    subject_key = models.CharField(_("subject key"), max_length=300)
     subject = models.CharField(_("subject"), max_length=300)
-    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts")
-    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts")
-    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts")
-    state = models.CharField(max_length=10, choices=AlertState.choices, default=AlertState.PENDING)
-    severity = models.CharField(max_length=10, choices=Severity.choices, default=Severity.WARNING)
+    pool = models.ForeignKey(
+        Pool, verbose_name=_("pool"), on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
+    )
+    team = models.ForeignKey(
+        Team, verbose_name=_("team"), on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
+    )
+    job = models.ForeignKey(
+        Job, verbose_name=_("job"), on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
+    )
+    state = models.CharField(_("state"), max_length=10, choices=AlertState.choices, default=AlertState.PENDING)
+    severity = models.CharField(_("severity"), max_length=10, choices=Severity.choices, default=Severity.WARNING)
     value = models.FloatField(_("value"))
     peak_value = models.FloatField(_("worst value"))
-    threshold = models.DecimalField(max_digits=10, decimal_places=2)
-    for_seconds = models.PositiveIntegerField(default=0)
-    summary = models.CharField(max_length=300)
+    threshold = models.DecimalField(_("threshold"), max_digits=10, decimal_places=2)
+    for_seconds = models.PositiveIntegerField(_("for seconds"), default=0)
+    summary = models.CharField(_("summary"), max_length=300)
     active_since = models.DateTimeField(_("condition since"))
     fired_at = models.DateTimeField(_("fired"), null=True, blank=True)
     resolved_at = models.DateTimeField(_("resolved"), null=True, blank=True)
-    last_evaluated_at = models.DateTimeField()
+    last_evaluated_at = models.DateTimeField(
+        _("last evaluated at"),
+    )
 
     objects = AlertQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("alert")
+        verbose_name_plural = _("alerts")
         ordering = ["-fired_at", "-active_since", "-id"]
         constraints = [
             models.CheckConstraint(
@@ -282,16 +337,22 @@ class Alert(models.Model):
 class AlertNotification(models.Model):
     """One webhook delivery: an alert's firing or its resolution (at most one of each per alert)."""
 
-    alert = models.ForeignKey(Alert, on_delete=models.CASCADE, related_name="notifications")
-    event = models.CharField(max_length=10, choices=[(AlertState.FIRING, "firing"), (AlertState.RESOLVED, "resolved")])
-    status = models.CharField(max_length=10, choices=NotificationStatus.choices, default=NotificationStatus.PENDING)
-    attempts = models.PositiveIntegerField(default=0)
-    response_status = models.PositiveIntegerField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    sent_at = models.DateTimeField(null=True, blank=True)
+    alert = models.ForeignKey(Alert, verbose_name=_("alert"), on_delete=models.CASCADE, related_name="notifications")
+    event = models.CharField(
+        _("event"), max_length=10, choices=[(AlertState.FIRING, _("Firing")), (AlertState.RESOLVED, _("Resolved"))]
+    )
+    status = models.CharField(
+        _("status"), max_length=10, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    response_status = models.PositiveIntegerField(_("response status"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("alert notification")
+        verbose_name_plural = _("alert notifications")
         ordering = ["created_at", "id"]
         constraints = [
             models.UniqueConstraint(fields=["alert", "event"], name="%(app_label)s_%(class)s_unique_alert_event"),

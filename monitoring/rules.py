@@ -16,6 +16,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import Enum
 
+from django.utils.translation import gettext_lazy as _
+
 from .choices import AlertKind, AlertState, Severity
 
 ABOVE = "above"
@@ -27,7 +29,7 @@ class RuleDefault:
     threshold: Decimal
     for_seconds: int
     comparison: str
-    unit: str
+    unit: str  # or a lazily translated one
     severity: str
     meaning: str
 
@@ -39,28 +41,32 @@ class RuleDefault:
 HOUR, MINUTE = 3600, 60
 DEFAULT_RULES: dict[str, RuleDefault] = {
     AlertKind.GPU_UTILISATION_LOW: RuleDefault(
-        Decimal(30), HOUR, BELOW, " %", Severity.WARNING, "mean GPU utilisation"
+        Decimal(30), HOUR, BELOW, " %", Severity.WARNING, _("mean GPU utilisation")
     ),
     AlertKind.GPU_UTILISATION_HIGH: RuleDefault(
-        Decimal(80), HOUR, ABOVE, " %", Severity.WARNING, "mean GPU utilisation"
+        Decimal(80), HOUR, ABOVE, " %", Severity.WARNING, _("mean GPU utilisation")
     ),
-    AlertKind.QUEUE_WAIT: RuleDefault(Decimal(30), 0, ABOVE, " min", Severity.WARNING, "time waiting to start"),
+    AlertKind.QUEUE_WAIT: RuleDefault(Decimal(30), 0, ABOVE, _(" min"), Severity.WARNING, _("time waiting to start")),
     AlertKind.SPILL_RATIO: RuleDefault(
-        Decimal(20), 0, ABOVE, " %", Severity.WARNING, "share of the team's GPU-hours spilled this month"
+        Decimal(20), 0, ABOVE, " %", Severity.WARNING, _("share of the team's GPU-hours spilled this month")
     ),
     AlertKind.FAILURE_RATE: RuleDefault(
-        Decimal(5), 0, ABOVE, " %", Severity.WARNING, "jobs failed of those finished in the last 24 h"
+        Decimal(5), 0, ABOVE, " %", Severity.WARNING, _("jobs failed of those finished in the last 24 h")
     ),
-    AlertKind.POD_PENDING: RuleDefault(Decimal(3), 0, ABOVE, " min", Severity.CRITICAL, "time the pod is Pending"),
-    AlertKind.GPU_MEMORY_HIGH: RuleDefault(Decimal(85), 5 * MINUTE, ABOVE, " %", Severity.WARNING, "GPU memory used"),
+    AlertKind.POD_PENDING: RuleDefault(
+        Decimal(3), 0, ABOVE, _(" min"), Severity.CRITICAL, _("time the pod is Pending")
+    ),
+    AlertKind.GPU_MEMORY_HIGH: RuleDefault(
+        Decimal(85), 5 * MINUTE, ABOVE, " %", Severity.WARNING, _("GPU memory used")
+    ),
     AlertKind.GPU_TEMPERATURE_HIGH: RuleDefault(
-        Decimal(85), 2 * MINUTE, ABOVE, " °C", Severity.WARNING, "GPU temperature"
+        Decimal(85), 2 * MINUTE, ABOVE, " °C", Severity.WARNING, _("GPU temperature")
     ),
     AlertKind.RESERVATION_WASTED: RuleDefault(
-        Decimal(30), 0, BELOW, " %", Severity.WARNING, "reservation used this month, while the team spills,"
+        Decimal(30), 0, BELOW, " %", Severity.WARNING, _("reservation used this month, while the team spills,")
     ),
     AlertKind.CAPACITY_MISSING: RuleDefault(
-        Decimal(0), 5 * MINUTE, ABOVE, " GPUs", Severity.CRITICAL, "contracted GPUs without a Ready node"
+        Decimal(0), 5 * MINUTE, ABOVE, _(" GPUs"), Severity.CRITICAL, _("contracted GPUs without a Ready node")
     ),
 }
 

@@ -8,11 +8,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from jobs.choices import JobState
 from portal.models import Team
 
-from .choices import AlertKind, AlertState, Scope
+from .choices import AlertKind, AlertState, Scope, Severity
 from .models import Alert, AlertRule, JobUtilisation, UtilisationSample
 from .rules import DEFAULT_RULES, RuleBook
 
@@ -117,6 +118,10 @@ class RuleRow:
     severity: str
     enabled: bool
 
+    @property
+    def severity_label(self) -> str:
+        return Severity(self.severity).label
+
 
 def rules_in_effect(user) -> list[RuleRow]:
     """Every default (the row, or the code default when no row), every pool's override and the overrides of the
@@ -134,7 +139,7 @@ def rules_in_effect(user) -> list[RuleRow]:
             RuleRow(
                 kind,
                 kind.label,
-                "default",
+                _("default"),
                 DEFAULT_RULES[kind].describe(default.threshold),
                 default.for_seconds,
                 default.severity,

@@ -1,6 +1,7 @@
 """One filter class per model, for the pool pages and the API alike (STYLE.md, convention 7)."""
 
 import django_filters
+from django.utils.translation import gettext_lazy as _
 
 from portal.api.filters import UtcDateTimeFilter
 from portal.models import Team
@@ -19,9 +20,9 @@ class PoolFilterSet(django_filters.FilterSet):
 
 
 class NodeFilterSet(django_filters.FilterSet):
-    pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
+    pool = django_filters.CharFilter(field_name="pool__slug", label=_("pool (slug)"))
     ready = django_filters.BooleanFilter()
-    unschedulable = django_filters.BooleanFilter(label="cordoned")
+    unschedulable = django_filters.BooleanFilter(label=_("cordoned"))
 
     class Meta:
         model = Node
@@ -29,9 +30,9 @@ class NodeFilterSet(django_filters.FilterSet):
 
 
 class ReservationFilterSet(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="team__slug", label="team (slug)")
-    pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
-    active_at = UtcDateTimeFilter(method="filter_active_at", label="active at (ISO 8601)")
+    team = django_filters.CharFilter(field_name="team__slug", label=_("team (slug)"))
+    pool = django_filters.CharFilter(field_name="pool__slug", label=_("pool (slug)"))
+    active_at = UtcDateTimeFilter(method="filter_active_at", label=_("active at (ISO 8601)"))
 
     class Meta:
         model = Reservation
@@ -42,8 +43,8 @@ class ReservationFilterSet(django_filters.FilterSet):
 
 
 class QuotaFilterSet(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="team__slug", label="team (slug)")
-    pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
+    team = django_filters.CharFilter(field_name="team__slug", label=_("team (slug)"))
+    pool = django_filters.CharFilter(field_name="pool__slug", label=_("pool (slug)"))
 
     class Meta:
         model = Quota
@@ -51,7 +52,7 @@ class QuotaFilterSet(django_filters.FilterSet):
 
 
 class NamespaceLimitsFilterSet(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="slug", label="team (slug)")
+    team = django_filters.CharFilter(field_name="slug", label=_("team (slug)"))
 
     class Meta:
         model = Team
@@ -59,8 +60,8 @@ class NamespaceLimitsFilterSet(django_filters.FilterSet):
 
 
 class QuotaRequestFilterSet(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="team__slug", label="team (slug)")
-    pool = django_filters.CharFilter(field_name="pool__slug", label="pool (slug)")
+    team = django_filters.CharFilter(field_name="team__slug", label=_("team (slug)"))
+    pool = django_filters.CharFilter(field_name="pool__slug", label=_("pool (slug)"))
     state = django_filters.ChoiceFilter(choices=QuotaRequestState.choices)
 
     class Meta:

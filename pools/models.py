@@ -122,12 +122,14 @@ class Pool(models.Model):
     spill_pools = models.ManyToManyField(
         "self", symmetrical=False, blank=True, related_name="spilled_from", verbose_name=_("may spill into")
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     objects = PoolQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("pool")
+        verbose_name_plural = _("pools")
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(condition=Q(kind__in=PoolKind.values), name="%(app_label)s_%(class)s_valid_kind"),
@@ -173,9 +175,11 @@ class Node(models.Model):
     """A Kubernetes node as last seen by sync; `pool` is the pool whose selector matches its labels."""
 
     name = models.CharField(_("name"), max_length=253, unique=True)
-    pool = models.ForeignKey(Pool, on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes")
-    labels = models.JSONField(default=dict, blank=True)
-    taints = models.JSONField(default=list, blank=True)
+    pool = models.ForeignKey(
+        Pool, verbose_name=_("pool"), on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes"
+    )
+    labels = models.JSONField(_("labels"), default=dict, blank=True)
+    taints = models.JSONField(_("taints"), default=list, blank=True)
     gpu_capacity = models.PositiveIntegerField(_("GPU capacity"), default=0)
     gpu_allocatable = models.PositiveIntegerField(_("GPU allocatable"), default=0)
     ready = models.BooleanField(_("ready"), default=False)
@@ -184,6 +188,8 @@ class Node(models.Model):
     last_seen_at = models.DateTimeField(_("last seen"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("node")
+        verbose_name_plural = _("nodes")
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
@@ -220,20 +226,24 @@ class Reservation(models.Model):
     (checked by `pools.services.create_reservation` under a lock on the pool row).
     """
 
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="reservations")
-    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="reservations")
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.PROTECT, related_name="reservations")
+    pool = models.ForeignKey(Pool, verbose_name=_("pool"), on_delete=models.PROTECT, related_name="reservations")
     gpus = models.PositiveIntegerField(_("GPUs"), validators=[MinValueValidator(1)])
     starts_at = models.DateTimeField(_("starts at"))
     ends_at = models.DateTimeField(_("ends at"))
     monthly_price_per_gpu = models.DecimalField(
         _("monthly price per GPU"), max_digits=12, decimal_places=2, validators=[MinValueValidator(ZERO)]
     )
-    created_by = models.ForeignKey("portal.User", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        "portal.User", verbose_name=_("created by"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = ReservationQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("reservation")
+        verbose_name_plural = _("reservations")
         ordering = ["-starts_at"]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gt=0), name="%(app_label)s_%(class)s_gpus_positive"),
@@ -275,14 +285,16 @@ class QuotaQuerySet(models.QuerySet):
 class Quota(models.Model):
     """How many GPUs of a pool a team may use at once: its reservation plus any extra an admin grants."""
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
-    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quotas")
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="quotas")
+    pool = models.ForeignKey(Pool, verbose_name=_("pool"), on_delete=models.CASCADE, related_name="quotas")
     max_gpus = models.PositiveIntegerField(_("max GPUs at once"))
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     objects = QuotaQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("quota")
+        verbose_name_plural = _("quotas")
         ordering = ["team__name", "pool__name"]
         constraints = [
             models.UniqueConstraint(fields=["team", "pool"], name="%(app_label)s_%(class)s_unique_team_pool"),
@@ -299,7 +311,7 @@ class NamespaceLimits(models.Model):
     CPU is in millicores and memory in MiB so that the values are exact integers.
     """
 
-    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="namespace_limits")
+    team = models.OneToOneField(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="namespace_limits")
     requests_cpu_millicores = models.PositiveIntegerField(_("CPU requests (millicores)"), default=32_000)
     requests_memory_mib = models.PositiveIntegerField(_("memory requests (MiB)"), default=128 * 1024)
     max_pods = models.PositiveIntegerField(_("pods"), default=20)
@@ -312,10 +324,11 @@ class NamespaceLimits(models.Model):
     container_default_memory_mib = models.PositiveIntegerField(_("default memory limit (MiB)"), default=8 * 1024)
     container_default_request_cpu_millicores = models.PositiveIntegerField(_("default CPU request"), default=1_000)
     container_default_request_memory_mib = models.PositiveIntegerField(_("default memory request (MiB)"), default=4096)
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
-        verbose_name_plural = "namespace limits"
+        verbose_name = _("namespace limits")
+        verbose_name_plural = _("namespace limits")
         constraints = [
             models.CheckConstraint(
                 condition=Q(container_min_cpu_millicores__lte=F("container_max_cpu_millicores"))
@@ -356,14 +369,18 @@ class TeamNamespace(models.Model):
     means applied_version == desired_version.
     """
 
-    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="namespace_state")
-    desired_version = models.PositiveIntegerField(default=1)
-    applied_version = models.PositiveIntegerField(default=0)
-    applied_at = models.DateTimeField(null=True, blank=True)
-    last_checked_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
+    team = models.OneToOneField(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="namespace_state")
+    desired_version = models.PositiveIntegerField(_("desired version"), default=1)
+    applied_version = models.PositiveIntegerField(_("applied version"), default=0)
+    applied_at = models.DateTimeField(_("applied at"), null=True, blank=True)
+    last_checked_at = models.DateTimeField(_("last checked at"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
     # What the portal last wrote, per kind: a cluster object that differs from it was edited by hand.
-    applied_spec = models.JSONField(default=dict, blank=True)
+    applied_spec = models.JSONField(_("applied spec"), default=dict, blank=True)
+
+    class Meta:
+        verbose_name = _("team namespace")
+        verbose_name_plural = _("team namespaces")
 
     def __str__(self) -> str:
         return f"namespace of {self.team}"
@@ -390,8 +407,8 @@ class QuotaRequest(models.Model):
     quota was set through `pools.services.set_quota` in the same transaction as the approval.
     """
 
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quota_requests")
-    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="quota_requests")
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="quota_requests")
+    pool = models.ForeignKey(Pool, verbose_name=_("pool"), on_delete=models.CASCADE, related_name="quota_requests")
     max_gpus = models.PositiveIntegerField(_("requested max GPUs at once"))
     previous_max_gpus = models.PositiveIntegerField(
         _("quota when requested"), default=0, help_text=_("The team's quota in the pool when the request was made.")
@@ -417,6 +434,8 @@ class QuotaRequest(models.Model):
     objects = QuotaRequestQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("quota request")
+        verbose_name_plural = _("quota requests")
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(max_gpus__gte=0), name="%(app_label)s_%(class)s_gpus_not_negative"),
@@ -478,18 +497,20 @@ class KueueProjection(models.Model):
 
     SINGLETON_PK = 1
 
-    desired_version = models.PositiveIntegerField(default=1)
-    applied_version = models.PositiveIntegerField(default=0)
-    applied_at = models.DateTimeField(null=True, blank=True)
-    rendered_at = models.DateTimeField(null=True, blank=True)
-    last_rendered_at = models.DateTimeField(null=True, blank=True)
-    last_checked_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
+    desired_version = models.PositiveIntegerField(_("desired version"), default=1)
+    applied_version = models.PositiveIntegerField(_("applied version"), default=0)
+    applied_at = models.DateTimeField(_("applied at"), null=True, blank=True)
+    rendered_at = models.DateTimeField(_("rendered at"), null=True, blank=True)
+    last_rendered_at = models.DateTimeField(_("last rendered at"), null=True, blank=True)
+    last_checked_at = models.DateTimeField(_("last checked at"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
     # Per object ("Kind/name"), a digest of what the portal last wrote: a cluster object that differs from it was
     # edited by hand (a change of the portal's own rows is not).
-    applied_digests = models.JSONField(default=dict, blank=True)
+    applied_digests = models.JSONField(_("applied digests"), default=dict, blank=True)
 
     class Meta:
+        verbose_name = _("Kueue projection")
+        verbose_name_plural = _("Kueue projections")
         constraints = [
             models.CheckConstraint(condition=Q(pk=1), name="%(app_label)s_%(class)s_single_row"),
         ]

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.utils.translation import gettext_lazy as _
 
 from . import audit, services
 from .models import ApiToken, AuditEntry, Membership, OutboxMessage, Team, User
@@ -72,7 +73,7 @@ class MembershipInline(admin.TabularInline):
 class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
     list_display = ["username", "email", "is_platform_admin", "is_staff", "language", "last_login"]
     list_filter = ["is_platform_admin", "is_staff", "is_active"]
-    fieldsets = [*BaseUserAdmin.fieldsets, ("Reservoir", {"fields": ["is_platform_admin", "language"]})]
+    fieldsets = [*BaseUserAdmin.fieldsets, (_("Reservoir"), {"fields": ["is_platform_admin", "language"]})]
 
 
 @admin.register(Team)
@@ -133,7 +134,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
-    @admin.action(description="Revoke the selected tokens")
+    @admin.action(description=_("Revoke the selected tokens"))
     def revoke(self, request, queryset):
         for token in queryset:
             services.revoke_token(token=token, user=request.user)

@@ -75,12 +75,16 @@ class Team(models.Model):
         default=False,
         help_text=_("High priority can preempt other work. Team leads may always use it; this lets every member."),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="Membership", related_name="teams")
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, verbose_name=_("members"), through="Membership", related_name="teams"
+    )
 
     objects = TeamQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("team")
+        verbose_name_plural = _("teams")
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
@@ -100,12 +104,16 @@ class Team(models.Model):
 class Membership(models.Model):
     """One user in one team with one role; a user may belong to several teams."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("user"), on_delete=models.CASCADE, related_name="memberships"
+    )
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(_("role"), max_length=20, choices=Role.choices, default=Role.RESEARCHER)
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
+        verbose_name = _("membership")
+        verbose_name_plural = _("memberships")
         ordering = ["team__name", "user__username"]
         constraints = [
             models.UniqueConstraint(fields=["user", "team"], name="%(app_label)s_%(class)s_unique_user_team"),
@@ -124,20 +132,26 @@ class AuditEntry(models.Model):
     secrets: environment values are redacted and password hashes hidden (`portal.audit.snapshot`)."""
 
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="audit_entries"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("actor"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="audit_entries",
     )
     actor_username = models.CharField(_("actor"), max_length=150, blank=True, help_text=_("Empty: the system."))
     action = models.CharField(_("action"), max_length=60)
     object_type = models.CharField(_("object type"), max_length=60)
     object_id = models.CharField(_("object id"), max_length=60)
     object_repr = models.CharField(_("object"), max_length=200)
-    before = models.JSONField(null=True, blank=True)
-    after = models.JSONField(null=True, blank=True)
+    before = models.JSONField(_("before"), null=True, blank=True)
+    after = models.JSONField(_("after"), null=True, blank=True)
     at = models.DateTimeField(_("at"), auto_now_add=True, db_index=True)
 
     class Meta:
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit entries")
         ordering = ["-at", "-id"]
-        verbose_name_plural = "audit entries"
         indexes = [models.Index(fields=["object_type", "object_id"], name="portal_audit_object")]
 
     def __str__(self) -> str:
@@ -159,26 +173,40 @@ class ApiToken(models.Model):
     exactly its user's permissions; a revoked or expired token authenticates nobody.
     """
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("user"), on_delete=models.CASCADE, related_name="api_tokens"
+    )
     name = models.CharField(_("name"), max_length=100, help_text=_("What the token is for, e.g. 'CI quota sync'."))
     prefix = models.CharField(
         _("prefix"), max_length=12, help_text=_("The secret's first characters, to recognise it.")
     )
-    key_hash = models.CharField(max_length=64, unique=True)
+    key_hash = models.CharField(_("key hash"), max_length=64, unique=True)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("created by"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     last_used_at = models.DateTimeField(_("last used"), null=True, blank=True)
     revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
     revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("revoked by"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
     )
 
     objects = ApiTokenQuerySet.as_manager()
 
     class Meta:
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(
@@ -204,16 +232,18 @@ class OutboxMessage(models.Model):
     the broker. Pending rows are published by `manage.py dispatch_outbox` whenever the broker answers again.
     """
 
-    task = models.CharField(max_length=200)
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    sent_at = models.DateTimeField(null=True, blank=True)
+    task = models.CharField(_("task"), max_length=200)
+    args = models.JSONField(_("args"), default=list, blank=True)
+    kwargs = models.JSONField(_("kwargs"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
     # Publications refused for a reason other than an unreachable broker (e.g. a task that no longer exists).
-    attempts = models.PositiveIntegerField(default=0)
-    last_error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    last_error = models.TextField(_("last error"), blank=True)
 
     class Meta:
+        verbose_name = _("outbox message")
+        verbose_name_plural = _("outbox messages")
         ordering = ["id"]
         indexes = [
             models.Index(fields=["id"], condition=Q(sent_at__isnull=True), name="portal_outbox_pending"),

@@ -1,7 +1,12 @@
 """Shared fixtures: a user of each role around one team; the cluster fixtures come from the plugins below."""
 
+import subprocess
+from pathlib import Path
+
 import pytest
+from django.conf import settings
 from django.core.cache import cache
+from django.utils import translation
 
 from portal.choices import Role
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
@@ -13,6 +18,29 @@ pytest_plugins = ["devcluster.pytest_plugin", "tests.clusterkit", "tests.faultki
 def _fresh_rate_limit_counters():
     """API throttle counters live in the cache: every test starts with none."""
     cache.clear()
+
+
+@pytest.fixture(autouse=True)
+def _default_language():
+    """Every test starts in the default language: a request of a user who reads Chinese activates it for the
+    thread (portal.middleware.UserLanguageMiddleware), and the test client serves requests in the test's thread."""
+    translation.activate(settings.LANGUAGE_CODE)
+    yield
+    translation.deactivate()
+
+
+@pytest.fixture(scope="session")
+def compiled_translations():
+    """`make install` compiles the catalogue; a bare pytest run compiles it here when it is missing or stale."""
+    po = Path(settings.BASE_DIR) / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
+    mo = po.with_suffix(".mo")
+    if not mo.exists() or mo.stat().st_mtime < po.stat().st_mtime:
+        subprocess.run(["msgfmt", "-o", str(mo), str(po)], check=True)
+        from django.utils.translation import trans_real
+
+        trans_real._translations = {}
+        trans_real._active = trans_real.Local()
+    return mo
 
 
 @pytest.fixture

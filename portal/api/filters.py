@@ -28,8 +28,8 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 
 class TeamFilterSet(django_filters.FilterSet):
-    member = django_filters.CharFilter(field_name="memberships__user__username", label="member (username)")
-    q = django_filters.CharFilter(method="search", label="name or slug contains")
+    member = django_filters.CharFilter(field_name="memberships__user__username", label=_("member (username)"))
+    q = django_filters.CharFilter(method="search", label=_("name or slug contains"))
 
     class Meta:
         model = Team
@@ -42,8 +42,8 @@ class TeamFilterSet(django_filters.FilterSet):
 
 
 class MembershipFilterSet(django_filters.FilterSet):
-    team = django_filters.CharFilter(field_name="team__slug", label="team (slug)")
-    user = django_filters.CharFilter(field_name="user__username", label="user (username)")
+    team = django_filters.CharFilter(field_name="team__slug", label=_("team (slug)"))
+    user = django_filters.CharFilter(field_name="user__username", label=_("user (username)"))
     role = django_filters.ChoiceFilter(choices=Role.choices)
 
     class Meta:
@@ -52,8 +52,8 @@ class MembershipFilterSet(django_filters.FilterSet):
 
 
 class ApiTokenFilterSet(django_filters.FilterSet):
-    user = django_filters.CharFilter(field_name="user__username", label="user (username)")
-    active = django_filters.BooleanFilter(method="filter_active", label="active (not revoked nor expired)")
+    user = django_filters.CharFilter(field_name="user__username", label=_("user (username)"))
+    active = django_filters.BooleanFilter(method="filter_active", label=_("active (not revoked nor expired)"))
 
     class Meta:
         model = ApiToken
@@ -65,10 +65,12 @@ class ApiTokenFilterSet(django_filters.FilterSet):
 
 
 class AuditEntryFilterSet(django_filters.FilterSet):
-    actor = django_filters.CharFilter(field_name="actor_username", label="actor (username)")
+    actor = django_filters.CharFilter(field_name="actor_username", label=_("actor (username)"))
     action = django_filters.CharFilter(field_name="action")
-    action_prefix = django_filters.CharFilter(field_name="action", lookup_expr="startswith", label="action starts with")
-    object_type = django_filters.CharFilter(field_name="object_type", label="object type, e.g. pools.quota")
+    action_prefix = django_filters.CharFilter(
+        field_name="action", lookup_expr="startswith", label=_("action starts with")
+    )
+    object_type = django_filters.CharFilter(field_name="object_type", label=_("object type, e.g. pools.quota"))
     object_id = django_filters.CharFilter(field_name="object_id")
     since = UtcDateTimeFilter(field_name="at", lookup_expr="gte")
     until = UtcDateTimeFilter(field_name="at", lookup_expr="lt")

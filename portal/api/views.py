@@ -99,7 +99,9 @@ class ApiTokenViewSet(
             owner=data["user"], name=data["name"], expires_at=data.get("expires_at"), user=request.user
         )
         token.token = secret
-        return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+        response = Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+        response.never_compress = True  # the plaintext secret: never compressed (portal/compression.py, BREACH)
+        return response
 
     @extend_schema(request=None, responses={200: ApiTokenSerializer}, description="Revoke the token at once.")
     @action(detail=True, methods=["post"])

@@ -41,6 +41,8 @@ MIDDLEWARE = [
     "monitoring.middleware.RequestMetricsMiddleware",
     "portal.outage.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # gzip, after every middleware that reads or writes the body; see portal/compression.py for BREACH.
+    "portal.compression.CompressionMiddleware",
     "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",

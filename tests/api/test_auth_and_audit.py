@@ -33,6 +33,20 @@ def test_admin_makes_a_token_whose_secret_is_shown_once_and_stored_hashed(api, p
     assert ApiToken.objects.get(pk=token.pk).last_used_at is not None
 
 
+def test_the_answer_holding_a_new_tokens_secret_is_never_compressed_other_answers_are(api, platform_admin, researcher):
+    """BREACH (portal/compression.py): the plaintext secret never goes out gzip-compressed."""
+    client = api(platform_admin)
+    made = client.post(
+        "/api/v1/tokens/", {"user": "rita", "name": "nightly"}, format="json", HTTP_ACCEPT_ENCODING="gzip"
+    )
+    assert made.status_code == 201 and not made.has_header("Content-Encoding")
+    assert made.json()["token"]
+    for n in range(6):
+        client.post("/api/v1/tokens/", {"user": "rita", "name": f"more-{n}"}, format="json")
+    listed = client.get("/api/v1/tokens/", HTTP_ACCEPT_ENCODING="gzip")
+    assert listed["Content-Encoding"] == "gzip"
+
+
 def test_a_revoked_or_expired_token_authenticates_nobody(api, platform_admin, researcher):
     admin = api(platform_admin)
     made = admin.post("/api/v1/tokens/", {"user": "rita", "name": "ci"}, format="json").json()

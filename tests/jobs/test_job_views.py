@@ -9,7 +9,7 @@ from django.urls import reverse
 from cluster.errors import ClusterError
 from jobs import views as job_views
 from jobs.choices import JobState, Placement
-from jobs.models import Job, JobTemplate, Pod
+from jobs.models import Job, JobTemplate, Pod, Workload
 from pools.models import Pool
 from portal.htmx import STOP_POLLING
 from tests.factories import JobFactory, NodeFactory, PodFactory, PoolFactory, QuotaFactory, UserFactory
@@ -361,6 +361,23 @@ def test_the_preview_shows_manifest_quota_and_expected_start(client, researcher,
     assert not Job.objects.exists()
 
 
+def test_the_preview_of_an_untouched_form_says_what_to_fill_in_not_errors(client, researcher, team, pool):
+    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    untouched = _form(pool="", name="", image="")  # what the page posts on load: team preselected, defaults kept
+    html = login(client, researcher).post(reverse("jobs:job_submit_preview"), untouched, **HTMX).content.decode()
+    assert "This field is required" not in html
+    assert "Still to fill in:</strong> Pool, Name, Image" in html
+
+
+def test_the_preview_names_what_is_wrong_once_typed_and_what_is_still_missing(client, researcher, team, pool):
+    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    typed = _form(image="", gpus="0")
+    html = login(client, researcher).post(reverse("jobs:job_submit_preview"), typed, **HTMX).content.decode()
+    assert "Still to fill in:</strong> Image" in html
+    assert "GPUs: Ensure this value is greater than or equal to 1." in html
+    assert "This field is required" not in html
+
+
 def test_the_preview_says_queued_at_position_k(client, researcher, team, pool):
     QuotaFactory(team=team, pool=pool, max_gpus=2)
     JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.RUNNING, gpus=2)
@@ -485,13 +502,16 @@ def test_pending_explains_in_plain_words_and_says_what_would_fit(client, researc
 def test_pending_shows_queued_jobs_over_quota_with_their_position(client, researcher, team, pool):
     QuotaFactory(team=team, pool=pool, max_gpus=2)
     JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.RUNNING, gpus=2)
-    reason = "Waiting for its team's quota in Train: 2 more GPUs needed"  # as the sync writes Kueue's word
-    first = {"name": "first-q", "pending_reason": reason}
-    JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=2, **first)
+    first = JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=2, name="first-q")
     JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.QUEUED, gpus=1, name="second-q")
+    said = (
+        "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor train, "
+        "2 more needed"
+    )
+    Workload.objects.create(uid="w1", namespace="t", name="w1", job=first, message=said, created_at=first.created_at)
     response = login(client, researcher).get(reverse("jobs:pending"))
     html = response.content.decode()
-    assert "Waiting for its team&#x27;s quota in Train: 2 more GPUs needed" in html
+    assert "Waiting for its team&#x27;s quota in Train Pool: 2 more GPUs needed" in html
     assert "Waiting for Kueue to admit it against the team&#x27;s quota." in html  # not synced yet
     assert "queued at position 1" in html and "queued at position 2" in html
     assert "starts when 2 GPUs of the team&#x27;s quota are freed" in html

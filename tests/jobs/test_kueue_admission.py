@@ -23,6 +23,7 @@ from cluster.manifests import GPU_RESOURCE, LOCAL_QUEUE_NAME, PoolTarget, node_s
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, Workload
+from jobs.reasons import kueue_reason
 from jobs.specs import JobSpec
 from jobs.spill import spill_due_jobs
 from pools import services as pool_services
@@ -159,6 +160,9 @@ def test_a_strict_job_never_gets_a_spill_flavor_and_a_soft_one_does(cluster_sync
     assert strict.state == JobState.QUEUED
     assert strict.admitted_pool is None
     assert "Reserved A800" in strict.pending_reason  # the pool's name, not the flavor's
+    said = Workload.objects.get(job=strict).message
+    in_words = kueue_reason(said, dict(Pool.objects.values_list("slug", "name")))
+    assert "The cluster says" not in in_words and "flavor" not in in_words and in_words.endswith(".")
     assert not any("elastic" in w.flavors for w in Workload.objects.filter(job=strict))
     assert services.queue_position(strict) == 1
 
@@ -297,6 +301,9 @@ def test_a_gang_whose_team_has_quota_for_two_of_three_pods_is_not_admitted_at_al
 
     message = wait_for(waiting_message, what="Kueue's verdict on the gang")
     assert "maximum capacity (2)" in message
+    assert kueue_reason(message, {"reserved-a800": "Reserved A800"}) == (
+        "It needs 3 GPUs in Reserved A800, more than the team may ever use there (2)."
+    )
     time.sleep(5)
     assert admitted_gpus(workloads(cluster_team.namespace)) == 0
     pods = client.core().list_namespaced_pod(cluster_team.namespace, label_selector="job-name=gang-of-three")

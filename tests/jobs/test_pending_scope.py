@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 
 from jobs.choices import JobState
+from jobs.models import Workload
 from tests.factories import JobFactory, NodeFactory, PodFactory, PoolFactory, QuotaFactory
 
 
@@ -16,6 +17,10 @@ def pool(db):
     return pool
 
 
+KUEUE_SAID = (
+    "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor train, "
+    "2 more needed"
+)
 KUEUE_REASON = (
     "Waiting for its team's quota in Train Pool: 2 more GPUs needed than the team's reservation and what it may "
     "borrow leave free now."
@@ -27,14 +32,16 @@ def beta_waits(other_team, pool, outsider):
     """beta: 3 of 3 GPUs of its quota in use, a 2-GPU job queued behind it; a pod stuck on a missing volume."""
     QuotaFactory(team=other_team, pool=pool, max_gpus=3)
     JobFactory(team=other_team, pool=pool, submitted_by=outsider, state=JobState.RUNNING, gpus=3)
-    JobFactory(
-        team=other_team,
-        pool=pool,
-        submitted_by=outsider,
-        state=JobState.QUEUED,
-        gpus=2,
-        name="beta-next",
-        pending_reason=KUEUE_REASON,  # as the sync writes it from Kueue's Workload
+    queued = JobFactory(
+        team=other_team, pool=pool, submitted_by=outsider, state=JobState.QUEUED, gpus=2, name="beta-next"
+    )
+    Workload.objects.create(  # as the sync mirrors Kueue's Workload; the page words its message
+        uid="w-beta-next",
+        namespace=other_team.namespace,
+        name="job-beta-next",
+        job=queued,
+        message=KUEUE_SAID,
+        created_at=queued.created_at,
     )
     PodFactory(
         name="beta-pod",

@@ -220,7 +220,7 @@ def test_the_jobs_own_pending_pod_moves_it(world):
     sync, pool, alpha, _beta, job = world
     sync.pod_event("MODIFIED", pod("p1", alpha.namespace, phase="Pending", job_id=job.pk, owner=job.job_name))
     job.refresh_from_db()
-    assert (job.state, job.pending_reason) == (JobState.PENDING, "0/4 nodes are available")
+    assert (job.state, job.pending_reason) == (JobState.PENDING, "The cluster says: 0/4 nodes are available")
     assert rows(Pod, "uid", "pool_id", "job_id") == [("p1", pool.pk, job.pk)]  # not placed: its job's pool
 
 

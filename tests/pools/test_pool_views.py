@@ -1,6 +1,9 @@
 """The pools dashboard and pool page: capacity figures, GPU strips coloured by team (other teams anonymous),
 fragmentation, htmx refresh, visibility and constant query counts."""
 
+import gzip
+import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -137,6 +140,30 @@ def test_the_dashboard_refreshes_itself_and_the_fragment_is_only_the_cards(clien
     assert 'hx-trigger="every 10s"' in page and "<html" in page
     fragment = client.get(reverse("pools:pool_list"), **HTMX).content.decode()
     assert fragment.lstrip().startswith('<div id="pool-cards"') and "<html" not in fragment
+
+
+def test_the_dashboard_poll_gets_nothing_until_the_cards_change(client, researcher, team, pool):
+    client.force_login(researcher)
+    fragment = client.get(reverse("pools:pool_list"), **HTMX).content.decode()
+    version = re.search(r'hx-get="[^"?]*\?since=([0-9a-f]+)"', fragment)[1]
+    unchanged = client.get(reverse("pools:pool_list"), {"since": version}, **HTMX)
+    assert unchanged.status_code == 204 and unchanged.content == b""
+    pod("new-pod", "node-a", 2, team=team)
+    changed = client.get(reverse("pools:pool_list"), {"since": version}, **HTMX)
+    assert changed.status_code == 200 and "Alpha: 2 GPUs" in changed.content.decode()
+    assert f"since={version}" not in changed.content.decode()
+    # a full page load always answers the page, whatever it is given
+    assert client.get(reverse("pools:pool_list"), {"since": version}).status_code == 200
+
+
+def test_the_dashboard_at_100_nodes_goes_out_gzip_compressed(client, researcher, pool):
+    Node.objects.bulk_create(Node(pool=pool, name=f"n-{i:03d}", gpu_capacity=8, gpu_allocatable=8) for i in range(100))
+    client.force_login(researcher)
+    plain = client.get(reverse("pools:pool_list"), **HTMX)
+    compressed = client.get(reverse("pools:pool_list"), HTTP_ACCEPT_ENCODING="gzip", **HTMX)
+    assert compressed["Content-Encoding"] == "gzip" and "Accept-Encoding" in compressed["Vary"]
+    assert len(re.findall(r'class="strip(?: down)?"', gzip.decompress(compressed.content).decode())) == 103
+    assert len(compressed.content) * 8 < len(plain.content)
 
 
 def test_empty_states(client, researcher):

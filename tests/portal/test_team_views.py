@@ -1,11 +1,7 @@
 """Team pages for leads (usage against quota and reservation, members, link to billing) and the per-user
 language: the role matrix, Chinese for users who chose it, the switcher."""
 
-import subprocess
-from pathlib import Path
-
 import pytest
-from django.conf import settings
 from django.urls import reverse
 
 from jobs.choices import JobState
@@ -21,19 +17,7 @@ from tests.factories import (
     UserFactory,
 )
 
-PO = Path(settings.BASE_DIR) / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compiled_translations():
-    """`make install` compiles the catalogue; a bare pytest run compiles it here when it is missing or stale."""
-    mo = PO.with_suffix(".mo")
-    if not mo.exists() or mo.stat().st_mtime < PO.stat().st_mtime:
-        subprocess.run(["msgfmt", "-o", str(mo), str(PO)], check=True)
-        from django.utils.translation import trans_real
-
-        trans_real._translations = {}
-        trans_real._active = trans_real.Local()
+pytestmark = pytest.mark.usefixtures("compiled_translations")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,146 @@
+"""The portal as a Chinese-speaking team meets it, in a real browser against the real local cluster: a researcher
+who reads Chinese submits a job that runs and one that waits for quota, then walks the main pages; a team lead
+walks the team, billing and alert pages. No page shows an English sentence: only data (team, pool, job and node
+names, images), product and technical terms (GPU, Pod, Kueue, MiB ...) and text marked lang="en" (what the
+cluster says verbatim: manifests, logs, Kubernetes events) stay in Latin letters."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from jobs.choices import JobState
+from jobs.models import Job
+from pools.models import Node, Pool
+from portal.choices import Role
+from tests.clusterkit import KWOK_DELAY, set_quota, wait_for
+from tests.english import english_phrases
+from tests.factories import MembershipFactory, UserFactory
+
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("compiled_translations"),
+]
+PASSWORD = "pw-for-tests"
+IMAGE = "registry.example.com/research/train:1.0"
+
+# The page's words as a reader meets them: its visible text and the titles and labels a pointer or a screen reader
+# reads, without what is marked as another language and without the options of selects (teams and pools: data).
+PAGE_WORDS = """() => {
+  const copy = document.body.cloneNode(true);
+  copy.querySelectorAll("script, style, [lang]:not([lang^=zh]), option").forEach((node) => node.remove());
+  const labels = [...copy.querySelectorAll("[title], [aria-label], [placeholder]")].map((node) =>
+    [node.getAttribute("title"), node.getAttribute("aria-label"), node.getAttribute("placeholder")].join(" "));
+  return [document.title, copy.innerText || copy.textContent, ...labels].join("\\n");
+}"""
+
+
+@pytest.fixture
+def chinese_page(browser):
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, locale="zh-CN")
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    yield page
+    context.close()
+
+
+def data_words(team, *extra) -> tuple[str, ...]:
+    pools = list(Pool.objects.values_list("name", flat=True))
+    nodes = list(Node.objects.values_list("name", flat=True))
+    models = list(Pool.objects.values_list("gpu_model", flat=True))
+    jobs = list(Job.objects.filter(team=team).values_list("name", flat=True))
+    return (team.name, team.slug, team.namespace, IMAGE, *pools, *nodes, *models, *jobs, *extra)
+
+
+def assert_no_english(page, data, what: str) -> None:
+    page.wait_for_load_state("networkidle")
+    words = page.evaluate(PAGE_WORDS)
+    assert "<html" not in words
+    left = english_phrases(words, data)
+    assert not left, f"{what}: English left in the Chinese page: {left}"
+
+
+def log_in(page, base_url: str, username: str) -> None:
+    page.goto(f"{base_url}/login/")
+    assert_no_english(page, (), "the log-in page")
+    page.locator("input[name=username]").fill(username)
+    page.locator("input[name=password]").fill(PASSWORD)
+    page.get_by_role("button", name="登录").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("欢迎")
+
+
+def submit(page, base_url: str, team, *, name: str, gpus: int, runs_for: str) -> int:
+    page.goto(f"{base_url}/jobs/submit/")
+    preview = page.locator("#submit-preview")
+    expect(preview).to_contain_text("还需填写")  # what to fill in, not errors, before anything is typed
+    expect(preview).not_to_contain_text("必填")
+    assert_no_english(page, data_words(team), "the untouched submit page")
+    page.locator("select[name=team]").select_option(team.slug)
+    page.locator("select[name=pool]").select_option("reserved-a800")
+    page.locator("input[name=name]").fill(name)
+    page.locator("input[name=image]").fill(IMAGE)
+    page.locator("input[name=gpus]").fill(str(gpus))
+    page.get_by_text("高级：环境变量与 Pod 注解").click()
+    page.locator("textarea[name=pod_annotations]").fill(f"{KWOK_DELAY}={runs_for}")
+    expect(preview).to_contain_text("kind: Job")
+    assert_no_english(page, data_words(team, name), "the filled-in submit page")
+    page.get_by_role("button", name="提交作业").click()
+    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    return int(re.search(r"/jobs/(\d+)/$", page.url).group(1))
+
+
+def test_a_researcher_who_reads_chinese_meets_no_english_sentence(
+    cluster_sync, cluster_team, live_server, chinese_page, shoot
+):
+    page = chinese_page
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    researcher = cluster_team.researcher
+    researcher.set_password(PASSWORD)
+    researcher.language = "zh-hans"
+    researcher.save()
+    base = live_server.url
+    log_in(page, base, researcher.username)
+    assert_no_english(page, data_words(cluster_team, researcher.username), "the home page")
+
+    running = submit(page, base, cluster_team, name="zh-train", gpus=6, runs_for="10m")
+    expect(page.locator("#job-status [data-state]")).to_have_text("运行中", timeout=45_000)
+    queued = submit(page, base, cluster_team, name="zh-waits", gpus=4, runs_for="10s")
+    expect(page.locator("#job-status [data-state]")).to_have_text("排队中")
+    wait_for(lambda: Job.objects.get(pk=queued).workloads.exclude(message="").exists(), what="Kueue's reason")
+    page.reload()
+    expect(page.locator("#job-status")).to_contain_text("等待团队在 Reserved A800")
+    data = data_words(cluster_team, researcher.username)
+    assert_no_english(page, data, "a queued job")
+    shoot("zh-01-queued-job")
+    page.goto(f"{base}/jobs/{running}/")
+    assert_no_english(page, data, "a running job")
+    for path in ["/pools/", "/pools/reserved-a800/", "/jobs/pending/", "/jobs/", "/alerts/"]:
+        page.goto(f"{base}{path}")
+        assert_no_english(page, data, path)
+    page.goto(f"{base}/jobs/pending/")
+    expect(page.locator("#pending-table")).to_contain_text("等待团队在 Reserved A800")
+    shoot("zh-02-pending")
+    assert Job.objects.get(pk=running).state == JobState.RUNNING
+
+
+def test_a_team_lead_who_reads_chinese_meets_no_english_sentence(
+    cluster_sync, cluster_team, live_server, chinese_page, shoot
+):
+    page = chinese_page
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    lead = UserFactory(username=f"{cluster_team.slug}-lead", language="zh-hans")
+    lead.set_password(PASSWORD)
+    lead.save()
+    MembershipFactory(team=cluster_team, user=lead, role=Role.LEAD)
+    wait_for(lambda: Pool.objects.get(slug="reserved-a800").nodes.exists(), what="the synced nodes")
+    base = live_server.url
+    log_in(page, base, lead.username)
+    data = data_words(cluster_team, lead.username, cluster_team.researcher.username)
+    for path in [f"/teams/{cluster_team.slug}/", f"/billing/teams/{cluster_team.slug}/", "/alerts/", "/pools/"]:
+        page.goto(f"{base}{path}")
+        assert_no_english(page, data, path)
+    page.goto(f"{base}/teams/{cluster_team.slug}/")
+    expect(page.get_by_role("heading", name="用量与配额、预留对比")).to_be_visible()
+    shoot("zh-03-team-page")
