@@ -7,13 +7,16 @@ nothing new), intervals counted once and never reopened, a relist settling what 
 honoured only on the job's own Job and pods.
 """
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.models import StaleDay, UsageInterval
-from cluster.facts import JobFacts, NodeFacts, PodFacts, job_facts, node_facts
+from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, job_facts, node_facts, workload_facts
 from jobs.choices import JobState
 from jobs.models import Job, Pod, Workload
 from jobs.sync import ClusterSync
@@ -229,3 +232,53 @@ def test_a_relist_fails_an_admitted_job_whose_own_job_is_gone_even_if_a_foreign_
     sync.relist_jobs([k8s_job(beta.namespace, job.job_name, job.pk)], "70")
     job.refresh_from_db()
     assert job.state == JobState.FAILED and "outside the portal" in job.last_error
+
+
+def test_an_unfinished_jobs_status_update_costs_no_query(world, django_assert_num_queries):
+    sync, _pool, alpha, _beta, job = world
+    with django_assert_num_queries(0):
+        sync.job_event("MODIFIED", k8s_job(alpha.namespace, job.job_name, job.pk))
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def kueue_workload(uid: str, namespace: str, job, *, pods_ready: bool) -> WorkloadFacts:
+    conditions = [
+        {"type": "QuotaReserved", "status": "True", "lastTransitionTime": BOUND},
+        {"type": "Admitted", "status": "True", "lastTransitionTime": BOUND},
+        {"type": "PodsReady", "status": "True" if pods_ready else "False", "lastTransitionTime": BOUND},
+    ]
+    return workload_facts(
+        {
+            "metadata": {
+                "uid": uid,
+                "namespace": namespace,
+                "name": f"job-{job.job_name}-y",
+                "creationTimestamp": BOUND,
+                "ownerReferences": [{"kind": "Job", "name": job.job_name}],
+            },
+            "spec": {"priority": 5000},
+            "status": {
+                "conditions": conditions,
+                "admission": {
+                    "clusterQueue": "team-alpha",
+                    "podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": "train"}}],
+                },
+            },
+        }
+    )
+
+
+def test_a_workload_update_that_changes_nothing_kept_writes_nothing(world):
+    sync, _pool, alpha, _beta, job = world
+    sync.workload_event("MODIFIED", kueue_workload("wl-2", alpha.namespace, job, pods_ready=False))
+    assert Workload.objects.get(uid="wl-2").admitted
+    with CaptureQueriesContext(connection) as queries:
+        # Kueue sets PodsReady, which the portal does not keep.
+        sync.workload_event("MODIFIED", kueue_workload("wl-2", alpha.namespace, job, pods_ready=True))
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert writes == []
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    # A change the portal keeps is written.
+    moved = kueue_workload("wl-2", alpha.namespace, job, pods_ready=True)
+    sync.workload_event("MODIFIED", replace(moved, requeue_count=1))
+    assert Workload.objects.get(uid="wl-2").requeue_count == 1
