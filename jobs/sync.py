@@ -220,6 +220,10 @@ class ClusterSync:
         return accepted
 
     def job_event(self, kind: str, job: JobFacts) -> None:
+        if kind != "DELETED" and jobs.job_outcome_observation(job) is None:
+            # A Job that has not finished implies nothing (its Workload and pods say where the job is): no query for
+            # the half dozen status updates each Job gets while it is created, unsuspended and running.
+            return
         for job_id, facts in self._portal_jobs([job]):
             if kind == "DELETED":
                 jobs.fail_job_deleted_outside(job_id=job_id)
