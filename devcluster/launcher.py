@@ -391,6 +391,10 @@ class Cluster:
                 f"--service-cluster-ip-range={certs.SERVICE_CLUSTER_IP_RANGE}",
                 "--kube-api-qps=500",
                 "--kube-api-burst=1000",
+                # The Job controller creates each admitted Job's pods and finishes the Job; its syncs wait on API
+                # round trips, and 5 at a time (the default) left thousands of unsuspended Jobs without pods on this
+                # loaded 2-core machine (bench/admission.py).
+                "--concurrent-job-syncs=20",
                 "--profiling=false",
             ],
             f"https://127.0.0.1:{ports['kube-controller-manager']}/healthz",

@@ -236,6 +236,9 @@ def test_kueue_configuration_is_for_a_process_on_loopback_with_wait_for_pods_rea
     assert config["manageJobsWithoutQueueName"] is False
     assert config["waitForPodsReady"] == {"timeout": "90s", "blockAdmission": False}
     assert config["integrations"] == {"frameworks": ["batch/job"]}
+    # Several reconciles at a time for Jobs and Workloads (one is controller-runtime's default).
+    assert config["controller"]["groupKindConcurrency"]["Job.batch"] == 20
+    assert config["controller"]["groupKindConcurrency"]["Workload.kueue.x-k8s.io"] == 5
 
 
 @pytest.mark.parametrize("text", ["5", "five minutes", "-5m", "0s", ""])
