@@ -18,7 +18,7 @@ from django.utils import timezone
 from billing.models import StaleDay, UsageInterval
 from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, job_facts, node_facts, workload_facts
 from jobs.choices import JobState
-from jobs.models import Job, Pod, Workload
+from jobs.models import Job, Pod, SyncState, Workload
 from jobs.sync import ClusterSync
 from pools.models import Node
 from tests.factories import JobFactory, PoolFactory, TeamFactory
@@ -282,3 +282,15 @@ def test_a_workload_update_that_changes_nothing_kept_writes_nothing(world):
     moved = kueue_workload("wl-2", alpha.namespace, job, pods_ready=True)
     sync.workload_event("MODIFIED", replace(moved, requeue_count=1))
     assert Workload.objects.get(uid="wl-2").requeue_count == 1
+
+
+def test_saving_a_watchs_version_again_is_one_query(django_assert_num_queries):
+    ClusterSync.save_version("pods", "10", listed=True)
+    first = SyncState.objects.get(resource="pods")
+    with django_assert_num_queries(1):
+        ClusterSync.save_version("pods", "11")
+    again = SyncState.objects.get(resource="pods")
+    assert (again.resource_version, again.listed_at) == ("11", first.listed_at)
+    assert again.updated_at > first.updated_at  # the sync-lag gauge reads it
+    ClusterSync.save_version("pods", "12", listed=True)
+    assert SyncState.objects.get(resource="pods").listed_at > first.listed_at
