@@ -33,8 +33,9 @@ Reports (the last line printed is a JSON summary):
 
 Usage: ``python bench/admission.py [--nodes 1000] [--teams 300] [--jobs 10000] [--run-seconds 20] ...``
 (``--help`` lists all). A quick run: ``--nodes 60 --teams 20 --jobs 400``. Uses its own cluster state directory
-(.state/devcluster-bench-admission) and its own database (`<DATABASE_URL name>_admissionbench`, dropped and made
-afresh each run); REDIS_URL's database is purged of queued tasks, so give it one of its own.
+(.state/devcluster-bench-admission) and its own database (`<DATABASE_URL name>_admissionbench`, another name for
+another --state-dir; dropped and made afresh each run); REDIS_URL's database (default 15) is purged of queued
+tasks, so give it one of its own (and each run beside another its own).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ TARGETS = {
     "sync_peak_rss_mb": 500.0,
 }
 KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
+DEFAULT_STATE_NAME = "devcluster-bench-admission"
 RESERVED_POOL, ELASTIC_POOL = "bench-reserved", "bench-elastic"
 GPUS_PER_NODE = 8
 # Reservations take this share of the reserved pool's contract; the quotas add up to all of it.
@@ -249,7 +251,7 @@ class Sampler:
         return {label: round(value, 1) for label, value in sorted(result.items())}
 
 
-def start_cluster(state_dir: Path, nodes: int, elastic_share: float):
+def start_cluster(state_dir: Path, nodes: int, elastic_share: float, node_lease_seconds: int | None):
     from devcluster import build, launcher, topology
 
     elastic_nodes = max(1, round(nodes * elastic_share))
@@ -276,7 +278,8 @@ def start_cluster(state_dir: Path, nodes: int, elastic_share: float):
         source="bench/admission.py",
     )
     build.ensure_built(log)
-    cluster = launcher.Cluster(state_dir, progress=log)
+    lease = {"node_lease_seconds": node_lease_seconds} if node_lease_seconds else {}
+    cluster = launcher.Cluster(state_dir, progress=log, **lease)
     cluster.down()
     cluster.up(layout)
     return cluster, reserved_nodes, elastic_nodes
@@ -578,7 +581,10 @@ def main() -> int:
     parser.add_argument("--worker-threads", type=int, default=8, help="threads per Celery worker")
     parser.add_argument("--timeout", type=float, default=3600, help="give up after this many seconds of run")
     parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / "devcluster-bench-admission")
+    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / DEFAULT_STATE_NAME)
+    parser.add_argument(
+        "--node-lease-seconds", type=int, default=None, help="the KWOK nodes' Lease duration (devcluster's default)"
+    )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     parser.add_argument("--observe", nargs=2, metavar=("KUBECONFIG", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -592,12 +598,17 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from bench.benchdb import bench_database
 
-    url = bench_database("admissionbench", fresh=True)
+    # One database per state directory: a second run beside the first (another --state-dir) must not drop its tables.
+    suffix = "admissionbench" if args.state_dir.name == DEFAULT_STATE_NAME else f"admissionbench_{args.state_dir.name}"
+    url = bench_database(suffix.replace("-", "_")[:40], fresh=True)
     env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE="portal.settings.dev", DJANGO_DEBUG="false")
-    env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+    # Its queued tasks are purged: never the development broker's database (0) unless REDIS_URL says so.
+    env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, env=env, check=True)
 
-    cluster, reserved_nodes, elastic_nodes = start_cluster(args.state_dir, args.nodes, args.elastic_share)
+    cluster, reserved_nodes, elastic_nodes = start_cluster(
+        args.state_dir, args.nodes, args.elastic_share, args.node_lease_seconds
+    )
     env["KUBECONFIG"] = str(cluster.kubeconfig_path)
     os.environ.update(
         {key: env[key] for key in ("DATABASE_URL", "KUBECONFIG", "DJANGO_SETTINGS_MODULE", "DJANGO_DEBUG")}
@@ -689,12 +700,14 @@ def main() -> int:
         submissions = plan(args.jobs, args.teams, args.sizes, args.soft_share, args.seed)
         run_started = time.time()
         progress_stop = threading.Event()
+        load_averages: list[float] = [os.getloadavg()[0]]  # the machine's 1-minute load, every 10 s
 
         def progress() -> None:
             from django.db import connection as thread_connection
 
             try:
                 while not progress_stop.wait(10):
+                    load_averages.append(os.getloadavg()[0])
                     counts = mark_counts()
                     submitted = sum(1 for s in submissions if s.finished)
                     created = Job.objects.filter(cluster_created_at__isnull=False).count()
@@ -816,6 +829,12 @@ def main() -> int:
             "elastic_quota_per_team": ELASTIC_QUOTA,
             "submitter_threads": args.submitters,
             "celery": f"{args.workers} worker processes x {args.worker_threads} threads",
+            "node_lease_seconds": cluster.node_lease_seconds,
+        },
+        "load_average_1m": {
+            "min": round(min(load_averages), 1),
+            "mean": round(sum(load_averages) / len(load_averages), 1),
+            "max": round(max(load_averages), 1),
         },
         "setup_seconds": {"portal_rows": round(rows_seconds, 1), "kueue_projection": round(projection_seconds, 1)},
         "jobs_submitted": len(submitted),

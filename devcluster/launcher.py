@@ -55,6 +55,17 @@ STATE_FILE = "cluster.json"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 # Fake pod IPs come from here; nothing ever sends traffic to them (there is no pod network).
 POD_CIDR = "10.64.0.0/10"
+# Each fake node's Lease lasts this long; kwok renews it every quarter of that, as a kubelet does (a kubelet's
+# default is 40 s: 1,000 nodes then write 100 Leases a second, half a core of this machine's two while the cluster
+# idles). The node lifecycle controller marks a node unreachable after NODE_MONITOR_GRACE_FACTOR × this without a
+# renewal (50 s for 40 s, its own default).
+DEFAULT_NODE_LEASE_SECONDS = 160
+NODE_MONITOR_GRACE_FACTOR = 1.25
+
+
+def node_monitor_grace_period(node_lease_seconds: int) -> str:
+    """The controller-manager's --node-monitor-grace-period for fake nodes with Leases of this duration."""
+    return f"{round(node_lease_seconds * NODE_MONITOR_GRACE_FACTOR)}s"
 
 
 class ClusterError(RuntimeError):
@@ -70,7 +81,14 @@ class Cluster:
     >>> cluster.down()                               # stops the processes it started
     """
 
-    def __init__(self, state_dir: Path | str | None = None, *, progress: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        state_dir: Path | str | None = None,
+        *,
+        progress: Callable[[str], None] | None = None,
+        node_lease_seconds: int = DEFAULT_NODE_LEASE_SECONDS,
+    ):
+        self.node_lease_seconds = node_lease_seconds
         self.state_dir = Path(state_dir or os.environ.get("RESERVOIR_DEVCLUSTER_STATE") or DEFAULT_STATE_DIR)
         self.state_dir = self.state_dir.expanduser().resolve()
         self.progress = progress or (lambda message: None)
@@ -276,7 +294,7 @@ class Cluster:
                 "manageNodesWithAnnotationSelector": (
                     f"{topology_module.KWOK_NODE_ANNOTATION}={topology_module.KWOK_NODE_ANNOTATION_VALUE}"
                 ),
-                "nodeLeaseDurationSeconds": 40,
+                "nodeLeaseDurationSeconds": self.node_lease_seconds,
                 "nodePlayStageParallelism": 16,
                 "podPlayStageParallelism": 16,
                 "nodeLeaseParallelism": 16,
@@ -391,6 +409,12 @@ class Cluster:
                 f"--service-cluster-ip-range={certs.SERVICE_CLUSTER_IP_RANGE}",
                 "--kube-api-qps=500",
                 "--kube-api-burst=1000",
+                # The Job controller creates each admitted Job's pods and finishes the Job; its syncs wait on API
+                # round trips, and 5 at a time (the default) left thousands of unsuspended Jobs without pods on this
+                # loaded 2-core machine (bench/admission.py).
+                "--concurrent-job-syncs=20",
+                # As long, relative to the fake nodes' Leases, as its default is to a kubelet's (50 s for 40 s).
+                f"--node-monitor-grace-period={node_monitor_grace_period(self.node_lease_seconds)}",
                 "--profiling=false",
             ],
             f"https://127.0.0.1:{ports['kube-controller-manager']}/healthz",

@@ -168,6 +168,26 @@ def resubmit_job(*, job: Job, user) -> Job:
 # --- Kueue's verdicts -------------------------------------------------------------------------------------------
 
 
+# The Workload row's fields that come from the cluster (what `_workload_fields` fills).
+WORKLOAD_FIELDS = (
+    "namespace",
+    "name",
+    "job_id",
+    "cluster_queue",
+    "priority",
+    "quota_reserved",
+    "admitted",
+    "finished",
+    "flavors",
+    "message",
+    "evicted_reason",
+    "evicted_message",
+    "requeue_count",
+    "created_at",
+    "admitted_at",
+)
+
+
 def _workload_fields(facts: WorkloadFacts, job_id: int) -> dict:
     return {
         "namespace": facts.namespace,
@@ -188,10 +208,20 @@ def _workload_fields(facts: WorkloadFacts, job_id: int) -> dict:
     }
 
 
+@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
 def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
     """Keep the Workload row of `facts` (a Workload of portal job `job_id`) and settle the job. True when the
-    job's state or reason changed."""
-    Workload.objects.update_or_create(uid=facts.uid, defaults=_workload_fields(facts, job_id))
+    job's state or reason changed.
+
+    Kueue rewrites a Workload's status many times over its life for what the portal does not keep (PodsReady,
+    timestamps of unchanged conditions): when every kept field is as stored, nothing is written and the job is
+    not settled again. The row and the settling commit together, so a failure in between leaves the row as it
+    was and the event read again settles the job."""
+    fields = _workload_fields(facts, job_id)
+    stored = Workload.objects.filter(uid=facts.uid).values(*WORKLOAD_FIELDS).first()
+    if stored is not None and all(stored[key] == value for key, value in fields.items()):
+        return False
+    Workload.objects.update_or_create(uid=facts.uid, defaults=fields)
     return settle_job(job_id=job_id)
 
 
@@ -200,10 +230,7 @@ def record_workloads(*, workloads: list[tuple[int, WorkloadFacts]]) -> None:
     Workloads that are gone are deleted, the listed ones upserted (written only when changed), and every job
     whose Workloads changed is settled."""
     listed = {facts.uid: (job_id, facts) for job_id, facts in workloads}
-    compared = ["namespace", "name", "job_id", "cluster_queue", "priority", "quota_reserved", "admitted", "finished"]
-    compared += ["flavors", "message", "evicted_reason", "evicted_message", "requeue_count", "created_at"]
-    compared += ["admitted_at"]
-    stored = {row["uid"]: row for row in Workload.objects.values("uid", *compared)}
+    stored = {row["uid"]: row for row in Workload.objects.values("uid", *WORKLOAD_FIELDS)}
     touched: set[int] = set()
     for uid, row in stored.items():
         if uid not in listed:

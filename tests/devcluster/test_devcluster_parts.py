@@ -124,6 +124,18 @@ def test_kwok_config_holds_every_stage(tmp_path):
     assert "pod-complete.stage.kwok.x-k8s.io/delay" in complete["spec"]["delay"]["durationFrom"]["expressionFrom"]
 
 
+def test_fake_node_leases_and_the_node_monitor_grace_period_keep_a_kubelets_proportions(tmp_path):
+    def lease_seconds(cluster):
+        options = next(yaml.safe_load_all(cluster._write_kwok_config(12345).read_text()))["options"]
+        return options["nodeLeaseDurationSeconds"]
+
+    assert lease_seconds(launcher.Cluster(tmp_path)) == launcher.DEFAULT_NODE_LEASE_SECONDS == 160
+    assert lease_seconds(launcher.Cluster(tmp_path, node_lease_seconds=40)) == 40
+    # A kubelet's defaults: a 40 s Lease, renewed every 10 s; the controller-manager waits 50 s.
+    assert launcher.node_monitor_grace_period(40) == "50s"
+    assert launcher.node_monitor_grace_period(160) == "200s"
+
+
 def test_cache_is_versioned_and_not_built_without_a_stamp(tmp_path, monkeypatch):
     monkeypatch.setenv("RESERVOIR_CACHE", str(tmp_path))
     directory = build.bin_dir()
@@ -236,6 +248,9 @@ def test_kueue_configuration_is_for_a_process_on_loopback_with_wait_for_pods_rea
     assert config["manageJobsWithoutQueueName"] is False
     assert config["waitForPodsReady"] == {"timeout": "90s", "blockAdmission": False}
     assert config["integrations"] == {"frameworks": ["batch/job"]}
+    # Several reconciles at a time for Jobs and Workloads (one is controller-runtime's default).
+    assert config["controller"]["groupKindConcurrency"]["Job.batch"] == 20
+    assert config["controller"]["groupKindConcurrency"]["Workload.kueue.x-k8s.io"] == 5
 
 
 @pytest.mark.parametrize("text", ["5", "five minutes", "-5m", "0s", ""])

@@ -7,15 +7,18 @@ nothing new), intervals counted once and never reopened, a relist settling what 
 honoured only on the job's own Job and pods.
 """
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.models import StaleDay, UsageInterval
-from cluster.facts import JobFacts, NodeFacts, PodFacts, job_facts, node_facts
+from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, job_facts, node_facts, workload_facts
 from jobs.choices import JobState
-from jobs.models import Job, Pod, Workload
+from jobs.models import Job, Pod, SyncState, Workload
 from jobs.sync import ClusterSync
 from pools.models import Node
 from tests.factories import JobFactory, PoolFactory, TeamFactory
@@ -245,3 +248,65 @@ def test_a_relist_fails_an_admitted_job_whose_own_job_is_gone_even_if_a_foreign_
     sync.relist_jobs([k8s_job(beta.namespace, job.job_name, job.pk)], "70")
     job.refresh_from_db()
     assert job.state == JobState.FAILED and "outside the portal" in job.last_error
+
+
+def test_an_unfinished_jobs_status_update_costs_no_query(world, django_assert_num_queries):
+    sync, _pool, alpha, _beta, job = world
+    with django_assert_num_queries(0):
+        sync.job_event("MODIFIED", k8s_job(alpha.namespace, job.job_name, job.pk))
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def kueue_workload(uid: str, namespace: str, job, *, pods_ready: bool) -> WorkloadFacts:
+    conditions = [
+        {"type": "QuotaReserved", "status": "True", "lastTransitionTime": BOUND},
+        {"type": "Admitted", "status": "True", "lastTransitionTime": BOUND},
+        {"type": "PodsReady", "status": "True" if pods_ready else "False", "lastTransitionTime": BOUND},
+    ]
+    return workload_facts(
+        {
+            "metadata": {
+                "uid": uid,
+                "namespace": namespace,
+                "name": f"job-{job.job_name}-y",
+                "creationTimestamp": BOUND,
+                "ownerReferences": [{"kind": "Job", "name": job.job_name}],
+            },
+            "spec": {"priority": 5000},
+            "status": {
+                "conditions": conditions,
+                "admission": {
+                    "clusterQueue": "team-alpha",
+                    "podSetAssignments": [{"name": "main", "flavors": {"nvidia.com/gpu": "train"}}],
+                },
+            },
+        }
+    )
+
+
+def test_a_workload_update_that_changes_nothing_kept_writes_nothing(world):
+    sync, _pool, alpha, _beta, job = world
+    sync.workload_event("MODIFIED", kueue_workload("wl-2", alpha.namespace, job, pods_ready=False))
+    assert Workload.objects.get(uid="wl-2").admitted
+    with CaptureQueriesContext(connection) as queries:
+        # Kueue sets PodsReady, which the portal does not keep.
+        sync.workload_event("MODIFIED", kueue_workload("wl-2", alpha.namespace, job, pods_ready=True))
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith(("INSERT", "UPDATE", "DELETE"))]
+    assert writes == []
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    # A change the portal keeps is written.
+    moved = kueue_workload("wl-2", alpha.namespace, job, pods_ready=True)
+    sync.workload_event("MODIFIED", replace(moved, requeue_count=1))
+    assert Workload.objects.get(uid="wl-2").requeue_count == 1
+
+
+def test_saving_a_watchs_version_again_is_one_query(django_assert_num_queries):
+    ClusterSync.save_version("pods", "10", listed=True)
+    first = SyncState.objects.get(resource="pods")
+    with django_assert_num_queries(1):
+        ClusterSync.save_version("pods", "11")
+    again = SyncState.objects.get(resource="pods")
+    assert (again.resource_version, again.listed_at) == ("11", first.listed_at)
+    assert again.updated_at > first.updated_at  # the sync-lag gauge reads it
+    ClusterSync.save_version("pods", "12", listed=True)
+    assert SyncState.objects.get(resource="pods").listed_at > first.listed_at

@@ -1,0 +1,85 @@
+"""Benchmark of what an idle local control plane with 1,000 GPU nodes costs: CPU per component, and whether every
+node stays Ready, for a given node Lease duration (kwok renews each Lease every quarter of it).
+
+It starts a cluster (Kueue included) in its own state directory, adds the nodes, waits `--settle-seconds`, then
+samples each process's CPU time over `--idle-seconds` and counts the Ready nodes at the end. The last line printed
+is a JSON summary (``cpu_cores`` per component: CPU seconds ÷ wall seconds).
+
+Usage: ``python bench/cluster_idle.py [--nodes 1000] [--node-lease-seconds 40] [--idle-seconds 120]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from devcluster import build, launcher, topology  # noqa: E402
+
+
+def cpu_seconds(cluster: launcher.Cluster) -> dict[str, float]:
+    result = {}
+    for record in cluster.records():
+        process = record.process()
+        if process is not None:
+            times = process.cpu_times()
+            result[record.name] = times.user + times.system
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--node-lease-seconds", type=int, default=launcher.DEFAULT_NODE_LEASE_SECONDS)
+    parser.add_argument("--settle-seconds", type=float, default=60)
+    parser.add_argument("--idle-seconds", type=float, default=120)
+    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / "devcluster-bench-idle")
+    args = parser.parse_args()
+
+    def report(message: str) -> None:
+        print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+    build.ensure_built(report)
+    cluster = launcher.Cluster(args.state_dir, progress=report, node_lease_seconds=args.node_lease_seconds)
+    cluster.down()
+    pool = topology.Pool(
+        name="idle",
+        node_names=tuple(f"idle-gpu-{number:05d}" for number in range(1, args.nodes + 1)),
+        gpu_model="NVIDIA-A800-SXM4-80GB",
+        labels={"node-role": "idle"},
+        capacity={"nvidia.com/gpu": "8", "cpu": "96", "memory": "768Gi", "pods": "110"},
+        allocatable={"nvidia.com/gpu": "8", "cpu": "94", "memory": "750Gi", "pods": "110"},
+    )
+    try:
+        cluster.up(topology.Topology(pools=(pool,), source="bench/cluster_idle.py"))
+        time.sleep(args.settle_seconds)
+        load_before = os.getloadavg()[0]
+        before, started = cpu_seconds(cluster), time.monotonic()
+        time.sleep(args.idle_seconds)
+        after, wall = cpu_seconds(cluster), time.monotonic() - started
+        status = cluster.status()
+    finally:
+        cluster.down()
+    cores = {name: round((after[name] - before[name]) / wall, 3) for name in after if name in before}
+    summary = {
+        "benchmark": "cluster_idle",
+        "nodes": args.nodes,
+        "node_lease_seconds": args.node_lease_seconds,
+        "idle_seconds": round(wall, 1),
+        "cpu_cores": cores,
+        "cpu_cores_total": round(sum(cores.values()), 3),
+        "nodes_ready": status.nodes_ready,
+        "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
