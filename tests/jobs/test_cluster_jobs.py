@@ -179,9 +179,10 @@ def test_cancel_deletes_the_job_and_its_pods(cluster_sync, cluster_team):
 
 def test_a_sync_restart_mid_stream_loses_and_double_counts_nothing(cluster_sync, cluster_team):
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
-    short = [submit(cluster_team, "reserved-a800", gpus=1, name=f"short-{i}", runs_for="3s") for i in range(2)]
-    long = submit(cluster_team, "reserved-a800", gpus=1, name="long", runs_for="10m")
-    for job in [*short, long]:
+    long = wait_state(submit(cluster_team, "reserved-a800", gpus=1, name="long", runs_for="10m"), JobState.RUNNING)
+    # The short jobs must still run when the sync stops: long enough for a loaded machine to get there.
+    short = [submit(cluster_team, "reserved-a800", gpus=1, name=f"short-{i}", runs_for="15s") for i in range(2)]
+    for job in short:
         wait_state(job, JobState.RUNNING)
     cluster_sync.stop()
     # While sync is down the short jobs finish in the cluster.
