@@ -59,6 +59,12 @@ def namespace_names() -> set[str]:
     return {item.metadata.name for item in result.items}
 
 
+def cluster_born_at():
+    """When the cluster's storage began: the creation time of its `kube-system` namespace (a datetime)."""
+    core = client.core()
+    return with_retries(lambda: core.read_namespace("kube-system")).metadata.creation_timestamp
+
+
 def _apply_namespaced(manifest: dict, *, read, create, replace, compare) -> ApplyResult:
     name = manifest["metadata"]["name"]
     namespace = manifest["metadata"]["namespace"]

@@ -88,8 +88,11 @@ if $PY manage.py help sync_cluster >/dev/null 2>&1; then
   start sync $PY manage.py sync_cluster
 fi
 
-# A few demo jobs (first start only), sent to the cluster by the worker just started.
-if [ -z "${RESERVOIR_NO_DEMO_JOBS:-}" ]; then $PY manage.py demo_jobs || say "demo jobs not submitted (see above)"; fi
+# A few demo jobs (on an empty job table, or on a cluster that has none of the jobs: the local one starts empty),
+# sent to the cluster by the worker just started.
+if [ -z "${RESERVOIR_NO_DEMO_JOBS:-}" ]; then
+  $PY manage.py demo_jobs --new-cluster || say "demo jobs not submitted (see above)"
+fi
 
 # Meter what is already there now rather than at the next ten-minute beat.
 $PY manage.py shell -c "from billing.tasks import refresh_usage; refresh_usage.delay()" >/dev/null 2>&1 || true

@@ -179,6 +179,29 @@ def test_demo_jobs_fill_the_demo_once(sent, db):
     assert Job.objects.count() == 9
 
 
+@pytest.mark.cluster
+def test_demo_jobs_come_again_on_a_cluster_that_has_none_of_the_jobs(sent, db, portal_cluster):
+    """`make dev` starts an empty local cluster every time: jobs of the run before are not in it, so the demo is
+    submitted again; on the same cluster, never twice."""
+    import io
+
+    from django.core.management import call_command
+
+    from cluster import resources
+
+    born = resources.cluster_born_at()
+    assert born <= timezone.now()
+    Job.objects.all().delete()
+    call_command("demo_jobs", stdout=io.StringIO())
+    Job.objects.update(created_at=born - timedelta(minutes=5))  # as if submitted to the cluster of the run before
+    call_command("demo_jobs", stdout=io.StringIO())
+    assert Job.objects.count() == 9  # without --new-cluster: only on an empty job table
+    call_command("demo_jobs", "--new-cluster", stdout=io.StringIO())
+    assert Job.objects.count() == 18
+    call_command("demo_jobs", "--new-cluster", stdout=io.StringIO())
+    assert Job.objects.count() == 18
+
+
 # --- the state Kueue's Workload and the pods imply -------------------------------------------------------------
 
 

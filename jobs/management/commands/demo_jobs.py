@@ -1,7 +1,9 @@
 """`manage.py demo_jobs`: a few jobs for the demo, so that `make dev` shows busy pools, a queue and usage.
 
-Only on an empty job table (running it again does nothing), and only through the submission service, exactly as
-a researcher's browser would. The jobs "run" for the time in KWOK's pod annotation (the local cluster's fake
+Only on an empty job table (running it again does nothing) — or, with `--new-cluster` (what `make dev` passes),
+also when no job was submitted since the cluster's storage began: the local cluster starts empty on every `make
+dev`, and the jobs of the run before fail as deleted from it. Only through the submission service, exactly as a
+researcher's browser would. The jobs "run" for the time in KWOK's pod annotation (the local cluster's fake
 nodes honour it; a real cluster ignores the annotation and runs the image)."""
 
 from django.core.exceptions import ValidationError
@@ -33,8 +35,25 @@ DEMO = [
 class Command(BaseCommand):
     help = "Submit a handful of demo jobs when there are none yet."
 
-    def handle(self, *args, **options):
-        if Job.objects.exists():
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--new-cluster",
+            action="store_true",
+            help="Also submit them when no job was submitted since the cluster began (a fresh local cluster).",
+        )
+
+    def handle(self, *args, new_cluster: bool = False, **options):
+        jobs = Job.objects.all()
+        if new_cluster:
+            from cluster import resources
+            from cluster.errors import ClusterError
+
+            try:
+                jobs = jobs.filter(created_at__gte=resources.cluster_born_at())
+            except ClusterError as error:
+                self.stderr.write(f"demo_jobs: cannot tell when the cluster began ({error}); nothing submitted")
+                return
+        if jobs.exists():
             self.stdout.write("demo_jobs: jobs exist already; nothing submitted")
             return
         submitted = 0
