@@ -146,7 +146,7 @@ def test_spill_after_moves_a_job_kueue_has_not_admitted_to_soft(cluster_sync, cl
 
 def test_queued_jobs_wait_for_quota_and_are_admitted_by_themselves(cluster_sync, cluster_team):
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
-    first = wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="first", runs_for="5s"), JobState.RUNNING)
+    first = wait_state(submit(cluster_team, "reserved-a800", gpus=8, name="first", runs_for="20s"), JobState.RUNNING)
     second = submit(cluster_team, "reserved-a800", gpus=8, name="second", runs_for="1s")
     wait_for(lambda: Job.objects.get(pk=second.pk).pending_reason, what="Kueue's reason for holding it")
     assert Job.objects.get(pk=second.pk).state == JobState.QUEUED
@@ -383,10 +383,11 @@ def test_pods_that_end_and_go_while_the_sync_is_away_are_billed_to_their_own_end
     Job is deleted by a cancel while its pod runs. Neither pod may be billed until the sync came back."""
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
     ends = PodEnds(cluster_team.namespace)
-    completes = submit(cluster_team, "reserved-a800", gpus=1, name="completes", runs_for="3s")
-    runs = submit(cluster_team, "reserved-a800", gpus=2, name="runs", runs_for="10m")
-    for job in (completes, runs):
-        wait_state(job, JobState.RUNNING)
+    runs = wait_state(submit(cluster_team, "reserved-a800", gpus=2, name="runs", runs_for="10m"), JobState.RUNNING)
+    # Long enough to be seen running, and still running when the sync stops, on a loaded machine too.
+    completes = wait_state(
+        submit(cluster_team, "reserved-a800", gpus=1, name="completes", runs_for="15s"), JobState.RUNNING
+    )
     wait_for(lambda: UsageInterval.objects.filter(job__in=[completes, runs]).count() == 2, what="both intervals open")
     uids = dict(UsageInterval.objects.filter(job__in=[completes, runs]).values_list("job_id", "pod_uid"))
     cluster_sync.stop()
