@@ -2,7 +2,6 @@
 and raises ClusterError for verdicts; "already there" and "already gone" are successes, so callers are
 idempotent."""
 
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from .errors import TransientClusterError, with_retries
 from .facts import JobFacts, NodeFacts, job_facts, node_facts
 from .kueue import KINDS, KUEUE_GROUP, KUEUE_VERSION
 from .manifests import LABEL_MANAGED_BY, MANAGED_BY, USAGE_FINALIZER, render_priority_classes
-from .watch import list_pages
+from .watch import iter_pages, list_pages
 
 log = logging.getLogger(__name__)
 
@@ -400,27 +399,15 @@ def delete_job(namespace: str, name: str) -> bool:
 
 def managed_job_pages(*, page_size: int = 500) -> Iterator[list[JobFacts]]:
     """Every Job the portal labels as its own (`app.kubernetes.io/managed-by=reservoir`), in every namespace, as
-    `JobFacts`, one page (a list) at a time."""
+    `JobFacts`, one page (a list) at a time; each page's call retried on transient failures."""
     batch = client.batch()
-    token = None
-    while True:
-        kwargs = {
-            "label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}",
-            "limit": page_size,
-            "_preload_content": False,
-            "_request_timeout": (5, 60),
-        }
-        if token:
-            kwargs["_continue"] = token
-        response = with_retries(lambda kwargs=kwargs: batch.list_job_for_all_namespaces(**kwargs))
-        try:
-            body = json.loads(response.data)
-        finally:
-            response.release_conn()
-        yield [job_facts(item) for item in body.get("items") or []]
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return
+
+    def list_call(**kwargs):
+        return with_retries(lambda: batch.list_job_for_all_namespaces(**kwargs))
+
+    selector = {"label_selector": f"{LABEL_MANAGED_BY}={MANAGED_BY}"}
+    for page, _version in iter_pages(list_call, selector, job_facts, page_size=page_size, timeout=60):
+        yield page
 
 
 def release_pod(namespace: str, name: str) -> bool:

@@ -21,7 +21,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,15 +35,19 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 500
 
 
-def list_pages(
-    list_call: Callable, list_kwargs: dict | None = None, parse: Callable[[dict], Any] | None = None
-) -> tuple[list, str]:
-    """Every object `list_call` lists (page by page; each turned by `parse` as its page arrives, None dropped) and
-    the collection's resourceVersion."""
-    items: list = []
+def iter_pages(
+    list_call: Callable,
+    list_kwargs: dict | None = None,
+    parse: Callable[[dict], Any] | None = None,
+    *,
+    page_size: int = PAGE_SIZE,
+    timeout: float = 120,
+) -> Iterator[tuple[list, str]]:
+    """The objects `list_call` lists, one page at a time (each object turned by `parse` as its page arrives, None
+    dropped), with the collection's resourceVersion as of that page."""
     token = None
     while True:
-        kwargs = dict(list_kwargs or {}, limit=PAGE_SIZE, _preload_content=False, _request_timeout=(5, 120))
+        kwargs = dict(list_kwargs or {}, limit=page_size, _preload_content=False, _request_timeout=(5, timeout))
         if token:
             kwargs["_continue"] = token
         response = list_call(**kwargs)
@@ -52,14 +56,26 @@ def list_pages(
         finally:
             response.release_conn()
         page = body.get("items") or []
-        if parse is None:
-            items.extend(page)
-        else:
-            items.extend(parsed for parsed in map(parse, page) if parsed is not None)
-        token = (body.get("metadata") or {}).get("continue")
+        if parse is not None:
+            page = [parsed for parsed in map(parse, page) if parsed is not None]
+        metadata = body.get("metadata") or {}
+        del body
+        yield page, metadata.get("resourceVersion", "")
+        token = metadata.get("continue")
         if not token:
-            return items, body["metadata"]["resourceVersion"]
-        del body, page
+            return
+
+
+def list_pages(
+    list_call: Callable, list_kwargs: dict | None = None, parse: Callable[[dict], Any] | None = None
+) -> tuple[list, str]:
+    """Every object `list_call` lists (`iter_pages`, gathered) and the collection's resourceVersion."""
+    items: list = []
+    version = ""
+    for page, page_version in iter_pages(list_call, list_kwargs, parse):
+        items.extend(page)
+        version = page_version  # the last page's is the list's
+    return items, version
 
 
 class Gone(Exception):
