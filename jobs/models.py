@@ -30,16 +30,20 @@ class IllegalTransition(Exception):
 class Words:
     """A message kept as its English msgid and its arguments, so that each reader gets it in their own language
     (the sync and the workers write events in the default language; a page shows them in the viewer's). A msgid
-    "reasons.<function>" is instead worded by that function of jobs.reasons, called with `args`."""
+    "reasons.<function>" (one of `WORDING_FUNCTIONS`) is instead worded by that function of jobs.reasons, called
+    with `args`."""
+
+    WORDING_FUNCTIONS = ("kueue_reason", "plain_reason", "eviction_reason")
 
     msgid: str
     args: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
-        if self.msgid.startswith("reasons."):
+        function = self.msgid.removeprefix("reasons.")
+        if function != self.msgid and function in self.WORDING_FUNCTIONS:
             from . import reasons
 
-            return getattr(reasons, self.msgid.removeprefix("reasons."))(**self.args)
+            return getattr(reasons, function)(**self.args)
         text = gettext(self.msgid)
         return text % self.args if self.args else text
 
