@@ -1,7 +1,8 @@
 """List-then-watch over raw JSON, the way informers do it.
 
 `ListWatch.run()` lists a resource (in pages) and hands every object to `on_relist`, then watches from the
-list's resourceVersion, handing each ADDED/MODIFIED/DELETED event to `on_event`. Bookmarks advance the
+list's resourceVersion, handing each ADDED/MODIFIED/DELETED event to `on_event` — or, given `on_events`, every
+event that has arrived while the previous ones were applied, as one batch in order. Bookmarks advance the
 resourceVersion without objects. A resourceVersion the apiserver has compacted away (410 Gone) means events were
 missed: list again. Transient failures back off and resume from the last version seen. A failure to apply what
 was read (the database unreachable) reads the same events again from the last version fully applied: a relist
@@ -19,6 +20,7 @@ some 18 KB of Python objects, 50,000 of them most of a gigabyte.
 
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -78,6 +80,75 @@ def list_pages(
     return items, version
 
 
+class StreamReader:
+    """Reads a watch stream's lines in a thread of its own, into a bounded queue: `batches` gives every line that
+    has arrived, without waiting for more once it has one. The watch stream's own end, or its failure, ends
+    `batches` (re-raising the failure)."""
+
+    _END = object()
+
+    def __init__(self, response, stop: threading.Event, *, capacity: int):
+        self._lines: queue.Queue = queue.Queue(maxsize=capacity)
+        self._stop = stop
+        self._finished = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(response,), name="watch-reader", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not (self._finished.is_set() or self._stop.is_set()):
+            try:
+                self._lines.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _read(self, response) -> None:
+        try:
+            for line in iter_resp_lines(response):
+                if not self._put(line):
+                    return
+            self._put(self._END)
+        except BaseException as error:  # noqa: BLE001 - handed to the consuming thread, which raises it
+            self._put(error)
+
+    def _next(self):
+        while not self._stop.is_set():
+            try:
+                return self._lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+        return None
+
+    def batches(self, size: int) -> Iterator[list[str]]:
+        while True:
+            item = self._next()
+            if item is None:
+                return  # stopping: close() cut the stream
+            batch: list[str] = []
+            while True:
+                if item is self._END:
+                    if batch:
+                        yield batch
+                    return
+                if isinstance(item, BaseException):
+                    if batch:
+                        yield batch
+                    raise item
+                batch.append(item)
+                if len(batch) >= size:
+                    break
+                try:
+                    item = self._lines.get_nowait()
+                except queue.Empty:
+                    break
+            yield batch
+
+    def finish(self) -> None:
+        """The consumer is done: let the reader go (it ends when its stream is closed)."""
+        self._finished.set()
+
+
 class Gone(Exception):
     """The resourceVersion to watch from is too old (HTTP 410): relist."""
 
@@ -93,13 +164,16 @@ class ListWatch:
     name: str
     list_call: Callable  # e.g. CoreV1Api().list_pod_for_all_namespaces
     on_relist: Callable[[list, str], None]  # the listed objects (parsed) and the list's resourceVersion
-    on_event: Callable[[str, Any], None]  # ADDED / MODIFIED / DELETED and the object (parsed)
+    on_event: Callable[[str, Any], None] | None  # ADDED / MODIFIED / DELETED and the object (parsed)
     save_version: Callable[[str], None] = lambda version: None
     stop: threading.Event | None = None
     watch_timeout_seconds: int = 240
     list_kwargs: dict | None = None
     parse: Callable[[dict], Any] | None = None  # raw object -> what the handlers take; None: the object is skipped
     save_every_seconds: float = 1.0
+    # When given, the events that are already there are handed over together, in order (at most `batch_size`).
+    on_events: Callable[[list[tuple[str, Any]]], None] | None = None
+    batch_size: int = 500
 
     def __post_init__(self):
         self.stop = self.stop or threading.Event()
@@ -136,7 +210,11 @@ class ListWatch:
         return version
 
     def watch_from(self, version: str) -> str:
-        """Watch until the server closes the stream; return the last resourceVersion seen."""
+        """Watch until the server closes the stream; return the last resourceVersion seen.
+
+        A reader thread takes lines off the stream while the handlers work, so that the events which piled up
+        meanwhile — after a long list, thousands — are applied as one batch (`on_events`) instead of one
+        transaction each. Without `on_events`, each event goes to `on_event` in turn."""
         response = self.list_call(
             **self.list_kwargs,
             watch=True,
@@ -149,33 +227,52 @@ class ListWatch:
         self._response = response
         self.applied_version = version
         saved, saved_at = version, time.monotonic()
+        lines = StreamReader(response, self.stop, capacity=self.batch_size * 2)
         try:
-            for line in iter_resp_lines(response):
+            for batch in lines.batches(self.batch_size):
                 if self.stop.is_set():
                     break
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise Gone(obj.get("message", "gone"))
-                    raise ApiException(status=obj.get("code", 500), reason=obj.get("message", "watch error"))
-                new_version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                if kind != "BOOKMARK":
-                    parsed = obj if self.parse is None else self.parse(obj)
-                    if parsed is not None:
-                        self._apply(self.on_event, kind, parsed)
-                version = self.applied_version = new_version
-                if version != saved and time.monotonic() - saved_at >= self.save_every_seconds:
-                    self._apply(self.save_version, version)
-                    saved, saved_at = version, time.monotonic()
+                events: list[tuple[str, Any]] = []
+                for line in batch:
+                    event = json.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        self._apply_batch(events)  # what came before the error is good
+                        if obj.get("code") == 410:
+                            raise Gone(obj.get("message", "gone"))
+                        raise ApiException(status=obj.get("code", 500), reason=obj.get("message", "watch error"))
+                    new_version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    parsed = None if kind == "BOOKMARK" else obj if self.parse is None else self.parse(obj)
+                    if self.on_events is None:
+                        if parsed is not None:
+                            self._apply(self.on_event, kind, parsed)
+                        version = self.applied_version = new_version
+                        if version != saved and time.monotonic() - saved_at >= self.save_every_seconds:
+                            self._apply(self.save_version, version)
+                            saved, saved_at = version, time.monotonic()
+                    else:
+                        if parsed is not None:
+                            events.append((kind, parsed))
+                        version = new_version
+                if self.on_events is not None:
+                    self._apply_batch(events)
+                    self.applied_version = version
+                    if version != saved and time.monotonic() - saved_at >= self.save_every_seconds:
+                        self._apply(self.save_version, version)
+                        saved, saved_at = version, time.monotonic()
         finally:
             self._response = None
+            lines.finish()
             response.close()
             response.release_conn()
             if self.applied_version != saved:
                 # Every event up to `applied_version` was applied (a handler that failed left it before its event).
                 self._save_quietly(self.applied_version)
         return version
+
+    def _apply_batch(self, events: list[tuple[str, Any]]) -> None:
+        if events:
+            self._apply(self.on_events, events)
 
     def _save_quietly(self, version: str) -> None:
         try:

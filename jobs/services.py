@@ -543,9 +543,9 @@ def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False
             Pod.objects.filter(uid__in=gone).delete()
 
 
-def remove_pod(*, uid: str) -> None:
-    """The pod was deleted from the cluster: its row goes (its GPU time stays in billing)."""
-    Pod.objects.filter(uid=uid).delete()
+def remove_pods(*, uids: list[str]) -> None:
+    """The pods were deleted from the cluster: their rows go (their GPU time stays in billing)."""
+    Pod.objects.filter(uid__in=uids).delete()
 
 
 def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:

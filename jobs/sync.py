@@ -213,22 +213,39 @@ class ClusterSync:
         self._release(pods)
 
     def pod_event(self, kind: str, pod: PodFacts) -> None:
-        (owner,) = self._owners([pod])
-        with transaction.atomic():
+        self.pod_events([(kind, pod)])
+
+    def pod_events(self, events: list[tuple[str, PodFacts]]) -> None:
+        """Events of pods, in the order the watch gave them, recorded together: one transaction, one upsert of pod
+        rows and one of usage intervals for the whole batch (after a long list, the events that piled up meanwhile
+        are thousands; one transaction each took seconds to work off). Only each pod's latest facts matter — every
+        row written is a function of them — so a pod seen several times is recorded once, as last seen. A pod
+        deleted in the batch is recorded as it was when it went (its GPU time closes at its own finish), its
+        job settled from that, and only then is its row removed."""
+        latest: dict[str, tuple[str, PodFacts]] = {}
+        for kind, pod in events:
+            latest[pod.uid] = (kind, pod)
+        pods = [pod for _kind, pod in latest.values()]
+        owners = self._owners(pods)
+        now = timezone.now()
+        intervals = []
+        deleted = []
+        for (kind, pod), owner in zip(latest.values(), owners, strict=True):
+            ended_at = (pod.finished_at or now) if kind == "DELETED" else None
+            interval = self._interval(pod, owner, ended_at=ended_at) if ended_at else self._interval(pod, owner)
+            if interval:
+                intervals.append(interval)
             if kind == "DELETED":
-                interval = self._interval(pod, owner, ended_at=pod.finished_at or timezone.now())
-                if interval:
-                    billing.record_usage(intervals=[interval])
-                jobs.remove_pod(uid=pod.uid)
-            else:
-                jobs.record_pods(pods=[(pod, owner)])
-                interval = self._interval(pod, owner)
-                if interval:
-                    billing.record_usage(intervals=[interval])
-        if kind != "DELETED" and owner.job_id is not None:
-            jobs.record_pod_states(pods=[(owner.job_id, pod)])
-        if kind != "DELETED":
-            self._release([pod])
+                deleted.append(pod.uid)
+        with transaction.atomic():
+            jobs.record_pods(pods=list(zip(pods, owners, strict=True)))
+            billing.record_usage(intervals=intervals)
+        jobs.record_pod_states(
+            pods=[(owner.job_id, pod) for pod, owner in zip(pods, owners, strict=True) if owner.job_id]
+        )
+        if deleted:
+            jobs.remove_pods(uids=deleted)
+        self._release([pod for kind, pod in latest.values() if kind != "DELETED"])
 
     @staticmethod
     def _release(pods: list[PodFacts]) -> None:

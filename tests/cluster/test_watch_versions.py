@@ -2,10 +2,11 @@
 most once every `save_every_seconds`, and always when the stream ends, so a restart resumes where it stopped."""
 
 import json
+import time
 
 import pytest
 
-from cluster.watch import HandlerFailed, ListWatch
+from cluster.watch import Gone, HandlerFailed, ListWatch
 
 
 class Stream:
@@ -85,3 +86,67 @@ def test_a_failure_to_save_the_version_ends_the_stream_as_a_handler_failure():
         watch.watch_from("10")
     assert handled == ["11"]
     assert saved == ["11", "11"]  # tried in the stream, then once more as it ended (quietly)
+
+
+def batched_watch(
+    events: list[dict], *, batches: list, saved: list, fail_on: str | None = None, slow: float = 0
+) -> ListWatch:
+    def on_events(received):
+        names = [obj["metadata"]["name"] for _kind, obj in received]
+        if fail_on in names:
+            raise RuntimeError("the database went away")
+        batches.append(names)
+        time.sleep(slow)  # meanwhile the reader takes in the rest of the stream
+
+    return ListWatch(
+        name="pods",
+        list_call=lambda **kwargs: Stream(events),
+        on_relist=lambda items, version: None,
+        on_event=None,
+        on_events=on_events,
+        save_version=saved.append,
+        save_every_seconds=60,
+    )
+
+
+def test_events_that_are_already_there_are_applied_as_one_batch_in_order():
+    batches, saved = [], []
+    events = [pod_event(v) for v in range(11, 14)]
+    events.append({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "14"}}})
+    events += [pod_event(v) for v in range(15, 18)]
+    last = batched_watch(events, batches=batches, saved=saved, slow=0.3).watch_from("10")
+    # What arrived while the first batch was applied is the second, whole: every event in the order sent, bookmarks
+    # left out.
+    assert [name for batch in batches for name in batch] == [f"pod-{v}" for v in (11, 12, 13, 15, 16, 17)]
+    assert len(batches) <= 2
+    assert last == "17"
+    assert saved == ["17"]
+
+
+def test_a_batch_is_never_larger_than_its_size():
+    batches, saved = [], []
+    watch = batched_watch([pod_event(v) for v in range(11, 31)], batches=batches, saved=saved)
+    watch.batch_size = 7
+    watch.watch_from("10")
+    assert [name for batch in batches for name in batch] == [f"pod-{v}" for v in range(11, 31)]
+    assert max(len(batch) for batch in batches) <= 7
+
+
+def test_a_batch_that_fails_leaves_the_version_before_it_so_the_whole_batch_is_read_again():
+    batches, saved = [], []
+    watch = batched_watch([pod_event(v) for v in range(11, 21)], batches=batches, saved=saved, fail_on="pod-15")
+    watch.batch_size = 4
+    with pytest.raises(HandlerFailed):
+        watch.watch_from("10")
+    assert batches == [["pod-11", "pod-12", "pod-13", "pod-14"]]
+    assert watch.applied_version == "14"  # the retry reads 15..18 again, none of which was recorded
+    assert saved == ["14"]
+
+
+def test_an_error_event_ends_the_stream_after_the_events_before_it_are_applied():
+    batches, saved = [], []
+    events = [pod_event(11), pod_event(12), {"type": "ERROR", "object": {"code": 410, "message": "too old"}}]
+    watch = batched_watch(events, batches=batches, saved=saved)
+    with pytest.raises(Gone):
+        watch.watch_from("10")
+    assert [name for batch in batches for name in batch] == ["pod-11", "pod-12"]

@@ -310,3 +310,46 @@ def test_saving_a_watchs_version_again_is_one_query(django_assert_num_queries):
     assert again.updated_at > first.updated_at  # the sync-lag gauge reads it
     ClusterSync.save_version("pods", "12", listed=True)
     assert SyncState.objects.get(resource="pods").listed_at > first.listed_at
+
+
+def test_a_batch_of_events_is_recorded_as_each_pod_was_last_seen(world):
+    sync, pool, alpha, _beta, job = world
+    mine = dict(job_id=job.pk, owner=job.job_name)
+    sync.pod_events(
+        [
+            ("ADDED", pod("p1", alpha.namespace, node_name="gpu-a", **mine)),
+            ("ADDED", pod("p2", alpha.namespace, node_name="gpu-a")),
+            ("MODIFIED", pod("p1", alpha.namespace, node_name="gpu-a", phase="Succeeded", finished=FINISHED, **mine)),
+            ("ADDED", pod("p3", alpha.namespace, node_name="gpu-a")),
+            ("DELETED", pod("p3", alpha.namespace, node_name="gpu-a", phase="Failed", finished=FINISHED)),
+        ]
+    )
+    assert rows(Pod, "uid", "phase", "job_id") == [("p1", "Succeeded", job.pk), ("p2", "Running", None)]
+    assert rows(UsageInterval, "pod_uid", "pool_id", "started_at", "ended_at") == [
+        ("p1", pool.pk, at(BOUND), at(FINISHED)),
+        ("p2", pool.pk, at(BOUND), None),
+        ("p3", pool.pk, at(BOUND), at(FINISHED)),  # came and went within the batch: billed to its own end
+    ]
+
+
+def test_a_pod_that_changes_and_goes_in_one_batch_moves_its_job_before_its_row_goes(world):
+    sync, _pool, alpha, _beta, job = world
+    waiting = pod("p1", alpha.namespace, phase="Pending", job_id=job.pk, owner=job.job_name)
+    sync.pod_events([("ADDED", waiting), ("DELETED", waiting)])
+    job.refresh_from_db()
+    assert (job.state, job.pending_reason) == (JobState.PENDING, "The cluster says: 0/4 nodes are available")
+    assert not Pod.objects.exists()
+
+
+def test_a_batch_costs_the_same_queries_whatever_its_size(world):
+    sync, _pool, alpha, *_ = world
+
+    def queries_for(count: int, first: int) -> int:
+        batch = [("ADDED", pod(f"b{first + n}", alpha.namespace, node_name="gpu-a")) for n in range(count)]
+        with CaptureQueriesContext(connection) as captured:
+            sync.pod_events(batch)
+        return len(captured)
+
+    small, large = queries_for(5, 0), queries_for(200, 100)
+    assert Pod.objects.count() == 205 and UsageInterval.objects.filter(ended_at=None).count() == 205
+    assert large == small  # one transaction of bulk writes, not one per event

@@ -42,11 +42,11 @@ def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
         client.custom_objects().list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "workloads"
     )
     watched = [
-        # (name, list call, list arguments, parser, on a full list, on each event)
-        ("nodes", core.list_node, {}, node_facts, sync.relist_nodes, sync.node_event),
-        ("pods", core.list_pod_for_all_namespaces, {}, sync.parse_pod, sync.relist_pods, sync.pod_event),
-        ("jobs", batch.list_job_for_all_namespaces, managed, job_facts, sync.relist_jobs, sync.job_event),
-        ("workloads", list_workloads, {}, workload_facts, sync.relist_workloads, sync.workload_event),
+        # (name, list call, list arguments, parser, on a full list, on each event, on a batch of events or None)
+        ("nodes", core.list_node, {}, node_facts, sync.relist_nodes, sync.node_event, None),
+        ("pods", core.list_pod_for_all_namespaces, {}, sync.parse_pod, sync.relist_pods, None, sync.pod_events),
+        ("jobs", batch.list_job_for_all_namespaces, managed, job_facts, sync.relist_jobs, sync.job_event, None),
+        ("workloads", list_workloads, {}, workload_facts, sync.relist_workloads, sync.workload_event, None),
     ]
     return [
         ListWatch(
@@ -55,11 +55,12 @@ def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
             list_kwargs=list_kwargs,
             parse=parse,
             on_relist=_guarded(on_relist),
-            on_event=_guarded(on_event),
+            on_event=on_event and _guarded(on_event),
+            on_events=on_events and _guarded(on_events),
             save_version=_guarded(lambda version, name=name: sync.save_version(name, version)),
             stop=stop,
         )
-        for name, list_call, list_kwargs, parse, on_relist, on_event in watched
+        for name, list_call, list_kwargs, parse, on_relist, on_event, on_events in watched
     ]
 
 
