@@ -314,8 +314,20 @@ class ClusterSync:
         self.save_version("workloads", version, listed=True)
 
     def workload_event(self, kind: str, facts: WorkloadFacts) -> None:
-        if kind == "DELETED":
-            jobs.forget_workload(uid=facts.uid)
-            return
-        for job_id, accepted in self._portal_workloads([facts]):
-            jobs.record_workload(facts=accepted, job_id=job_id)
+        self.workload_events([(kind, facts)])
+
+    def workload_events(self, events: list[tuple[str, WorkloadFacts]]) -> None:
+        """Events of Workloads, applied one by one in the order the watch gave them — each step of a job's
+        timeline (admitted, evicted, admitted again) is its own event — but in one transaction, with the portal
+        jobs they belong to looked up once for the batch. A failure rolls the whole batch back; the watch reads it
+        again."""
+        owners = {
+            facts.uid: job_id
+            for job_id, facts in self._portal_workloads([facts for kind, facts in events if kind != "DELETED"])
+        }
+        with transaction.atomic():
+            for kind, facts in events:
+                if kind == "DELETED":
+                    jobs.forget_workload(uid=facts.uid)
+                elif facts.uid in owners:
+                    jobs.record_workload(facts=facts, job_id=owners[facts.uid])

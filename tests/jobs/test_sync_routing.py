@@ -353,3 +353,22 @@ def test_a_batch_costs_the_same_queries_whatever_its_size(world):
     small, large = queries_for(5, 0), queries_for(200, 100)
     assert Pod.objects.count() == 205 and UsageInterval.objects.filter(ended_at=None).count() == 205
     assert large == small  # one transaction of bulk writes, not one per event
+
+
+def test_a_batch_of_workload_events_keeps_every_step_of_the_timeline(world):
+    sync, _pool, alpha, _beta, job = world
+    admitted = kueue_workload("wl-1", alpha.namespace, job, pods_ready=False)
+    evicted = replace(
+        admitted,
+        quota_reserved=False,
+        admitted=False,
+        flavors=[],
+        evicted_reason="Preempted",
+        evicted_message="Preempted to accommodate a workload (UID: wl-9) due to prioritization in the ClusterQueue",
+    )
+    sync.workload_events([("MODIFIED", evicted), ("MODIFIED", replace(admitted, requeue_count=1))])
+    job.refresh_from_db()
+    steps = list(job.events.order_by("at", "pk").values_list("from_state", "to_state"))
+    # Seen in one batch, the preemption still counts and is on the timeline, before the admission that followed.
+    assert steps[-2:] == [(JobState.RUNNING, JobState.QUEUED), (JobState.QUEUED, JobState.ADMITTED)]
+    assert (job.state, job.preemptions) == (JobState.ADMITTED, 1)

@@ -46,7 +46,7 @@ def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
         ("nodes", core.list_node, {}, node_facts, sync.relist_nodes, sync.node_event, None),
         ("pods", core.list_pod_for_all_namespaces, {}, sync.parse_pod, sync.relist_pods, None, sync.pod_events),
         ("jobs", batch.list_job_for_all_namespaces, managed, job_facts, sync.relist_jobs, sync.job_event, None),
-        ("workloads", list_workloads, {}, workload_facts, sync.relist_workloads, sync.workload_event, None),
+        ("workloads", list_workloads, {}, workload_facts, sync.relist_workloads, None, sync.workload_events),
     ]
     return [
         ListWatch(
