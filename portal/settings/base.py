@@ -283,6 +283,9 @@ PROMETHEUS_TIMEOUT_SECONDS = env.float("PROMETHEUS_TIMEOUT_SECONDS", default=10.
 # Firing and resolved alerts are POSTed here (Alertmanager's webhook JSON); empty: recorded, not sent.
 ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default="")
 ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# The language of the texts meant for people in webhook notifications (one of LANGUAGES): the receiver is a
+# system, not a user whose language the portal knows.
+ALERT_WEBHOOK_LANGUAGE = env("ALERT_WEBHOOK_LANGUAGE", default="en")
 # Where people reach the portal (links in notifications).
 PORTAL_BASE_URL = env("RESERVOIR_BASE_URL", default="http://127.0.0.1:8000")
 # Telemetry is collected at steps aligned to this many seconds; alert rules are evaluated this often.
