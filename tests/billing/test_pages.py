@@ -107,7 +107,7 @@ def test_csv_export_has_a_row_per_day_and_the_cost_lines(client, lead, metered, 
     rows = list(csv.reader(io.StringIO(response.content.decode())))
     assert rows[0][:3] == ["team", "month", "day"]
     assert rows[2][2] == "2026-03-02" and Decimal(rows[2][5]) == Decimal(4)  # overage on March 2nd
-    assert ["total", "", "", "", "", "19685.00", ""] in rows
+    assert ["total", "", "", "", "", "19685.00", "", "", ""] in rows
 
 
 def test_closed_invoices_are_listed_and_open_to_their_lead(client, lead, team, reservation):
