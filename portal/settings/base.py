@@ -119,6 +119,10 @@ AUTH_PASSWORD_VALIDATORS = [
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# Dates and numbers follow the reader's language (USE_L10N is always on in Django 5): pages name a format
+# (SHORT_DATE_FORMAT, SHORT_DATETIME_FORMAT, DATETIME_FORMAT, YEAR_MONTH_FORMAT), these modules say what it is per
+# language. No USE_THOUSAND_SEPARATOR: ids and counts stay ungrouped; money is grouped by billing's `money` filter.
+FORMAT_MODULE_PATH = ["portal.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
