@@ -10,7 +10,7 @@ class UsageSerializer(serializers.Serializer):
     team = serializers.CharField()
     pool = serializers.CharField()
     pool_kind = serializers.CharField()
-    month = serializers.CharField(help_text="YYYY-MM (UTC)")
+    month = serializers.CharField(help_text=_("YYYY-MM (UTC)"))
     reserved_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     in_reservation_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     overage_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)

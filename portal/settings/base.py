@@ -148,7 +148,7 @@ REST_FRAMEWORK = {
         "portal.api.base.FilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.PortalAutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttles.WriteRateThrottle"],
 }
 # Writes per user (POST/PUT/PATCH/DELETE anywhere in the API) and job submissions per user, as "N/second|minute|
