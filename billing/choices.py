@@ -12,3 +12,15 @@ class LineKind(models.TextChoices):
     OVERAGE = "overage", _("Overage")
     SPILL = "spill", _("Spill")
     ADJUSTMENT = "adjustment", _("Adjustment")
+
+
+class LineUnit(models.TextChoices):
+    """The unit of an invoice line: the value is stored (and exported) as it is, the label is shown."""
+
+    GPU_HOURS = "GPU-hours", _("GPU-hours")
+    GPU_MONTHS = "GPU-months", _("GPU-months")
+
+
+def unit_label(unit: str) -> str:
+    """A stored unit in the active language (a unit the portal no longer knows: as stored)."""
+    return str(dict(LineUnit.choices).get(unit, unit))

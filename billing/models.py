@@ -12,10 +12,11 @@ from django.db import models
 from django.db.models import F, Func, Q, Value
 from django.utils.translation import gettext_lazy as _
 
+from jobs.models import Words
 from pools.models import Pool
 from portal.models import Team
 
-from .choices import InvoiceStatus, LineKind
+from .choices import InvoiceStatus, LineKind, LineUnit, unit_label
 
 
 class UsageIntervalQuerySet(models.QuerySet):
@@ -269,9 +270,11 @@ class InvoiceLine(models.Model):
         blank=True,
         related_name="invoice_lines",
     )
-    description = models.CharField(_("description"), max_length=200)
+    description = models.CharField(_("description"), max_length=200, help_text=_("In English, as invoiced."))
+    description_id = models.CharField(_("description message id"), max_length=200, blank=True)
+    description_args = models.JSONField(_("description message arguments"), default=dict, blank=True)
     quantity = models.DecimalField(_("quantity"), max_digits=20, decimal_places=6)
-    unit = models.CharField(_("unit"), max_length=20)
+    unit = models.CharField(_("unit"), max_length=20, choices=LineUnit.choices)
     unit_price = models.DecimalField(_("unit price"), max_digits=12, decimal_places=4)
     amount = models.DecimalField(_("amount"), max_digits=14, decimal_places=2)
     adjusts_month = models.DateField(_("adjusts month"), null=True, blank=True)
@@ -292,3 +295,17 @@ class InvoiceLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.description}: {self.amount}"
+
+    @property
+    def words(self) -> Words | None:
+        """The description as words (None for lines written before descriptions kept their msgid)."""
+        return Words(self.description_id, self.description_args) if self.description_id else None
+
+    @property
+    def description_in_words(self) -> str:
+        """The description in the active language; the figures are the stored ones, never recomputed."""
+        return str(self.words) if self.words else self.description
+
+    @property
+    def unit_label(self) -> str:
+        return unit_label(self.unit)

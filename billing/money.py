@@ -9,6 +9,8 @@ but amounts are never computed from the rounded quantities.
 from decimal import Decimal
 from fractions import Fraction
 
+from django.utils.formats import number_format
+
 from .periods import SECONDS_PER_HOUR
 
 CENT_PLACES = 2
@@ -44,3 +46,14 @@ def ratio(numerator: Decimal, denominator: Decimal, places: int = 4) -> Decimal 
     if not denominator:
         return None
     return round_half_up(Fraction(numerator) / Fraction(denominator), places)
+
+
+def format_money(value: Decimal | None, places: int | None = CENT_PLACES) -> str:
+    """Money as a reader of the active language reads it: thousands grouped (the language's separator, "," in both
+    English and Chinese: portal/formats), `places` decimals (None: as many as the value has, e.g. a unit price
+    to four places). No currency sign: prices carry none (PRODUCT.md, "the pools' currency")."""
+    if value is None:
+        return "—"
+    if places is not None:
+        value = round_half_up(value, places)  # number_format would cut the digits beyond `places`, not round them
+    return number_format(value, decimal_pos=places, use_l10n=True, force_grouping=True)

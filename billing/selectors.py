@@ -11,7 +11,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from django.db.models import Max, Min, Sum
-from django.utils.formats import number_format
+from django.utils.formats import date_format, number_format
 from django.utils.translation import gettext as _
 
 from pools.choices import PoolKind
@@ -192,7 +192,7 @@ def daily_chart(daily: list[dict]) -> dict:
                 "label_x": round_half_up(x + slot / 2, 1),
                 "title": _("%(day)s: reserved %(reserved)s, used %(used)s, spilled %(spilled)s GPU-hours")
                 % {
-                    "day": f"{d['day']:%Y-%m-%d}",
+                    "day": date_format(d["day"], "SHORT_DATE_FORMAT"),
                     "reserved": number_format(d["reserved_gpu_hours"], 2),
                     "used": number_format(d["used_gpu_hours"], 2),
                     "spilled": number_format(d["spill_gpu_hours"], 2),

@@ -23,13 +23,15 @@ from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import Min, Q, Sum
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from cluster.facts import PodFacts
+from jobs.models import Words
 from pools.models import Pool, Reservation
 from portal import audit
 
 from . import metering
-from .choices import InvoiceStatus, LineKind
+from .choices import InvoiceStatus, LineKind, LineUnit, unit_label
 from .models import ClosedMonth, DailyUsage, Invoice, InvoiceLine, MeteredDay, StaleDay, UsageInterval
 from .money import QUANTITY_PLACES, hourly_cost, hours, round_half_up, to_cents
 from .periods import days_of, format_month, midnight, month_bounds, month_of, next_month, seconds
@@ -39,8 +41,8 @@ logger = logging.getLogger(__name__)
 # Any constant shared by the billing writers; pg_advisory_xact_lock takes a bigint.
 BILLING_LOCK_ID = 0x62696C6C  # "bill"
 DEFAULT_MAX_DAYS_PER_REFRESH = 62
-GPU_HOURS = "GPU-hours"
-GPU_MONTHS = "GPU-months"
+GPU_HOURS = LineUnit.GPU_HOURS.value
+GPU_MONTHS = LineUnit.GPU_MONTHS.value
 
 
 def _lock() -> None:
@@ -146,7 +148,8 @@ def refresh_usage(*, now: datetime, max_days: int = DEFAULT_MAX_DAYS_PER_REFRESH
 
 @dataclass(frozen=True)
 class Charge:
-    """One invoice line as computed now (not yet stored)."""
+    """One invoice line as computed now (not yet stored). `description` is the English text of `words` (or, for a
+    line that corrects one written before descriptions kept their words, the text it corrects)."""
 
     key: str
     kind: str
@@ -157,6 +160,22 @@ class Charge:
     unit: str
     unit_price: Decimal
     amount: Decimal
+    words: Words | None = None
+
+    @property
+    def description_in_words(self) -> str:
+        return str(self.words) if self.words else self.description
+
+    @property
+    def unit_label(self) -> str:
+        return unit_label(self.unit)
+
+
+def _described(words: Words | str) -> dict:
+    """Charge fields for a description given as words (or as stored text)."""
+    if isinstance(words, Words):
+        return {"description": words.english(), "words": words}
+    return {"description": words, "words": None}
 
 
 def month_usage_seconds(*, month: date, team_ids: list[int] | None = None) -> dict[tuple[int, int], dict]:
@@ -213,13 +232,17 @@ def month_charges(
                 kind=LineKind.RESERVATION_FEE,
                 pool_id=reservation.pool_id,
                 reservation_id=reservation.pk,
-                description=_("Reservation of %(gpus)s GPUs in %(pool)s, %(start)s → %(end)s")
-                % {
-                    "gpus": reservation.gpus,
-                    "pool": reservation.pool.name,
-                    "start": f"{max(reservation.starts_at, start):%Y-%m-%d %H:%M}",
-                    "end": f"{min(reservation.ends_at, until):%Y-%m-%d %H:%M}",
-                },
+                **_described(
+                    Words(
+                        gettext_noop("Reservation of %(gpus)s GPUs in %(pool)s, %(start)s → %(end)s"),
+                        {
+                            "gpus": reservation.gpus,
+                            "pool": reservation.pool.name,
+                            "start": f"{max(reservation.starts_at, start):%Y-%m-%d %H:%M}",
+                            "end": f"{min(reservation.ends_at, until):%Y-%m-%d %H:%M}",
+                        },
+                    )
+                ),
                 quantity=round_half_up(gpu_months, QUANTITY_PLACES),
                 unit=GPU_MONTHS,
                 unit_price=reservation.monthly_price_per_gpu,
@@ -231,8 +254,8 @@ def month_charges(
     for (team_id, pool_id), row in sorted(usage.items(), key=lambda item: (item[0][0], pools[item[0][1]].name)):
         pool = pools[pool_id]
         for kind, gpu_seconds, label in (
-            (LineKind.OVERAGE, row["overage"], _("Overage above the reservation in %(pool)s")),
-            (LineKind.SPILL, row["spill"], _("Spill into %(pool)s")),
+            (LineKind.OVERAGE, row["overage"], gettext_noop("Overage above the reservation in %(pool)s")),
+            (LineKind.SPILL, row["spill"], gettext_noop("Spill into %(pool)s")),
         ):
             if not gpu_seconds:
                 continue
@@ -244,7 +267,7 @@ def month_charges(
                     kind=kind,
                     pool_id=pool_id,
                     reservation_id=None,
-                    description=label % {"pool": pool.name},
+                    **_described(Words(label, {"pool": pool.name})),
                     quantity=hours(gpu_seconds),
                     unit=GPU_HOURS,
                     unit_price=price,
@@ -265,6 +288,8 @@ def _line(invoice: Invoice, charge: Charge, *, adjusts_month: date | None = None
         pool_id=charge.pool_id,
         reservation_id=charge.reservation_id,
         description=charge.description[:200],
+        description_id=charge.words.msgid if charge.words else "",
+        description_args=charge.words.stored_args if charge.words else {},
         quantity=charge.quantity,
         unit=charge.unit,
         unit_price=charge.unit_price,
@@ -308,14 +333,31 @@ def _billed(*, month: date) -> dict[tuple[int, str], dict]:
     lines = InvoiceLine.objects.filter(
         Q(invoice__month=month, adjusts_month__isnull=True)
         | Q(adjusts_month=month, invoice__status=InvoiceStatus.CLOSED)
-    ).values("invoice__team_id", "key", "kind", "pool_id", "reservation_id", "unit", "unit_price", "description")
+    ).values(
+        "invoice__team_id",
+        "key",
+        "kind",
+        "pool_id",
+        "reservation_id",
+        "unit",
+        "unit_price",
+        "description",
+        "description_id",
+        "description_args",
+    )
     billed: dict[tuple[int, str], dict] = {}
     for row in lines.annotate(amount_sum=Sum("amount"), quantity_sum=Sum("quantity")):
         entry = billed.setdefault((row["invoice__team_id"], row["key"]), {**row, "amount": 0, "quantity": 0})
         entry["amount"] += row["amount_sum"]
         entry["quantity"] += row["quantity_sum"]
         if row["kind"] != LineKind.ADJUSTMENT:
-            entry.update(kind=row["kind"], unit_price=row["unit_price"], description=row["description"])
+            entry.update(
+                kind=row["kind"],
+                unit_price=row["unit_price"],
+                description=row["description"],
+                description_id=row["description_id"],
+                description_args=row["description_args"],
+            )
     return billed
 
 
@@ -342,7 +384,9 @@ def _reconcile(*, closed: ClosedMonth, into_month: date, now: datetime) -> None:
             kind=was["kind"],
             pool_id=was["pool_id"],
             reservation_id=was["reservation_id"],
-            description=was["description"],
+            **_described(
+                Words(was["description_id"], was["description_args"]) if was["description_id"] else was["description"]
+            ),
             quantity=Decimal(0),
             unit=was["unit"],
             unit_price=was["unit_price"],
@@ -354,8 +398,12 @@ def _reconcile(*, closed: ClosedMonth, into_month: date, now: datetime) -> None:
                 kind=LineKind.ADJUSTMENT,
                 pool_id=template.pool_id,
                 reservation_id=template.reservation_id,
-                description=_("Correction for %(month)s: %(what)s")
-                % {"month": format_month(month), "what": template.description},
+                **_described(
+                    Words(
+                        gettext_noop("Correction for %(month)s: %(what)s"),
+                        {"month": format_month(month), "what": template.words or template.description},
+                    )
+                ),
                 quantity=quantity,
                 unit=template.unit,
                 unit_price=template.unit_price,

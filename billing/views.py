@@ -60,6 +60,9 @@ def team_billing(request, slug: str):
 
 
 def _export(team: Team, month) -> dict:
+    """The month as data. Codes and the invoiced text stay as they are for every reader (`kind`, `unit`, and
+    `description` in English as invoiced: what finance matches on, and a closed month never changes); the
+    `*_localised` fields say the same in the reader's language."""
     report = selectors.team_month(team=team, month=month, now=timezone.now())
     return {
         "team": team.slug,
@@ -74,8 +77,10 @@ def _export(team: Team, month) -> dict:
             {
                 "kind": line.kind,
                 "description": line.description,
+                "description_localised": line.description_in_words,
                 "quantity": line.quantity,
                 "unit": line.unit,
+                "unit_localised": line.unit_label,
                 "unit_price": line.unit_price,
                 "amount": line.amount,
                 "adjusts_month": format_month(line.adjusts_month) if getattr(line, "adjusts_month", None) else None,
@@ -119,13 +124,21 @@ def team_usage_csv(request, slug: str, month: str):
         writer.writerow([team.slug, data["month"], *[row[column] for column in CSV_COLUMNS]])
     writer.writerow([team.slug, data["month"], "month total", *[data["totals"][column] for column in CSV_COLUMNS[1:]]])
     writer.writerow([])
-    writer.writerow(["kind", "description", "quantity", "unit", "unit_price", "amount", "adjusts_month"])
+    line_columns = [
+        "kind",
+        "description",
+        "quantity",
+        "unit",
+        "unit_price",
+        "amount",
+        "adjusts_month",
+        "description_localised",
+        "unit_localised",
+    ]
+    writer.writerow(line_columns)
     for line in data["lines"]:
-        writer.writerow(
-            [line[key] for key in ("kind", "description", "quantity", "unit", "unit_price", "amount")]
-            + [line["adjusts_month"] or ""]
-        )
-    writer.writerow(["total", "", "", "", "", data["total"], ""])
+        writer.writerow([line[column] if line[column] is not None else "" for column in line_columns])
+    writer.writerow(["total", "", "", "", "", data["total"], "", "", ""])
     return response
 
 

@@ -31,7 +31,10 @@ class Words:
     """A message kept as its English msgid and its arguments, so that each reader gets it in their own language
     (the sync and the workers write events in the default language; a page shows them in the viewer's). A msgid
     "reasons.<function>" (one of `WORDING_FUNCTIONS`) is instead worded by that function of jobs.reasons, called
-    with `args`."""
+    with `args`. An argument may itself be `Words` (stored as {"msgid": ..., "args": ...}, see `stored_args`): it
+    is worded in the same language before it is put in (an alert's summary names its subject, an invoice's
+    correction line the line it corrects). Job events, alerts (monitoring) and invoice lines (billing) keep their
+    texts this way."""
 
     WORDING_FUNCTIONS = ("kueue_reason", "plain_reason", "eviction_reason")
 
@@ -44,12 +47,28 @@ class Words:
             from . import reasons
 
             return getattr(reasons, function)(**self.args)
-        text = gettext(self.msgid)
-        return text % self.args if self.args else text
+        text = gettext(self.msgid) if self.msgid else ""  # gettext("") is the catalogue's header
+        return text % {name: _worded(value) for name, value in self.args.items()} if self.args else text
 
     def english(self) -> str:
         with translation.override("en"):
             return str(self)
+
+    @property
+    def stored_args(self) -> dict:
+        """`args` as they are kept in a JSON column: nested `Words` as {"msgid": ..., "args": ...}."""
+        return {name: _stored(value) for name, value in self.args.items()}
+
+
+def _stored(value):
+    return {"msgid": value.msgid, "args": value.stored_args} if isinstance(value, Words) else value
+
+
+def _worded(value):
+    """An argument as it goes into its message: nested words (as given or as stored) in the active language."""
+    if isinstance(value, dict) and value.keys() == {"msgid", "args"}:
+        value = Words(value["msgid"], value["args"])
+    return str(value) if isinstance(value, Words) else value
 
 
 def job_name_for(job_id: int) -> str:
@@ -220,7 +239,7 @@ class JobEvent(models.Model):
     def say(self, message: "str | Words") -> None:
         """Keep `message`: text as it is, `Words` as their English text plus what re-words them for a reader."""
         if isinstance(message, Words):
-            self.message, self.message_id, self.message_args = message.english(), message.msgid, message.args
+            self.message, self.message_id, self.message_args = message.english(), message.msgid, message.stored_args
         else:
             self.message = str(message)
 

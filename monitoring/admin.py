@@ -1,6 +1,7 @@
 """Admins edit alert thresholds here: the default row of each kind, and overrides for a pool or a team."""
 
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
 from . import services
 from .models import Alert, AlertNotification, AlertRule, GpuReading, JobUtilisation, TelemetryRun
@@ -39,7 +40,7 @@ class AlertNotificationInline(admin.TabularInline):
 class AlertAdmin(admin.ModelAdmin):
     list_display = [
         "kind",
-        "subject",
+        "subject_text",
         "state",
         "severity",
         "value",
@@ -49,9 +50,14 @@ class AlertAdmin(admin.ModelAdmin):
         "resolved_at",
     ]
     list_filter = ["state", "kind", "severity"]
-    search_fields = ["subject", "subject_key", "summary"]
+    search_fields = ["subject", "subject_key", "summary"]  # the English texts
     list_select_related = ["pool", "team"]
     inlines = [AlertNotificationInline]
+    exclude = ["subject_id", "subject_args", "summary_id", "summary_args"]
+
+    @admin.display(description=_("subject"), ordering="subject")
+    def subject_text(self, alert):
+        return alert.subject_in_words
 
     def has_change_permission(self, request, obj=None):
         return False  # alerts are written by evaluation only

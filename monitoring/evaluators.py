@@ -8,10 +8,11 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Count, Q, Sum
+from django.utils.translation import gettext_noop
 
 from billing.models import DailyUsage
 from jobs.choices import JobState
-from jobs.models import Job, Pod
+from jobs.models import Job, Pod, Words
 from pools.choices import PoolKind
 from pools.models import Pool
 
@@ -31,12 +32,14 @@ def _gpu_observations(kind: str, run: TelemetryRun | None, value_of) -> list[Obs
         value = value_of(reading)
         if value is None:
             continue
-        where = f" ({reading.pool.name})" if reading.pool else ""
+        gpu = {"gpu": reading.gpu, "node": reading.node_name}
         observations.append(
             Observation(
                 kind,
                 f"gpu:{reading.node_name}/{reading.gpu}",
-                f"GPU {reading.gpu} of {reading.node_name}{where}",
+                Words(gettext_noop("GPU %(gpu)s of %(node)s (%(pool)s)"), {**gpu, "pool": reading.pool.name})
+                if reading.pool
+                else Words(gettext_noop("GPU %(gpu)s of %(node)s"), gpu),
                 float(value),
                 pool_id=reading.pool_id,
                 team_id=reading.team_id,
@@ -57,7 +60,7 @@ def _utilisation(kind: str, run: TelemetryRun | None) -> list[Observation] | Non
                 Observation(
                     kind,
                     f"pool:{sample.pool.slug}",
-                    f"pool {sample.pool.name}",
+                    Words(gettext_noop("pool %(pool)s"), {"pool": sample.pool.name}),
                     sample.util_avg,
                     pool_id=sample.pool_id,
                 )
@@ -67,7 +70,7 @@ def _utilisation(kind: str, run: TelemetryRun | None) -> list[Observation] | Non
                 Observation(
                     kind,
                     f"team:{sample.team.slug}",
-                    f"GPUs of team {sample.team.name}",
+                    Words(gettext_noop("GPUs of team %(team)s"), {"team": sample.team.name}),
                     sample.util_avg,
                     team_id=sample.team_id,
                 )  # fmt: skip
@@ -85,7 +88,7 @@ def queue_wait(now: datetime) -> list[Observation]:
         Observation(
             AlertKind.QUEUE_WAIT,
             f"job:{pk}",
-            f"job {name} (#{pk})",
+            Words(gettext_noop("job %(name)s (#%(id)s)"), {"name": name, "id": pk}),
             _minutes(now - created_at),
             pool_id=pool_id,
             team_id=team_id,
@@ -103,7 +106,7 @@ def pod_pending(now: datetime) -> list[Observation]:
         Observation(
             AlertKind.POD_PENDING,
             f"pod:{namespace}/{name}",
-            f"pod {namespace}/{name}",
+            Words(gettext_noop("pod %(pod)s"), {"pod": f"{namespace}/{name}"}),
             _minutes(now - created_at),
             pool_id=pool_id,
             team_id=team_id,
@@ -124,7 +127,7 @@ def failure_rate(now: datetime) -> list[Observation]:
         Observation(
             AlertKind.FAILURE_RATE,
             f"team:{row['team__slug']}",
-            f"jobs of team {row['team__name']}",
+            Words(gettext_noop("jobs of team %(team)s"), {"team": row["team__name"]}),
             round(100.0 * row["failed"] / row["finished"], 2),
             team_id=row["team_id"],
         )  # fmt: skip
@@ -156,7 +159,7 @@ def spill_ratio(now: datetime) -> list[Observation]:
                 Observation(
                     AlertKind.SPILL_RATIO,
                     f"team:{row['team__slug']}",
-                    f"team {row['team__name']}",
+                    Words(gettext_noop("team %(team)s"), {"team": row["team__name"]}),
                     round(float(100 * row["spill"] / used), 2),
                     team_id=row["team_id"],
                 )  # fmt: skip
@@ -172,7 +175,7 @@ def reservation_wasted(now: datetime) -> list[Observation]:
                 Observation(
                     AlertKind.RESERVATION_WASTED,
                     f"team:{row['team__slug']}",
-                    f"reservation of team {row['team__name']}",
+                    Words(gettext_noop("reservation of team %(team)s"), {"team": row["team__name"]}),
                     round(float(100 * row["used_in"] / row["reserved"]), 2),
                     team_id=row["team_id"],
                     gate=row["spill"] > 0,
@@ -189,7 +192,7 @@ def capacity_missing(now: datetime) -> list[Observation]:
         Observation(
             AlertKind.CAPACITY_MISSING,
             f"pool:{pool.slug}",
-            f"pool {pool.name}",
+            Words(gettext_noop("pool %(pool)s"), {"pool": pool.name}),
             float(max(0, pool.contracted_gpus - (pool.live or 0))),
             pool_id=pool.pk,
         )  # fmt: skip

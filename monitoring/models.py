@@ -17,7 +17,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from jobs.models import Job
+from jobs.models import Job, Words
 from pools.models import Pool
 from portal.models import Team
 
@@ -277,7 +277,9 @@ class Alert(models.Model):
         AlertRule, verbose_name=_("rule"), on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
     )
     subject_key = models.CharField(_("subject key"), max_length=300)
-    subject = models.CharField(_("subject"), max_length=300)
+    subject = models.CharField(_("subject"), max_length=300, help_text=_("In English; pages show it in the reader's."))
+    subject_id = models.CharField(_("subject message id"), max_length=200, blank=True)
+    subject_args = models.JSONField(_("subject message arguments"), default=dict, blank=True)
     pool = models.ForeignKey(
         Pool, verbose_name=_("pool"), on_delete=models.SET_NULL, null=True, blank=True, related_name="alerts"
     )
@@ -293,7 +295,9 @@ class Alert(models.Model):
     peak_value = models.FloatField(_("worst value"))
     threshold = models.DecimalField(_("threshold"), max_digits=10, decimal_places=2)
     for_seconds = models.PositiveIntegerField(_("for seconds"), default=0)
-    summary = models.CharField(_("summary"), max_length=300)
+    summary = models.CharField(_("summary"), max_length=300, help_text=_("In English; pages show it in the reader's."))
+    summary_id = models.CharField(_("summary message id"), max_length=200, blank=True)
+    summary_args = models.JSONField(_("summary message arguments"), default=dict, blank=True)
     active_since = models.DateTimeField(_("condition since"))
     fired_at = models.DateTimeField(_("fired"), null=True, blank=True)
     resolved_at = models.DateTimeField(_("resolved"), null=True, blank=True)
@@ -332,6 +336,21 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()}: {self.subject} ({self.state})"
+
+    def say(self, *, subject: Words, summary: Words) -> None:
+        """Keep the subject and summary as English text (emails, webhooks, search, the admin) and as `Words`."""
+        self.subject, self.subject_id, self.subject_args = subject.english()[:300], subject.msgid, subject.stored_args
+        self.summary, self.summary_id, self.summary_args = summary.english()[:300], summary.msgid, summary.stored_args
+
+    @property
+    def subject_in_words(self) -> str:
+        """The subject in the active language (alerts raised before texts kept their msgid: as written)."""
+        return str(Words(self.subject_id, self.subject_args)) if self.subject_id else self.subject
+
+    @property
+    def summary_in_words(self) -> str:
+        """The summary in the active language (alerts raised before texts kept their msgid: as written)."""
+        return str(Words(self.summary_id, self.summary_args)) if self.summary_id else self.summary
 
 
 class AlertNotification(models.Model):

@@ -16,7 +16,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import Enum
 
-from django.utils.translation import gettext_lazy as _
+from django.utils.translation import gettext, gettext_noop
+
+from jobs.models import Words
 
 from .choices import AlertKind, AlertState, Severity
 
@@ -26,47 +28,96 @@ BELOW = "below"
 
 @dataclass(frozen=True)
 class RuleDefault:
+    """A kind's default threshold, "for" and severity, and how its value is said: `meaning_id` and `unit_id` are
+    msgids (English), translated when shown, so that stored alert texts (`Words`) read in each reader's language."""
+
     threshold: Decimal
     for_seconds: int
     comparison: str
-    unit: str  # or a lazily translated one
+    unit_id: str
     severity: str
-    meaning: str
+    meaning_id: str
+
+    @property
+    def meaning(self) -> str:
+        return gettext(self.meaning_id)
+
+    @property
+    def unit(self) -> str:
+        return gettext(self.unit_id)
+
+    def describe_words(self, threshold: Decimal | float) -> Words:
+        """The rule as words, e.g. "mean GPU utilisation < 30 %"."""
+        return Words(
+            gettext_noop("%(meaning)s %(sign)s %(threshold)s%(unit)s"),
+            {
+                "meaning": Words(self.meaning_id),
+                "sign": ">" if self.comparison == ABOVE else "<",
+                "threshold": f"{Decimal(str(threshold)).normalize():f}",
+                "unit": Words(self.unit_id),
+            },
+        )
 
     def describe(self, threshold: Decimal | float) -> str:
-        sign = ">" if self.comparison == ABOVE else "<"
-        return f"{self.meaning} {sign} {Decimal(str(threshold)).normalize():f}{self.unit}"
+        return str(self.describe_words(threshold))
+
+    def summary_words(self, subject: Words, value: float, threshold: Decimal | float) -> Words:
+        """What an alert of this kind says about `subject` at `value`, e.g. "pool A: mean GPU utilisation 12 %
+        (mean GPU utilisation < 30 %)"."""
+        return Words(
+            gettext_noop("%(subject)s: %(meaning)s %(value)s%(unit)s (%(rule)s)"),
+            {
+                "subject": subject,
+                "meaning": Words(self.meaning_id),
+                "value": f"{value:g}",
+                "unit": Words(self.unit_id),
+                "rule": self.describe_words(threshold),
+            },
+        )
 
 
 HOUR, MINUTE = 3600, 60
+# Units that read the same in every language (" %", " °C") are not messages; the others are.
 DEFAULT_RULES: dict[str, RuleDefault] = {
     AlertKind.GPU_UTILISATION_LOW: RuleDefault(
-        Decimal(30), HOUR, BELOW, " %", Severity.WARNING, _("mean GPU utilisation")
+        Decimal(30), HOUR, BELOW, " %", Severity.WARNING, gettext_noop("mean GPU utilisation")
     ),
     AlertKind.GPU_UTILISATION_HIGH: RuleDefault(
-        Decimal(80), HOUR, ABOVE, " %", Severity.WARNING, _("mean GPU utilisation")
+        Decimal(80), HOUR, ABOVE, " %", Severity.WARNING, gettext_noop("mean GPU utilisation")
     ),
-    AlertKind.QUEUE_WAIT: RuleDefault(Decimal(30), 0, ABOVE, _(" min"), Severity.WARNING, _("time waiting to start")),
+    AlertKind.QUEUE_WAIT: RuleDefault(
+        Decimal(30), 0, ABOVE, gettext_noop(" min"), Severity.WARNING, gettext_noop("time waiting to start")
+    ),
     AlertKind.SPILL_RATIO: RuleDefault(
-        Decimal(20), 0, ABOVE, " %", Severity.WARNING, _("share of the team's GPU-hours spilled this month")
+        Decimal(20), 0, ABOVE, " %", Severity.WARNING, gettext_noop("share of the team's GPU-hours spilled this month")
     ),
     AlertKind.FAILURE_RATE: RuleDefault(
-        Decimal(5), 0, ABOVE, " %", Severity.WARNING, _("jobs failed of those finished in the last 24 h")
+        Decimal(5), 0, ABOVE, " %", Severity.WARNING, gettext_noop("jobs failed of those finished in the last 24 h")
     ),
     AlertKind.POD_PENDING: RuleDefault(
-        Decimal(3), 0, ABOVE, _(" min"), Severity.CRITICAL, _("time the pod is Pending")
+        Decimal(3), 0, ABOVE, gettext_noop(" min"), Severity.CRITICAL, gettext_noop("time the pod is Pending")
     ),
     AlertKind.GPU_MEMORY_HIGH: RuleDefault(
-        Decimal(85), 5 * MINUTE, ABOVE, " %", Severity.WARNING, _("GPU memory used")
+        Decimal(85), 5 * MINUTE, ABOVE, " %", Severity.WARNING, gettext_noop("GPU memory used")
     ),
     AlertKind.GPU_TEMPERATURE_HIGH: RuleDefault(
-        Decimal(85), 2 * MINUTE, ABOVE, " °C", Severity.WARNING, _("GPU temperature")
+        Decimal(85), 2 * MINUTE, ABOVE, " °C", Severity.WARNING, gettext_noop("GPU temperature")
     ),
     AlertKind.RESERVATION_WASTED: RuleDefault(
-        Decimal(30), 0, BELOW, " %", Severity.WARNING, _("reservation used this month, while the team spills,")
+        Decimal(30),
+        0,
+        BELOW,
+        " %",
+        Severity.WARNING,
+        gettext_noop("reservation used this month, while the team spills,"),
     ),
     AlertKind.CAPACITY_MISSING: RuleDefault(
-        Decimal(0), 5 * MINUTE, ABOVE, _(" GPUs"), Severity.CRITICAL, _("contracted GPUs without a Ready node")
+        Decimal(0),
+        5 * MINUTE,
+        ABOVE,
+        gettext_noop(" GPUs"),
+        Severity.CRITICAL,
+        gettext_noop("contracted GPUs without a Ready node"),
     ),
 }
 
@@ -128,7 +179,7 @@ class Observation:
 
     kind: str
     subject_key: str
-    subject: str
+    subject: Words
     value: float
     pool_id: int | None = None
     team_id: int | None = None

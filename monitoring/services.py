@@ -14,7 +14,7 @@ from decimal import Decimal
 import urllib3
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from portal import audit, outbox
 
@@ -28,11 +28,6 @@ log = logging.getLogger(__name__)
 
 class WebhookError(Exception):
     """The webhook did not take the notification (connection failure, timeout, 5xx or 429): worth a retry."""
-
-
-def _summary(kind: str, subject: str, value: float, threshold: Decimal) -> str:
-    default = DEFAULT_RULES[kind]
-    return f"{subject}: {default.meaning} {value:g}{default.unit} ({default.describe(threshold)})"[:300]
 
 
 @transaction.atomic
@@ -77,7 +72,6 @@ def evaluate_alerts(*, now: datetime | None = None) -> dict[str, int]:
             if alert is None:
                 alert = Alert(kind=kind, subject_key=observation.subject_key, peak_value=observation.value)
             alert.rule_id = rule.rule_id
-            alert.subject = observation.subject[:300]
             alert.pool_id, alert.team_id, alert.job_id = observation.pool_id, observation.team_id, observation.job_id
             alert.severity = rule.severity
             alert.value = observation.value
@@ -87,7 +81,10 @@ def evaluate_alerts(*, now: datetime | None = None) -> dict[str, int]:
             alert.peak_value = observation.value if worse else alert.peak_value
             alert.threshold = rule.threshold
             alert.for_seconds = rule.for_seconds
-            alert.summary = _summary(kind, alert.subject, observation.value, rule.threshold)
+            alert.say(
+                subject=observation.subject,
+                summary=DEFAULT_RULES[kind].summary_words(observation.subject, observation.value, rule.threshold),
+            )
             alert.active_since = decision.active_since
             alert.last_evaluated_at = now
             if decision.action == Action.FIRE:
@@ -136,7 +133,11 @@ def _queue_notification(alert: Alert, event: str) -> None:
 
 
 def webhook_payload(alert: Alert, event: str) -> dict:
-    """Alertmanager's webhook format (version 4), so receivers written for Alertmanager take it as it is."""
+    """Alertmanager's webhook format (version 4), so receivers written for Alertmanager take it as it is. Labels are
+    codes; the texts meant for people (`summary`, `description`) are in `ALERT_WEBHOOK_LANGUAGE` (English by
+    default: the receiver is a system whose readers the portal does not know)."""
+    with translation.override(settings.ALERT_WEBHOOK_LANGUAGE):
+        summary, description = str(alert.get_kind_display()), alert.summary_in_words
     labels = {"alertname": alert.kind, "severity": alert.severity, "subject": alert.subject_key}
     if alert.pool_id:
         labels["pool"] = alert.pool.slug
@@ -157,8 +158,8 @@ def webhook_payload(alert: Alert, event: str) -> dict:
                 "status": "resolved" if event == AlertState.RESOLVED else "firing",
                 "labels": labels,
                 "annotations": {
-                    "summary": alert.get_kind_display(),
-                    "description": alert.summary,
+                    "summary": summary,
+                    "description": description,
                     "value": f"{alert.value:g}",
                     "threshold": f"{alert.threshold:f}",
                 },

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F, Q
+from django.utils.formats import date_format
 from django.utils.translation import gettext_lazy as _
 
 from cluster.kueue import MAX_FLAVOR_NODE_LABELS, MAX_FLAVOR_TOLERATIONS
@@ -471,7 +472,7 @@ class QuotaRequest(models.Model):
                 _("This request was already %(state)s on %(day)s; only a pending request can change.")
                 % {
                     "state": self.get_state_display().lower(),
-                    "day": self.decided_at.strftime("%Y-%m-%d") if self.decided_at else "?",
+                    "day": date_format(self.decided_at, "SHORT_DATE_FORMAT") if self.decided_at else "?",
                 }
             )
 

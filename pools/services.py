@@ -12,6 +12,7 @@ from decimal import Decimal
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
 from cluster.facts import NodeFacts
@@ -370,7 +371,7 @@ def _pending_message(pending: QuotaRequest) -> str:
         "team": pending.team.name,
         "pool": pending.pool.name,
         "gpus": pending.max_gpus,
-        "day": pending.created_at.strftime("%Y-%m-%d"),
+        "day": date_format(pending.created_at, "SHORT_DATE_FORMAT"),
     }
 
 

@@ -31,3 +31,16 @@ def annotation_allowlist_reserved(app_configs, **kwargs):
             )
         ]
     return []
+
+
+@register()
+def alert_webhook_language_known(app_configs, **kwargs):
+    if settings.ALERT_WEBHOOK_LANGUAGE not in dict(settings.LANGUAGES):
+        return [
+            Warning(
+                f"ALERT_WEBHOOK_LANGUAGE={settings.ALERT_WEBHOOK_LANGUAGE!r} is not one of the portal's languages "
+                f"({', '.join(dict(settings.LANGUAGES))}): webhook texts fall back to English.",
+                id="reservoir.W003",
+            )
+        ]
+    return []

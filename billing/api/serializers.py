@@ -1,3 +1,4 @@
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from ..models import Invoice, InvoiceLine
@@ -9,7 +10,7 @@ class UsageSerializer(serializers.Serializer):
     team = serializers.CharField()
     pool = serializers.CharField()
     pool_kind = serializers.CharField()
-    month = serializers.CharField(help_text="YYYY-MM (UTC)")
+    month = serializers.CharField(help_text=_("YYYY-MM (UTC)"))
     reserved_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     in_reservation_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     overage_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
@@ -21,10 +22,22 @@ class UsageSerializer(serializers.Serializer):
 
 class InvoiceLineSerializer(serializers.ModelSerializer):
     pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    description = serializers.CharField(
+        read_only=True, help_text=_("In English, as invoiced: the same for every reader.")
+    )
+    description_localised = serializers.CharField(
+        source="description_in_words", read_only=True, help_text=_("The description in the reader's language.")
+    )
+    unit_localised = serializers.CharField(
+        source="unit_label", read_only=True, help_text=_("The unit in the reader's language.")
+    )
 
     class Meta:
         model = InvoiceLine
-        fields = ["kind", "description", "pool", "quantity", "unit", "unit_price", "amount", "adjusts_month"]
+        fields = [
+            "kind", "description", "description_localised", "pool", "quantity", "unit", "unit_localised",
+            "unit_price", "amount", "adjusts_month",
+        ]  # fmt: skip
 
 
 class InvoiceSerializer(serializers.ModelSerializer):

@@ -4,6 +4,7 @@ import django_filters
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
+from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import viewsets
@@ -18,7 +19,10 @@ from ..periods import month_of, parse_month
 from .serializers import InvoiceSerializer, UsageSerializer
 
 MONTH_PARAMETER = OpenApiParameter(
-    "month", OpenApiTypes.STR, description="YYYY-MM (UTC); default: the current month", pattern=r"^\d{4}-\d{2}$"
+    "month",
+    OpenApiTypes.STR,
+    description=gettext_lazy("YYYY-MM (UTC); default: the current month"),
+    pattern=r"^\d{4}-\d{2}$",
 )
 
 
@@ -33,7 +37,9 @@ def _month(request):
 
 
 class UsageViewSet(viewsets.ViewSet):
-    """GPU-hours reserved, used in the reservation, overage, spill and idle, per team and pool and month."""
+    api_description = gettext_lazy(
+        "GPU-hours reserved, used in the reservation, overage, spill and idle, per team and pool and month."
+    )
 
     lookup_field = "slug"
     lookup_value_regex = r"[a-z0-9-]+"
@@ -62,7 +68,9 @@ class InvoiceFilter(django_filters.FilterSet):
 
 
 class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
-    """Invoices (drafts of open months and closed ones) of the teams the user leads, with their lines."""
+    api_description = gettext_lazy(
+        "Invoices (drafts of open months and closed ones) of the teams the user leads, with their lines."
+    )
 
     serializer_class = InvoiceSerializer
     filterset_class = InvoiceFilter

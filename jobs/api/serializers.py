@@ -51,6 +51,7 @@ class JobSerializer(serializers.ModelSerializer):
 
 class JobEventSerializer(serializers.ModelSerializer):
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    message = serializers.CharField(source="in_words", read_only=True, help_text=_("In the reader's language."))
 
     class Meta:
         model = JobEvent

@@ -5,6 +5,7 @@ platform admins on all; anything else is 404."""
 from django.db import DatabaseError
 from django.db.models import Prefetch
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -70,10 +71,15 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def retrieve(self, request, *args, **kwargs):
         return Response(_detail(self.get_object()))
 
-    @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
+    @extend_schema(
+        request=JobSubmitSerializer,
+        responses={201: JobDetailSerializer},
+        description=gettext_lazy(
+            "Submit a job: it is saved as queued and sent to the cluster, where Kueue admits it when the team's "
+            "quota has room (see queue_position and pending_reason)."
+        ),
+    )
     def create(self, request, *args, **kwargs):
-        """Submit a job: it is saved as queued and sent to the cluster, where Kueue admits it when the team's quota
-        has room (see queue_position and pending_reason)."""
         serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -83,14 +89,18 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         request=None,
         responses={202: JobDetailSerializer},
-        description="Cancel the job. Answers 202: a job already in the cluster has its Job and pods deleted by a task.",
+        description=gettext_lazy(
+            "Cancel the job. Answers 202: a job already in the cluster has its Job and pods deleted by a task."
+        ),
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         job = services.cancel_job(job=self.get_object(), user=request.user)
         return _committed(job, status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses={201: JobDetailSerializer}, description="Submit a finished job again.")
+    @extend_schema(
+        request=None, responses={201: JobDetailSerializer}, description=gettext_lazy("Submit a finished job again.")
+    )
     @action(detail=True, methods=["post"])
     def resubmit(self, request, pk=None):
         job = services.resubmit_job(job=self.get_object(), user=request.user)

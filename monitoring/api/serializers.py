@@ -1,3 +1,4 @@
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from ..models import Alert
@@ -7,6 +8,14 @@ class AlertSerializer(serializers.ModelSerializer):
     pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     job = serializers.PrimaryKeyRelatedField(read_only=True)
+    subject = serializers.CharField(
+        source="subject_in_words", read_only=True, help_text=_("What the alert is about, in the reader's language.")
+    )
+    summary = serializers.CharField(
+        source="summary_in_words",
+        read_only=True,
+        help_text=_("The value against the rule, in the reader's language; `kind` and `subject_key` are the codes."),
+    )
 
     class Meta:
         model = Alert

@@ -1,6 +1,7 @@
 """Alerts, read-only: what a user sees is what `Alert.objects.visible_to` lets through (others answer 404)."""
 
 import django_filters
+from django.utils.translation import gettext_lazy
 from rest_framework import viewsets
 
 from ..choices import AlertKind, AlertState, Severity
@@ -23,6 +24,11 @@ class AlertFilterSet(django_filters.FilterSet):
 
 
 class AlertViewSet(viewsets.ReadOnlyModelViewSet):
+    api_description = gettext_lazy(
+        "Alerts the caller may see: those of their teams' pools, jobs and GPUs, and those of no team; firing, "
+        "pending and resolved. `kind` and `subject_key` are codes; `subject` and `summary` are in the reader's "
+        "language."
+    )
     serializer_class = AlertSerializer
     filterset_class = AlertFilterSet
     ordering_fields = ["fired_at", "active_since", "resolved_at", "value"]

@@ -85,7 +85,7 @@ class OccupancySerializer(serializers.Serializer):
 
     pool = serializers.CharField()
     contracted_gpus = serializers.IntegerField(allow_null=True)
-    live_gpus = serializers.IntegerField(help_text="Σ allocatable GPUs over Ready nodes")
+    live_gpus = serializers.IntegerField(help_text=_("Σ allocatable GPUs over Ready nodes"))
     allocated = serializers.IntegerField()
     free = serializers.IntegerField()
     nodes_ready = serializers.IntegerField()
@@ -93,14 +93,14 @@ class OccupancySerializer(serializers.Serializer):
     largest_free_block = serializers.IntegerField()
     fits = serializers.DictField(child=serializers.IntegerField(), help_text=f"jobs of {JOB_SIZES} GPUs that fit now")
     stranded = serializers.DictField(
-        child=serializers.IntegerField(), help_text="free GPUs a job of that size can't use"
+        child=serializers.IntegerField(), help_text=_("free GPUs a job of that size can't use")
     )
 
 
 class NamespaceStateSerializer(serializers.Serializer):
     """Whether the team namespace's ResourceQuota and LimitRange in the cluster match the portal yet."""
 
-    applied = serializers.BooleanField(help_text="true once the cluster holds the latest change")
+    applied = serializers.BooleanField(help_text=_("true once the cluster holds the latest change"))
     desired_version = serializers.IntegerField()
     applied_version = serializers.IntegerField()
     applied_at = serializers.DateTimeField(allow_null=True)
@@ -124,7 +124,7 @@ class KueueStateSerializer(serializers.Serializer):
     """Whether Kueue's objects in the cluster (flavors, cluster queues, local queues) match the portal yet."""
 
     applied = serializers.BooleanField(
-        help_text="true once Kueue holds the latest change (and every reservation that started or ended since)"
+        help_text=_("true once Kueue holds the latest change (and every reservation that started or ended since)")
     )
     desired_version = serializers.IntegerField()
     applied_version = serializers.IntegerField()

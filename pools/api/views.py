@@ -5,6 +5,7 @@ from django.db.models import IntegerField, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
@@ -57,7 +58,9 @@ def _occupancy_row(pool: Pool, occupancy: Occupancy | None) -> dict:
 
 
 class PoolViewSet(viewsets.ModelViewSet):
-    """GPU pools. Every signed-in user sees every pool and its occupancy; platform admins manage them."""
+    api_description = gettext_lazy(
+        "GPU pools. Every signed-in user sees every pool and its occupancy; platform admins manage them."
+    )
 
     serializer_class = PoolSerializer
     permission_classes = [AdminWrites]
@@ -86,24 +89,30 @@ class PoolViewSet(viewsets.ModelViewSet):
     def perform_destroy(self, instance):
         services.delete_pool(pool=instance, user=self.request.user)
 
-    @extend_schema(operation_id="pools_occupancy_list", responses=OccupancySerializer(many=True))
+    @extend_schema(
+        operation_id="pools_occupancy_list",
+        responses=OccupancySerializer(many=True),
+        description=gettext_lazy("GPUs capacity / allocated / free and fragmentation of every pool, right now."),
+    )
     @action(detail=False, methods=["get"], url_path="occupancy", filterset_class=None, pagination_class=None)
     def occupancy_list(self, request):
-        """GPUs capacity / allocated / free and fragmentation of every pool, right now."""
         pools = list(self.get_queryset())
         occupancy = pool_occupancy([pool.pk for pool in pools])
         return Response(OccupancySerializer([_occupancy_row(p, occupancy.get(p.pk)) for p in pools], many=True).data)
 
-    @extend_schema(operation_id="pools_occupancy_retrieve", responses=OccupancySerializer)
+    @extend_schema(
+        operation_id="pools_occupancy_retrieve",
+        responses=OccupancySerializer,
+        description=gettext_lazy("GPUs capacity / allocated / free and fragmentation of one pool, right now."),
+    )
     @action(detail=True, methods=["get"])
     def occupancy(self, request, slug=None):
-        """GPUs capacity / allocated / free and fragmentation of one pool, right now."""
         pool = self.get_object()
         return Response(OccupancySerializer(_occupancy_row(pool, pool_occupancy([pool.pk]).get(pool.pk))).data)
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
-    """GPU nodes as last seen by sync. Like pools, every signed-in user sees them."""
+    api_description = gettext_lazy("GPU nodes as last seen by sync. Like pools, every signed-in user sees them.")
 
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
@@ -118,8 +127,10 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class ReservationViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Reservations of the caller's teams (all for admins). Admins reserve GPUs and move a reservation's end;
-    a pool's reservations never exceed its contracted GPUs at any moment."""
+    api_description = gettext_lazy(
+        "Reservations of the caller's teams (all for admins). Admins reserve GPUs and move a reservation's "
+        "end; a pool's reservations never exceed its contracted GPUs at any moment."
+    )
 
     serializer_class = ReservationSerializer
     permission_classes = [AdminWrites]
@@ -141,7 +152,7 @@ class ReservationViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, views
     @extend_schema(
         request=ReservationEndSerializer,
         responses=ReservationSerializer,
-        description="Move the reservation's end (the only thing that changes on a contract).",
+        description=gettext_lazy("Move the reservation's end (the only thing that changes on a contract)."),
     )
     def partial_update(self, request, *args, **kwargs):
         reservation = self.get_object()
@@ -154,9 +165,11 @@ class ReservationViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, views
 
 
 class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """GPUs per pool a team may use at once. POST sets a team's quota in a pool (creating it when missing);
-    PUT/PATCH change `max_gpus`. The change reaches the team namespace's ResourceQuota through the reconcile
-    task: `namespace.applied` says whether the cluster has it yet."""
+    api_description = gettext_lazy(
+        "GPUs per pool a team may use at once. POST sets a team's quota in a pool (creating it when missing);"
+        " PUT/PATCH change `max_gpus`. The change reaches the team namespace's ResourceQuota through the "
+        "reconcile task: `namespace.applied` says whether the cluster has it yet."
+    )
 
     serializer_class = QuotaSerializer
     permission_classes = [AdminWrites]
@@ -186,7 +199,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     @extend_schema(
         request=QuotaSerializer,
         responses={200: QuotaSerializer, 201: QuotaSerializer},
-        description="Set a team's quota in a pool: 201 when it did not exist, 200 when it changed.",
+        description=gettext_lazy("Set a team's quota in a pool: 201 when it did not exist, 200 when it changed."),
     )
     def create(self, request, *args, **kwargs):
         serializer = QuotaSerializer(data=request.data)
@@ -212,8 +225,10 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
 
 
 class NamespaceLimitsViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """The team namespace's ResourceQuota and LimitRange values (seed 003), addressed by team slug. A team
-    without its own limits shows the defaults. Changes reach the cluster through the reconcile task."""
+    api_description = gettext_lazy(
+        "The team namespace's ResourceQuota and LimitRange values (seed 003), addressed by team slug. A team "
+        "without its own limits shows the defaults. Changes reach the cluster through the reconcile task."
+    )
 
     serializer_class = NamespaceLimitsSerializer
     permission_classes = [AdminWrites]
@@ -252,9 +267,12 @@ class NamespaceLimitsViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelView
 
 
 class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Team leads' requests to change a quota. Leads see and make their teams' requests and withdraw their own;
-    platform admins see all and approve (the quota is set at once, or the approval fails with the reason and the
-    request stays pending) or reject. Researchers see none. At most one request per team and pool is pending."""
+    api_description = gettext_lazy(
+        "Team leads' requests to change a quota. Leads see and make their teams' requests and withdraw their "
+        "own; platform admins see all and approve (the quota is set at once, or the approval fails with the "
+        "reason and the request stays pending) or reject. Researchers see none. At most one request per team "
+        "and pool is pending."
+    )
 
     serializer_class = QuotaRequestSerializer
     filterset_class = QuotaRequestFilterSet
@@ -268,9 +286,12 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
             .order_by("-created_at", "-id")
         )
 
-    @extend_schema(request=QuotaRequestCreateSerializer, responses={201: QuotaRequestSerializer})
+    @extend_schema(
+        request=QuotaRequestCreateSerializer,
+        responses={201: QuotaRequestSerializer},
+        description=gettext_lazy("Ask for a team's quota in a pool to change (team leads)."),
+    )
     def create(self, request, *args, **kwargs):
-        """Ask for a team's quota in a pool to change (team leads)."""
         serializer = QuotaRequestCreateSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
@@ -291,9 +312,11 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @extend_schema(
         request=QuotaRequestDecisionSerializer,
         responses=QuotaRequestSerializer,
-        description="Approve a pending request: the team's quota becomes the requested GPUs. When that is refused "
-        "(below the team's reservation or what its running jobs use) the answer is 400 with the reason and the "
-        "request stays pending. Platform admins only.",
+        description=gettext_lazy(
+            "Approve a pending request: the team's quota becomes the requested GPUs. When that is refused "
+            "(below the team's reservation or what its running jobs use) the answer is 400 with the reason and the "
+            "request stays pending. Platform admins only."
+        ),
     )
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
@@ -302,7 +325,7 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @extend_schema(
         request=QuotaRequestDecisionSerializer,
         responses=QuotaRequestSerializer,
-        description="Reject a pending request; the quota stays as it is. Platform admins only.",
+        description=gettext_lazy("Reject a pending request; the quota stays as it is. Platform admins only."),
     )
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
@@ -311,7 +334,7 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @extend_schema(
         request=None,
         responses=QuotaRequestSerializer,
-        description="Take back a pending request. Only the lead who made it.",
+        description=gettext_lazy("Take back a pending request. Only the lead who made it."),
     )
     @action(detail=True, methods=["post"])
     def withdraw(self, request, pk=None):

@@ -1,6 +1,7 @@
 """Teams, memberships, API tokens and the audit log. Reads are scoped by `visible_to`; writes go through
 `portal.services`, which audit them."""
 
+from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -20,7 +21,7 @@ from .serializers import (
 
 
 class TeamViewSet(viewsets.ModelViewSet):
-    """Teams: members see theirs, platform admins see and manage all of them."""
+    api_description = gettext_lazy("Teams: members see theirs, platform admins see and manage all of them.")
 
     serializer_class = TeamSerializer
     permission_classes = [AdminWrites]
@@ -47,7 +48,9 @@ class TeamViewSet(viewsets.ModelViewSet):
 
 
 class MembershipViewSet(viewsets.ModelViewSet):
-    """Who is in which team with which role. Members see their teams' memberships; admins manage them."""
+    api_description = gettext_lazy(
+        "Who is in which team with which role. Members see their teams' memberships; admins manage them."
+    )
 
     serializer_class = MembershipSerializer
     permission_classes = [AdminWrites]
@@ -79,7 +82,9 @@ class MembershipViewSet(viewsets.ModelViewSet):
 class ApiTokenViewSet(
     mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
-    """API tokens, made and revoked by platform admins. The secret is shown once, in the answer to its creation."""
+    api_description = gettext_lazy(
+        "API tokens, made and revoked by platform admins. The secret is shown once, in the answer to its creation."
+    )
 
     serializer_class = ApiTokenSerializer
     permission_classes = [AdminOnly]
@@ -103,7 +108,9 @@ class ApiTokenViewSet(
         response.never_compress = True  # the plaintext secret: never compressed (portal/compression.py, BREACH)
         return response
 
-    @extend_schema(request=None, responses={200: ApiTokenSerializer}, description="Revoke the token at once.")
+    @extend_schema(
+        request=None, responses={200: ApiTokenSerializer}, description=gettext_lazy("Revoke the token at once.")
+    )
     @action(detail=True, methods=["post"])
     def revoke(self, request, pk=None):
         token = services.revoke_token(token=self.get_object(), user=request.user)
@@ -111,7 +118,9 @@ class ApiTokenViewSet(
 
 
 class AuditEntryViewSet(viewsets.ReadOnlyModelViewSet):
-    """Every write made through the API, the pages or Django admin: who, what, before and after, and when."""
+    api_description = gettext_lazy(
+        "Every write made through the API, the pages or Django admin: who, what, before and after, and when."
+    )
 
     serializer_class = AuditEntrySerializer
     permission_classes = [AdminOnly]

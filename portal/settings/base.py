@@ -119,6 +119,10 @@ AUTH_PASSWORD_VALIDATORS = [
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 LOCALE_PATHS = [BASE_DIR / "locale"]
+# Dates and numbers follow the reader's language (USE_L10N is always on in Django 5): pages name a format
+# (SHORT_DATE_FORMAT, SHORT_DATETIME_FORMAT, DATETIME_FORMAT, YEAR_MONTH_FORMAT), these modules say what it is per
+# language. No USE_THOUSAND_SEPARATOR: ids and counts stay ungrouped; money is grouped by billing's `money` filter.
+FORMAT_MODULE_PATH = ["portal.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
@@ -144,7 +148,7 @@ REST_FRAMEWORK = {
         "portal.api.base.FilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.api.schema.PortalAutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttles.WriteRateThrottle"],
 }
 # Writes per user (POST/PUT/PATCH/DELETE anywhere in the API) and job submissions per user, as "N/second|minute|
@@ -283,6 +287,9 @@ PROMETHEUS_TIMEOUT_SECONDS = env.float("PROMETHEUS_TIMEOUT_SECONDS", default=10.
 # Firing and resolved alerts are POSTed here (Alertmanager's webhook JSON); empty: recorded, not sent.
 ALERT_WEBHOOK_URL = env("ALERT_WEBHOOK_URL", default="")
 ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+# The language of the texts meant for people in webhook notifications (one of LANGUAGES): the receiver is a
+# system, not a user whose language the portal knows.
+ALERT_WEBHOOK_LANGUAGE = env("ALERT_WEBHOOK_LANGUAGE", default="en")
 # Where people reach the portal (links in notifications).
 PORTAL_BASE_URL = env("RESERVOIR_BASE_URL", default="http://127.0.0.1:8000")
 # Telemetry is collected at steps aligned to this many seconds; alert rules are evaluated this often.

@@ -1,8 +1,12 @@
 """The OpenAPI 3 schema generates without warnings, validates, and documents every endpoint; Swagger UI serves."""
 
+import pytest
 import yaml
 from django.core.management import call_command
 from drf_spectacular.validation import validate_schema
+
+from portal.choices import Role
+from tests.factories import MembershipFactory, UserFactory
 
 
 def test_schema_generates_validates_and_lists_the_api(api, researcher, tmp_path):
@@ -34,3 +38,25 @@ def test_schema_generates_validates_and_lists_the_api(api, researcher, tmp_path)
     served = api(researcher).get("/api/schema/")
     assert served.status_code == 200
     assert api(researcher).get("/api/docs/").status_code == 200
+
+
+@pytest.mark.usefixtures("compiled_translations")
+@pytest.mark.parametrize(
+    ("language", "pools", "month", "alerts"),
+    [
+        ("en", "GPU pools. Every signed-in user", "YYYY-MM (UTC); default: the current month", "Alerts the caller"),
+        ("zh-hans", "GPU 资源池。每位已登录用户", "YYYY-MM（UTC）；默认：当月", "调用者可见的告警"),
+    ],
+)
+def test_the_schema_describes_the_api_in_the_readers_language(client, team, language, pools, month, alerts):
+    reader = MembershipFactory(team=team, role=Role.RESEARCHER, user=UserFactory(language=language)).user
+    client.force_login(reader)
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    assert schema["paths"]["/api/v1/pools/"]["get"]["description"].startswith(pools)
+    assert schema["paths"]["/api/v1/alerts/"]["get"]["description"].startswith(alerts)
+    usage = schema["paths"]["/api/v1/usage/"]["get"]["parameters"]
+    assert next(p for p in usage if p["name"] == "month")["description"] == month
+    line = schema["components"]["schemas"]["InvoiceLine"]["properties"]
+    assert line["description_localised"]["description"] == (
+        "The description in the reader's language." if language == "en" else "以读者的语言显示的说明。"
+    )

@@ -48,7 +48,7 @@ def test_lead_sees_the_month_with_units_chart_costs_and_exports(client, lead, me
     assert "4.00 GPU-h" in body  # overage
     assert "2.00 GPU-h" in body  # spill
     assert "<svg" in body and 'class="reserved"' in body
-    assert "19600.00" in body  # the reservation fee accrued to mid-month
+    assert "19,600.00" in body  # the reservation fee accrued to mid-month (money grouped by thousands)
     assert "72.00" in body and "13.00" in body  # overage 4 × 18, spill 2 × 6.50
     assert reverse("billing:team_usage_csv", args=["alpha", "2026-03"]) in body
     assert reverse("billing:team_usage_json", args=["alpha", "2026-03"]) in body
@@ -107,7 +107,7 @@ def test_csv_export_has_a_row_per_day_and_the_cost_lines(client, lead, metered, 
     rows = list(csv.reader(io.StringIO(response.content.decode())))
     assert rows[0][:3] == ["team", "month", "day"]
     assert rows[2][2] == "2026-03-02" and Decimal(rows[2][5]) == Decimal(4)  # overage on March 2nd
-    assert ["total", "", "", "", "", "19685.00", ""] in rows
+    assert ["total", "", "", "", "", "19685.00", "", "", ""] in rows
 
 
 def test_closed_invoices_are_listed_and_open_to_their_lead(client, lead, team, reservation):
@@ -118,7 +118,7 @@ def test_closed_invoices_are_listed_and_open_to_their_lead(client, lead, team, r
         assert "March 2026" in body
         detail = client.get(reverse("billing:invoice_detail", args=["alpha", "2026-03"]))
     assert detail.status_code == 200
-    assert b"39200.00" in detail.content
+    assert b"39,200.00" in detail.content
 
 
 def test_a_lead_of_two_teams_switches_between_them_only(client, team, other_team, frozen):
