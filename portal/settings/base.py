@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "jobs",
     "billing",
     "monitoring",
+    "teamdata",
     "axes",
 ]
 
@@ -233,6 +234,7 @@ CELERY_TASK_QUEUES = (Queue("default"), Queue("cluster"), Queue("billing"))
 CELERY_TASK_ROUTES = {
     "jobs.*": {"queue": "cluster"},
     "pools.*": {"queue": "cluster"},
+    "teamdata.*": {"queue": "cluster"},
     "billing.*": {"queue": "billing"},
 }
 CELERY_BEAT_SCHEDULE: dict = {}  # filled by each app's beat.py (see portal/celery.py)
