@@ -176,3 +176,20 @@ def test_volume_form_keeps_what_was_typed_and_says_what_is_wrong(client, team, l
     assert response.status_code == 302
     page = client.get(reverse("portal:team_detail", args=[team.slug])).content.decode()
     assert "datasets" in page and "ReadWriteMany" in page
+
+
+def test_demo_volume_is_registered_once(db):
+    import io
+
+    from django.core.management import call_command
+
+    call_command("seed_demo", stdout=io.StringIO())
+    call_command("demo_volume", stdout=io.StringIO())
+    call_command("demo_volume", stdout=io.StringIO())
+    volume = TeamVolume.objects.get()
+    assert (volume.team.slug, volume.name, volume.size_gib, volume.storage_class) == (
+        "llm",
+        "datasets",
+        100,
+        "local-data",
+    )
