@@ -566,3 +566,16 @@ def delete_secret(namespace: str, name: str) -> bool:
             return False
         raise
     return True
+
+
+def storage_class_exists(name: str) -> bool:
+    from kubernetes import client as kubernetes_client
+
+    storage = kubernetes_client.StorageV1Api(client.api_client())
+    try:
+        with_retries(lambda: storage.read_storage_class(name))
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True

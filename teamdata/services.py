@@ -143,6 +143,13 @@ def ensure_volume(volume: TeamVolume) -> str:
 
     namespace = volume.team.namespace
     if volume.source == VolumeSource.CREATED:
+        if volume.storage_class and not resources.storage_class_exists(volume.storage_class):
+            record_claim(
+                volume_id=volume.pk,
+                claim=None,
+                missing_reason=_("the cluster has no storage class %(name)s") % {"name": volume.storage_class},
+            )
+            return "no such class"
         ensure_namespace(volume.team)
         manifest = render_claim(
             name=volume.name,

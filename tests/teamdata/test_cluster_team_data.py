@@ -354,3 +354,15 @@ def test_another_teams_secret_or_volume_is_never_reachable(portal_cluster, clust
         assert TeamVolume.objects.filter(team=cluster_team).count() == 0
     finally:
         next(others, None)
+
+
+def test_a_new_claim_of_a_storage_class_the_cluster_lacks_is_failed(portal_cluster, cluster_team, lead):
+    volume = services.register_volume(
+        team=cluster_team, user=lead, name="nowhere", source="created", size_gib=1, storage_class="no-such-class"
+    )
+    volume.refresh_from_db()
+    assert volume.state == VolumeState.FAILED and "no storage class no-such-class" in volume.state_reason
+    assert "nowhere" not in {
+        claim.metadata.name
+        for claim in client.core().list_namespaced_persistent_volume_claim(cluster_team.namespace).items
+    }
