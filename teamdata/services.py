@@ -253,14 +253,17 @@ def save_secret(
     registry: str = "",
     username: str = "",
     password: str = "",
+    create_only: bool = False,
 ) -> TeamSecret:
-    """Create a team secret, or rotate it when the team already has one of that name (same kind): the Secret in
-    the namespace is written with the new values (all of them: keys not given are removed), the row records
-    who and when. Values go to the cluster only (see module docstring)."""
+    """Create a team secret, or rotate it when the team already has one of that name (same kind) and
+    `create_only` is false: the Secret in the namespace is written with the new values (all of them: keys not
+    given are removed), the row records who and when. Values go to the cluster only (see module docstring)."""
     check_may_manage(user=user, team=team)
     values = values or {}
     secret = TeamSecret.objects.select_for_update().filter(team=team, name=name).first()
     errors = _check_values(kind, values, registry, username, password)
+    if secret is not None and create_only:
+        errors["name"] = _("The team already has a secret of that name: rotate it instead.")
     if secret is not None and secret.kind != kind:
         errors["kind"] = _("%(name)s holds %(kind)s: rotate it with the same kind, or choose another name.") % {
             "name": name,

@@ -74,6 +74,7 @@ def _secret_form_page(request, team: Team, *, rotating: TeamSecret | None):
                 registry=data["registry"],
                 username=data["username"],
                 password=data["password"],
+                create_only=rotating is None,
             )
         except ValidationError as error:
             form.add_service_errors(error)

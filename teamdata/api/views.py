@@ -2,8 +2,6 @@
 admins and the team's leads register, rotate and remove them (others: 403; another team's: 404 or "unknown
 team")."""
 
-from django.core.exceptions import ValidationError
-from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -83,8 +81,6 @@ class TeamSecretViewSet(_TeamDataViewSet):
         serializer = NewSecretSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        if TeamSecret.objects.filter(team=data["team"], name=data["name"]).exists():
-            raise ValidationError({"name": _("The team already has a secret of that name: rotate it instead.")})
         secret = services.save_secret(
             team=data["team"],
             user=request.user,
@@ -94,6 +90,7 @@ class TeamSecretViewSet(_TeamDataViewSet):
             registry=data.get("registry", ""),
             username=data.get("username", ""),
             password=data.get("password", ""),
+            create_only=True,
         )
         return Response(TeamSecretSerializer(secret).data, status=status.HTTP_201_CREATED)
 

@@ -235,6 +235,15 @@ def test_secrets_are_written_rotated_and_never_shown(portal_cluster, cluster_tea
     assert rotated.json()["version"] == 2 and rotated.json()["rotated_by"] == lead.username
     assert rotated.json()["keys"] == ["token"]
 
+    # Creating under a name the team already uses is refused (rotate it instead); the Secret is unchanged.
+    again = web.post(
+        reverse("teamdata:secret_create", args=[team.slug]),
+        {"name": "hf", "kind": "opaque", "values": f"token={first}"},
+    )
+    assert again.status_code == 400 and "rotate it instead" in again.content.decode()
+    answers.append(again)
+    assert _secret_data(team.namespace, "hf") == {"token": second}
+
     # A form with an error never sends a typed value back.
     refused = web.post(reverse("teamdata:secret_rotate", args=[team.slug, hf.pk]), {"values": f"bad key={first}"})
     assert refused.status_code == 400
