@@ -77,6 +77,11 @@ class JobManifestSpec:
     ebcloud_annotations: bool = False
     suspend: bool = True  # Kueue unsuspends it on admission
     local_queue: str = LOCAL_QUEUE_NAME
+    # Team data (cluster/team_data.py): volumes by claim name, shared memory, secrets by name (never values).
+    volumes: tuple = ()  # of team_data.VolumeMount
+    shm_gib: int = 0
+    image_pull_secrets: tuple[str, ...] = ()
+    secret_env: tuple = ()  # of team_data.SecretEnv
 
 
 def cpu_quantity(millicores: int) -> str:
@@ -176,6 +181,8 @@ def job_labels(spec: JobManifestSpec) -> dict[str, str]:
 
 def render_job(spec: JobManifestSpec) -> dict:
     """The batch/v1 Job for `spec` (requests equal limits, so the pod is Guaranteed for its GPUs)."""
+    from .team_data import add_team_data
+
     labels = job_labels(spec)
     pod_labels = dict(labels)
     if spec.anti_affinity_group:
@@ -207,6 +214,14 @@ def render_job(spec: JobManifestSpec) -> dict:
         "automountServiceAccountToken": False,
         "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
     }
+    add_team_data(
+        pod_spec,
+        container,
+        volumes=spec.volumes,
+        shm_gib=spec.shm_gib,
+        image_pull_secrets=spec.image_pull_secrets,
+        secret_env=spec.secret_env,
+    )
     job_labels_with_queue = {
         **labels,
         KUEUE_QUEUE_LABEL: spec.local_queue,

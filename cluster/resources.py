@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from kubernetes.client.exceptions import ApiException
 
 from . import client, live
-from .errors import TransientClusterError, with_retries
+from .errors import ClusterError, TransientClusterError, with_retries
 from .facts import JobFacts, NodeFacts, job_facts, node_facts
 from .kueue import KINDS, KUEUE_GROUP, KUEUE_VERSION
 from .manifests import LABEL_MANAGED_BY, MANAGED_BY, USAGE_FINALIZER, render_priority_classes
@@ -465,3 +465,117 @@ def list_scaling_objects() -> list[dict]:
             data["kind"] = kind
             objects.append(data)
     return objects
+
+
+# --- team data: claims and secrets in team namespaces (cluster/team_data.py renders them) -----------------------
+
+
+def _as_json(obj) -> dict:
+    return client.api_client().sanitize_for_serialization(obj)
+
+
+def create_claim(manifest: dict) -> bool:
+    """Create a PersistentVolumeClaim; False when one of that name already exists."""
+    core = client.core()
+    try:
+        with_retries(
+            lambda: core.create_namespaced_persistent_volume_claim(manifest["metadata"]["namespace"], manifest)
+        )
+    except Exception as error:
+        if _is(409, error):
+            return False
+        raise
+    return True
+
+
+def read_claim(namespace: str, name: str):
+    """The claim's facts (cluster.team_data.ClaimFacts), or None when there is no such claim."""
+    from .team_data import claim_facts
+
+    core = client.core()
+    try:
+        claim = with_retries(lambda: core.read_namespaced_persistent_volume_claim(name, namespace))
+    except Exception as error:
+        if _is(404, error):
+            return None
+        raise
+    return claim_facts(_as_json(claim))
+
+
+def list_claims() -> dict:
+    """Every claim of the cluster, by (namespace, name), as ClaimFacts."""
+    from .team_data import claim_facts
+
+    core = client.core()
+    claims = with_retries(lambda: core.list_persistent_volume_claim_for_all_namespaces())
+    facts = [claim_facts(item) for item in _as_json(claims).get("items") or []]
+    return {(item.namespace, item.name): item for item in facts}
+
+
+def claim_warning(namespace: str, name: str) -> str:
+    """The newest Warning event about the claim (why it does not bind), or ""."""
+    core = client.core()
+    selector = f"involvedObject.kind=PersistentVolumeClaim,involvedObject.name={name},type=Warning"
+    events = with_retries(lambda: core.list_namespaced_event(namespace, field_selector=selector)).items
+    if not events:
+        return ""
+    newest = max(
+        events, key=lambda event: event.last_timestamp or event.event_time or event.metadata.creation_timestamp
+    )
+    return (newest.message or "").strip()
+
+
+class NotManagedByPortal(ClusterError):
+    """An object of that name exists in the namespace and the portal did not create it: it is left alone."""
+
+
+def apply_secret(manifest: dict) -> bool:
+    """Create or replace a Secret the portal owns; True when created. A Secret of that name without the portal's
+    label raises NotManagedByPortal. (The manifest holds values: it is never logged or kept.)"""
+    core = client.core()
+    name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+    try:
+        with_retries(lambda: core.create_namespaced_secret(namespace, manifest))
+        return True
+    except Exception as error:
+        if not _is(409, error):
+            raise
+    existing = with_retries(lambda: core.read_namespaced_secret(name, namespace))
+    if (existing.metadata.labels or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
+        raise NotManagedByPortal(f"a Secret named {name} exists in {namespace} and was not made by the portal")
+    body = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": existing.metadata.resource_version}}
+    with_retries(lambda: core.replace_namespaced_secret(name, namespace, body))
+    return False
+
+
+def delete_secret(namespace: str, name: str) -> bool:
+    """Delete a Secret the portal owns; False when it was already gone or is not the portal's."""
+    core = client.core()
+    try:
+        existing = with_retries(lambda: core.read_namespaced_secret(name, namespace))
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    if (existing.metadata.labels or {}).get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return False
+    try:
+        with_retries(lambda: core.delete_namespaced_secret(name, namespace))
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True
+
+
+def storage_class_exists(name: str) -> bool:
+    from kubernetes import client as kubernetes_client
+
+    storage = kubernetes_client.StorageV1Api(client.api_client())
+    try:
+        with_retries(lambda: storage.read_storage_class(name))
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True

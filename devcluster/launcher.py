@@ -467,6 +467,7 @@ class Cluster:
 
             with ThreadPoolExecutor(max_workers=8) as pool:
                 list(pool.map(create, missing))
+        self.apply_storage(topology)
         names = {node["metadata"]["name"] for node in wanted}
         timeout = timeout if timeout is not None else 60 + len(names) / 10
         deadline = time.monotonic() + timeout
@@ -488,6 +489,27 @@ class Cluster:
                 last_report = now
                 self.progress(f"waiting for nodes: {ready}/{len(names)} Ready")
             time.sleep(0.25)
+
+    def apply_storage(self, topology: topology_module.Topology) -> int:
+        """Create the topology's StorageClass and PersistentVolumes that are missing (existing ones, bound or not,
+        are left as they are). Returns how many were created."""
+        api = self.api()
+        created = 0
+        for manifest in topology.storage_manifests():
+            path = (
+                "/apis/storage.k8s.io/v1/storageclasses"
+                if manifest["kind"] == "StorageClass"
+                else "/api/v1/persistentvolumes"
+            )
+            code, body = api.request("POST", path, manifest)
+            if code not in (201, 409):
+                raise ClusterError(
+                    f"cannot create {manifest['kind']} {manifest['metadata']['name']}: HTTP {code}: {body}"
+                )
+            created += code == 201
+        if created:
+            self.progress(f"created {created} storage objects ({topology.source})")
+        return created
 
     # -- public commands -------------------------------------------------------------------------------------------
     def up(

@@ -4,6 +4,10 @@ A topology file has optional ``defaults`` (capacity, allocatable, labels) and a 
 its nodes explicitly (``nodes: [gpu-node-01, ...]``) or by ``count`` and ``namePrefix``, and gives labels, taints,
 the GPU model and the node shape. ``scaled(n)`` grows or shrinks the same pools to n nodes in all, keeping their
 proportions, for benchmarks.
+
+An optional ``storage`` section gives the cluster a StorageClass and pre-provisioned PersistentVolumes (``local``
+volumes whose node affinity the scheduler's volume binding checks on the fake nodes), so team volumes bind for
+real: there is no dynamic provisioner, and the PV controller of kube-controller-manager does the binding.
 """
 
 from __future__ import annotations
@@ -94,9 +98,72 @@ class Pool:
 
 
 @dataclass(frozen=True)
+class Volume:
+    """A pre-provisioned PersistentVolume of the topology's storage class."""
+
+    name: str
+    capacity: str
+    access_modes: tuple[str, ...] = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany")
+
+
+@dataclass(frozen=True)
+class Storage:
+    """A StorageClass without a provisioner, and the PersistentVolumes made for it ahead of time.
+
+    ``Immediate`` binding (the default here): the PV controller binds a claim as soon as a volume fits, so the
+    portal can say at once whether a team's claim is bound, and a pod whose claim is not bound stays Pending with
+    the scheduler's "unbound immediate PersistentVolumeClaims"; each volume's node affinity (``nodeLabel``, a label
+    every node that can reach it carries) is still checked by the scheduler's VolumeBinding filter."""
+
+    class_name: str
+    volumes: tuple[Volume, ...] = ()
+    binding_mode: str = "Immediate"
+    node_label: str = "nvidia.com/gpu.present"
+    path_prefix: str = "/var/lib/reservoir-devcluster/volumes"
+
+    def manifests(self) -> list[dict[str, Any]]:
+        storage_class = {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": self.class_name},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": self.binding_mode,
+            "reclaimPolicy": "Retain",
+        }
+        volumes = [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": volume.name, "labels": {"reservoir.dev/devcluster-volume": "true"}},
+                "spec": {
+                    "capacity": {"storage": volume.capacity},
+                    "accessModes": list(volume.access_modes),
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": self.class_name,
+                    "local": {"path": f"{self.path_prefix}/{volume.name}"},
+                    "nodeAffinity": {
+                        "required": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": self.node_label, "operator": "Exists"}]}
+                            ]
+                        }
+                    },
+                },
+            }
+            for volume in self.volumes
+        ]
+        return [storage_class, *volumes]
+
+
+@dataclass(frozen=True)
 class Topology:
     pools: tuple[Pool, ...]
     source: str = "<memory>"
+    storage: Storage | None = None
+
+    def storage_manifests(self) -> list[dict[str, Any]]:
+        """The StorageClass and PersistentVolumes to create (none without a storage section)."""
+        return self.storage.manifests() if self.storage else []
 
     @property
     def node_count(self) -> int:
@@ -143,7 +210,7 @@ class Topology:
                 if candidate not in taken:
                     names.append(candidate)
             pools.append(replace(pool, node_names=tuple(names)))
-        return Topology(pools=tuple(pools), source=f"{self.source} scaled to {total_nodes} nodes")
+        return Topology(pools=tuple(pools), source=f"{self.source} scaled to {total_nodes} nodes", storage=self.storage)
 
 
 def _quantities(raw: Any, where: str) -> dict[str, str]:
@@ -223,7 +290,37 @@ def parse(document: Mapping[str, Any], source: str = "<memory>") -> Topology:
         )
     if not pools:
         raise TopologyError(f"{source}: no pools")
-    return Topology(pools=tuple(pools), source=source)
+    return Topology(pools=tuple(pools), source=source, storage=_storage(document.get("storage"), source))
+
+
+BINDING_MODES = {"Immediate", "WaitForFirstConsumer"}
+
+
+def _storage(raw: Any, source: str) -> Storage | None:
+    if raw is None:
+        return None
+    where = f"{source}: storage"
+    if not isinstance(raw, Mapping) or not raw.get("className"):
+        raise TopologyError(f"{where}: needs a className")
+    mode = str(raw.get("volumeBindingMode", "Immediate"))
+    if mode not in BINDING_MODES:
+        raise TopologyError(f"{where}: volumeBindingMode must be one of {sorted(BINDING_MODES)}")
+    volumes = []
+    for index, item in enumerate(raw.get("volumes") or []):
+        if not isinstance(item, Mapping) or not item.get("name") or not item.get("capacity"):
+            raise TopologyError(f"{where}.volumes[{index}]: needs a name and a capacity")
+        modes = tuple(str(mode) for mode in item.get("accessModes") or Volume.access_modes)
+        volumes.append(Volume(name=str(item["name"]), capacity=str(item["capacity"]), access_modes=modes))
+    names = [volume.name for volume in volumes]
+    if len(set(names)) != len(names):
+        raise TopologyError(f"{where}: volume names must be unique")
+    extra = {key: str(raw[key]) for key in ("nodeLabel", "pathPrefix") if raw.get(key)}
+    return Storage(
+        class_name=str(raw["className"]),
+        volumes=tuple(volumes),
+        binding_mode=mode,
+        **{"node_label" if key == "nodeLabel" else "path_prefix": value for key, value in extra.items()},
+    )
 
 
 def load(path: Path | str | None = None, *, scale_nodes: int | None = None) -> Topology:

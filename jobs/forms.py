@@ -36,6 +36,10 @@ SPEC_TO_FORM = {
     "pod_annotations": "pod_annotations",
     "team": "team",
     "pool": "pool",
+    "volumes": "volumes",
+    "shm_gib": "shm_gib",
+    "image_pull_secrets": "image_pull_secrets",
+    "secret_env": "secret_env",
 }
 MIB_PER_GIB = 1024
 
@@ -107,6 +111,37 @@ class JobSubmitForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text=_("One key=value per line."),
     )
+    volumes = forms.CharField(
+        label=_("Volumes"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_(
+            "One volume of the team per line: name:/mount/path, read-only; add :rw to write, e.g. "
+            "checkpoints:/workspace/ckpt:rw."
+        ),
+    )
+    shm_gib = forms.IntegerField(
+        label=_("Shared memory /dev/shm (GiB)"),
+        required=False,
+        min_value=0,
+        max_value=1024,
+        initial=0,
+        help_text=_("For data loaders; part of the job's memory. 0: the runtime's small default."),
+    )
+    image_pull_secrets = forms.CharField(
+        label=_("Image pull secrets"),
+        required=False,
+        max_length=1000,
+        help_text=_("Names of the team's image pull credentials, separated by commas."),
+    )
+    secret_env = forms.CharField(
+        label=_("Environment from secrets"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_(
+            "One NAME=secret/key per line: the variable gets that key of the team's secret, e.g. HF_TOKEN=hf/token."
+        ),
+    )
     save_as_template = forms.CharField(
         label=_("Save as template named"),
         required=False,
@@ -138,6 +173,38 @@ class JobSubmitForm(forms.Form):
     def clean_pod_annotations(self) -> dict[str, str]:
         return _pairs(self.cleaned_data["pod_annotations"], _("annotations"))
 
+    def clean_volumes(self) -> list[dict]:
+        mounts = []
+        for number, line in enumerate(self.cleaned_data["volumes"].splitlines(), start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, sep, rest = line.partition(":")
+            path, mode = rest, "ro"
+            if rest.endswith((":rw", ":ro")):
+                path, mode = rest[:-3], rest[-2:]
+            if not sep or not name.strip() or not path.strip():
+                raise ValidationError(
+                    _("Line %(n)d: write a volume as name:/mount/path, with :rw to write."), params={"n": number}
+                )
+            mounts.append({"name": name.strip(), "mount_path": path.strip(), "read_only": mode == "ro"})
+        return mounts
+
+    def clean_shm_gib(self) -> int:
+        return self.cleaned_data["shm_gib"] or 0
+
+    def clean_image_pull_secrets(self) -> list[str]:
+        return [name.strip() for name in self.cleaned_data["image_pull_secrets"].split(",") if name.strip()]
+
+    def clean_secret_env(self) -> dict[str, dict]:
+        refs = {}
+        for name, ref in _pairs(self.cleaned_data["secret_env"], _("variables")).items():
+            secret, slash, key = ref.partition("/")
+            if not slash or not secret or not key:
+                raise ValidationError(_("Write %(name)s=secret/key."), params={"name": name})
+            refs[name] = {"secret": secret.strip(), "key": key.strip()}
+        return refs
+
     def clean(self):
         cleaned = super().clean()
         if cleaned.get("placement") == Placement.SPILL_AFTER and not cleaned.get("spill_after_minutes"):
@@ -160,6 +227,10 @@ class JobSubmitForm(forms.Form):
             priority=data["priority"],
             max_run_minutes=data["max_run_minutes"],
             pod_annotations=data["pod_annotations"],
+            volumes=data["volumes"],
+            shm_gib=data["shm_gib"],
+            image_pull_secrets=data["image_pull_secrets"],
+            secret_env=data["secret_env"],
         )
 
     def add_spec_errors(self, error: ValidationError) -> None:
@@ -188,6 +259,15 @@ class JobSubmitForm(forms.Form):
             "max_run_minutes": spec.get("max_run_minutes", 24 * 60),
             "env": _pairs_text(spec.get("env", {})),
             "pod_annotations": _pairs_text(spec.get("pod_annotations", {})),
+            "volumes": "\n".join(
+                f"{item['name']}:{item['mount_path']}{'' if item.get('read_only', True) else ':rw'}"
+                for item in spec.get("volumes", [])
+            ),
+            "shm_gib": spec.get("shm_gib", 0),
+            "image_pull_secrets": ", ".join(spec.get("image_pull_secrets", [])),
+            "secret_env": "\n".join(
+                f"{name}={ref['secret']}/{ref['key']}" for name, ref in spec.get("secret_env", {}).items()
+            ),
         }
         if team is not None:
             initial["team"] = team.slug

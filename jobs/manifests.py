@@ -3,6 +3,7 @@
 from django.conf import settings
 
 from cluster.manifests import JobManifestSpec, PoolTarget, render_job
+from cluster.team_data import SecretEnv, VolumeMount
 
 from .choices import Placement
 from .models import Job
@@ -38,7 +39,24 @@ def manifest_spec(job: Job, *, soft: bool | None = None, suspend: bool = True) -
         pod_annotations=dict(job.pod_annotations),
         ebcloud_annotations=settings.KUBE_WRITE_EBCLOUD_ANNOTATIONS,
         suspend=suspend,
+        **team_data_fields(job),
     )
+
+
+def team_data_fields(job: Job) -> dict:
+    """The manifest inputs of the job's team data: team volumes are claims and team secrets are Secrets of the
+    same names in the team namespace, so no lookup is needed."""
+    return {
+        "volumes": tuple(
+            VolumeMount(claim_name=item["name"], mount_path=item["mount_path"], read_only=item.get("read_only", True))
+            for item in job.volumes
+        ),
+        "shm_gib": job.shm_gib,
+        "image_pull_secrets": tuple(job.image_pull_secrets),
+        "secret_env": tuple(
+            SecretEnv(name=name, secret=ref["secret"], key=ref["key"]) for name, ref in job.secret_env.items()
+        ),
+    }
 
 
 def render(job: Job, **kwargs) -> dict:

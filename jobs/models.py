@@ -153,6 +153,11 @@ class Job(models.Model):
         blank=True,
         related_name="resubmissions",
     )
+    # Team data, by name only (jobs.specs.JobSpec): the volumes mounted, /dev/shm size, the secrets referenced.
+    volumes = models.JSONField(_("volumes"), default=list, blank=True)
+    shm_gib = models.PositiveIntegerField(_("shared memory (GiB)"), default=0)
+    image_pull_secrets = models.JSONField(_("image pull secrets"), default=list, blank=True)
+    secret_env = models.JSONField(_("environment from secrets"), default=dict, blank=True)
 
     objects = JobQuerySet.as_manager()
 

@@ -24,6 +24,7 @@ from pools.models import NamespaceLimits, Node, Pool, Quota
 from portal import audit, outbox
 from portal.choices import Role
 from portal.models import Team
+from teamdata.selectors import check_job_references
 
 from . import policy
 from .choices import ACTIVE_STATES, TRANSITIONS, JobState, Placement
@@ -114,6 +115,7 @@ def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from:
     validate_spec(spec)
     policy.check_submission(team=team, user=user, spec=spec)
     check_fits_limits(team=team, pool=pool, spec=spec)
+    check_job_references(team=team, spec=spec)
     job = Job(team=team, pool=pool, submitted_by=user, resubmitted_from=resubmitted_from, **spec.as_model_fields())
     job.full_clean()
     job.save()

@@ -54,6 +54,12 @@ class JobSpec:
     max_run_minutes: int = 24 * 60
     anti_affinity_group: str = ""
     pod_annotations: dict[str, str] = field(default_factory=dict)
+    # Team data (teamdata app): [{"name": <team volume>, "mount_path": "/data", "read_only": true}], /dev/shm in
+    # GiB (0: none), image pull secrets by name, {"ENV_NAME": {"secret": <team secret>, "key": <its key>}}.
+    volumes: list[dict] = field(default_factory=list)
+    shm_gib: int = 0
+    image_pull_secrets: list[str] = field(default_factory=list)
+    secret_env: dict[str, dict] = field(default_factory=dict)
 
     def as_model_fields(self) -> dict:
         return asdict(self)
@@ -179,5 +185,134 @@ def validate_spec(spec: JobSpec) -> None:
         errors["anti_affinity_group"] = _("Use lowercase letters, digits and dashes.")
     _check_annotations(spec.pod_annotations, errors)
     _check_sizes(spec, errors)
+    check_team_data(spec, errors)
     if errors:
         raise ValidationError(errors)
+
+
+# --- team data: volumes, shared memory, secrets by reference ---------------------------------------------------
+
+# A Kubernetes object name of a claim or a secret (DNS-1123 label; the portal keeps both to 63 characters).
+OBJECT_NAME = JOB_NAME
+# Mount paths that belong to the container runtime or the system: a volume there would hide or replace them.
+SYSTEM_PATHS = (
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var/run",
+    "/var/lib/kubelet",
+)
+MAX_MOUNTS = 16
+MAX_SHM_GIB = 1024
+MIN_MEMORY_BESIDE_SHM_MIB = 1024
+
+
+def mount_path_problem(path) -> str | None:
+    """Why `path` cannot be a mount path (None when it can): absolute, normalised, and not a system path or
+    under one (/dev/shm is the shared-memory option's own)."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        return _("'%(path)s' is not an absolute path.") % {"path": path}
+    parts = path.split("/")[1:]
+    if path != "/" and (path.endswith("/") or any(part in ("", ".", "..") for part in parts)):
+        return _("'%(path)s' is not a plain path: no trailing slash, '.', '..' or '//'.") % {"path": path}
+    if len(path) > 255 or any(ord(char) < 32 for char in path) or ":" in path:
+        return _("'%(path)s' is not a usable path.") % {"path": path}
+    for system in SYSTEM_PATHS:
+        if path == system or (system != "/" and path.startswith(system + "/")):
+            return _("%(path)s is a system path: mount volumes elsewhere, e.g. /data or /workspace.") % {"path": path}
+    return None
+
+
+def _check_volumes(volumes, errors: dict) -> None:
+    if not isinstance(volumes, list) or not all(isinstance(item, dict) for item in volumes):
+        errors["volumes"] = _("Volumes are a list of {name, mount_path, read_only}.")
+        return
+    if len(volumes) > MAX_MOUNTS:
+        errors["volumes"] = _("At most %(max)d volume mounts.") % {"max": MAX_MOUNTS}
+        return
+    problems = []
+    seen: set[str] = set()
+    for item in volumes:
+        name, path = item.get("name"), item.get("mount_path")
+        if not isinstance(name, str) or not OBJECT_NAME.match(name):
+            problems.append(_("'%(name)s' is not a volume name.") % {"name": name})
+            continue
+        if not isinstance(item.get("read_only", True), bool):
+            problems.append(_("read_only of %(name)s must be true or false.") % {"name": name})
+        problem = mount_path_problem(path)
+        if problem:
+            problems.append(problem)
+        elif path in seen:
+            problems.append(_("%(path)s is mounted twice.") % {"path": path})
+        else:
+            seen.add(path)
+    if problems:
+        errors["volumes"] = " ".join(problems)
+
+
+def _check_shm(spec: JobSpec, errors: dict) -> None:
+    if isinstance(spec.shm_gib, bool) or not isinstance(spec.shm_gib, int) or spec.shm_gib < 0:
+        errors["shm_gib"] = _("Shared memory is a whole number of GiB (0 for none).")
+        return
+    if spec.shm_gib > MAX_SHM_GIB:
+        errors["shm_gib"] = _("Shared memory can be at most %(max)d GiB.") % {"max": MAX_SHM_GIB}
+    elif spec.shm_gib and isinstance(spec.memory_mib, int) and "memory_mib" not in errors:
+        # /dev/shm is memory of the container: its pages count against the memory limit, beside the processes'.
+        most = (spec.memory_mib - MIN_MEMORY_BESIDE_SHM_MIB) // 1024
+        if spec.shm_gib > most:
+            errors["shm_gib"] = _(
+                "Shared memory is part of the job's memory: with %(memory)d MiB, at most %(most)d GiB of it can be "
+                "shared memory (1 GiB stays for the processes). Ask for more memory or less shared memory."
+            ) % {"memory": spec.memory_mib, "most": max(most, 0)}
+
+
+def _check_secret_refs(spec: JobSpec, errors: dict) -> None:
+    names = spec.image_pull_secrets
+    if not isinstance(names, list) or not all(isinstance(name, str) and OBJECT_NAME.match(name) for name in names):
+        errors["image_pull_secrets"] = _("Image pull secrets are a list of secret names.")
+    elif len(set(names)) != len(names):
+        errors["image_pull_secrets"] = _("An image pull secret is named twice.")
+    refs = spec.secret_env
+    if not isinstance(refs, dict):
+        errors["secret_env"] = _("Environment from secrets maps a variable name to {secret, key}.")
+        return
+    problems = []
+    for env_name, ref in refs.items():
+        if not ENV_NAME.match(str(env_name)):
+            problems.append(_("Invalid variable names: %(names)s.") % {"names": env_name})
+        elif str(env_name).upper().startswith(RESERVED_ENV_PREFIX):
+            problems.append(_("Variables starting with NVIDIA_ are set by the cluster: %(name)s.") % {"name": env_name})
+        elif env_name in spec.env:
+            problems.append(_("%(name)s is both a plain variable and a variable from a secret.") % {"name": env_name})
+        if (
+            not isinstance(ref, dict)
+            or not isinstance(ref.get("secret"), str)
+            or not OBJECT_NAME.match(ref["secret"])
+            or not isinstance(ref.get("key"), str)
+            or not SECRET_KEY.match(ref["key"])
+        ):
+            problems.append(_("%(name)s must name a secret and one of its keys.") % {"name": env_name})
+    if problems:
+        errors["secret_env"] = " ".join(problems)
+
+
+# A key of a Secret's data (Kubernetes: alphanumerics, '-', '_' or '.').
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+
+
+def check_team_data(spec: JobSpec, errors: dict) -> None:
+    """The shape of the spec's team data on its own; that the volumes and secrets are the team's is checked by
+    `teamdata.selectors.check_job_references` at submission."""
+    _check_volumes(spec.volumes, errors)
+    _check_shm(spec, errors)
+    _check_secret_refs(spec, errors)

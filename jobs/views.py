@@ -23,6 +23,7 @@ from cluster import live
 from cluster.errors import ClusterError, describe
 from pools.models import Pool
 from portal.htmx import render_page_or_partial
+from teamdata.selectors import usable_by_team
 
 from . import job_templates, selectors, services
 from .choices import JobState
@@ -279,6 +280,7 @@ def job_submit(request):
         form = JobSubmitForm(initial=_initial(request), user=request.user)
         outlook = None
     context = {"form": form, "outlook": outlook, "templates": selectors.templates_for(request.user)}
+    context["team_data"] = usable_by_team(request.user)
     return render(request, "jobs/job_submit.html", context, status=400 if form.errors else 200)
 
 
@@ -295,6 +297,8 @@ def job_submit_preview(request):
         "problems": problems,
         "templates": selectors.templates_for(request.user),
     }
+    if not request.htmx:
+        context["team_data"] = usable_by_team(request.user)
     return render_page_or_partial(request, "jobs/job_submit.html", "jobs/partials/submit_preview.html", context)
 
 

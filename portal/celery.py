@@ -12,7 +12,7 @@ app = Celery("reservoir")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-BEAT_APPS = ("pools", "jobs", "billing", "monitoring")
+BEAT_APPS = ("pools", "jobs", "billing", "monitoring", "teamdata")
 
 
 class ClusterTask(Task):

@@ -28,6 +28,7 @@ portal_patterns = (
 
 urlpatterns = [
     path("", include(portal_patterns)),
+    path("teams/", include("teamdata.urls")),
     path("pools/", include("pools.urls")),
     path("jobs/", include("jobs.urls")),
     path("billing/", include("billing.urls")),
@@ -39,6 +40,7 @@ urlpatterns = [
     path("api/v1/", include("jobs.api.urls")),
     path("api/v1/", include("billing.api.urls")),
     path("api/v1/", include("monitoring.api.urls")),
+    path("api/v1/", include("teamdata.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Signed-in users only (a browser is sent to the log-in page); the split view serves its start-up script as a
     # file, so the Content-Security-Policy needs no inline script.

@@ -15,6 +15,7 @@ from pools import selectors as pool_selectors
 from pools import services as pool_services
 from pools.forms import QuotaRequestForm
 from pools.models import QuotaRequest
+from teamdata import selectors as teamdata_selectors
 
 from . import preferences, selectors
 from .choices import Role
@@ -91,6 +92,7 @@ def _team_page(request, team: Team, *, form: QuotaRequestForm | None = None, sta
         **selectors.team_usage(team, now=timezone.now()),
         **pool_selectors.team_quota_requests(team),
         "quota_request_form": (form or QuotaRequestForm(team=team, user=user)) if is_lead else None,
+        **teamdata_selectors.team_data(team),
     }
     if user.is_admin:
         context["pending_quota_requests_total"] = QuotaRequest.objects.pending().count()

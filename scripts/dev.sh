@@ -88,6 +88,11 @@ if $PY manage.py help sync_cluster >/dev/null 2>&1; then
   start sync $PY manage.py sync_cluster
 fi
 
+# A demo team volume (llm/datasets on the local cluster's local-data class); the worker creates its claim.
+if [ -z "${RESERVOIR_NO_DEMO_JOBS:-}" ]; then
+  $PY manage.py demo_volume || say "demo volume not registered (see above)"
+fi
+
 # A few demo jobs (on an empty job table, or on a cluster that has none of the jobs: the local one starts empty),
 # sent to the cluster by the worker just started.
 if [ -z "${RESERVOIR_NO_DEMO_JOBS:-}" ]; then

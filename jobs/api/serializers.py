@@ -79,6 +79,10 @@ class JobDetailSerializer(JobSerializer):
             "resubmitted_from",
             "queue_position",
             "events",
+            "volumes",
+            "shm_gib",
+            "image_pull_secrets",
+            "secret_env",
         ]
         read_only_fields = fields
 
@@ -108,6 +112,25 @@ class JobSubmitSerializer(serializers.Serializer):
     anti_affinity_group = serializers.CharField(max_length=63, required=False, allow_blank=True)
     pod_annotations = serializers.DictField(
         child=serializers.CharField(allow_blank=True, max_length=4096), required=False
+    )
+
+    volumes = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        max_length=16,
+        help_text=_('Team volumes to mount: [{"name": "datasets", "mount_path": "/data", "read_only": true}].'),
+    )
+    shm_gib = WholeNumberField(label_text=str(_("Shared memory")), required=False, max_value=1024)
+    image_pull_secrets = serializers.ListField(
+        child=serializers.CharField(max_length=63),
+        required=False,
+        max_length=16,
+        help_text=_("Names of the team's image pull credentials."),
+    )
+    secret_env = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField(max_length=253)),
+        required=False,
+        help_text=_('Environment from the team\'s secrets: {"HF_TOKEN": {"secret": "hf", "key": "token"}}.'),
     )
 
     def get_fields(self):

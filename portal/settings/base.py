@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "jobs",
     "billing",
     "monitoring",
+    "teamdata",
     "axes",
 ]
 
@@ -162,7 +163,13 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Reserved GPU node pools on Kubernetes: pools, reservations, quotas, jobs, usage.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
-    "ENUM_NAME_OVERRIDES": {"JobStateEnum": "jobs.choices.JobState"},
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "jobs.choices.JobState",
+        "SecretKindEnum": "teamdata.choices.SecretKind",
+        "VolumeStateEnum": "teamdata.choices.VolumeState",
+        "VolumeSourceEnum": "teamdata.choices.VolumeSource",
+        "AccessModeEnum": "teamdata.choices.AccessMode",
+    },
     # The schema and Swagger UI are for signed-in users, and Swagger UI is served from our own static files
     # (drf-spectacular-sidecar), never a CDN.
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
@@ -237,6 +244,7 @@ CELERY_TASK_QUEUES = (Queue("default"), Queue("cluster"), Queue("billing"))
 CELERY_TASK_ROUTES = {
     "jobs.*": {"queue": "cluster"},
     "pools.*": {"queue": "cluster"},
+    "teamdata.*": {"queue": "cluster"},
     "billing.*": {"queue": "billing"},
 }
 CELERY_BEAT_SCHEDULE: dict = {}  # filled by each app's beat.py (see portal/celery.py)

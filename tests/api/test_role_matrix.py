@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from pools import services as pool_services
+from teamdata.models import TeamSecret, TeamVolume
 from tests.factories import PoolFactory
 
 ANON, OUTSIDER, RESEARCHER, LEAD, ADMIN = "anonymous", "outsider", "researcher", "lead", "admin"
@@ -217,6 +218,25 @@ MATRIX = [
         hidden_from_non_admins(201),
     ),
     ("audit list", "get", lambda w: "/api/v1/audit/", None, hidden_from_non_admins(200)),
+    ("volumes list", "get", lambda w: "/api/v1/volumes/", None, everyone(200)),
+    ("volume read", "get", lambda w: f"/api/v1/volumes/{w['volumes']['alpha'].pk}/", None, members(200)),
+    (
+        "volume register",
+        "post",
+        lambda w: "/api/v1/volumes/",
+        lambda w: {"team": "alpha", "name": "scratch", "source": "created", "size_gib": 10},
+        # Leads and admins register; for the outsider team alpha does not exist (a field error on `team`).
+        {ANON: 401, OUTSIDER: 400, RESEARCHER: 403, LEAD: 201, ADMIN: 201},
+    ),
+    (
+        "volume remove",
+        "delete",
+        lambda w: f"/api/v1/volumes/{w['volumes']['alpha'].pk}/",
+        None,
+        {ANON: 401, OUTSIDER: 404, RESEARCHER: 403, LEAD: 204, ADMIN: 204},
+    ),
+    ("secrets list", "get", lambda w: "/api/v1/secrets/", None, everyone(200)),
+    ("secret read", "get", lambda w: f"/api/v1/secrets/{w['secrets']['alpha'].pk}/", None, members(200)),
 ]
 
 
@@ -227,6 +247,9 @@ def world(world, team, lead):
     world["quota_requests"] = {
         "alpha": pool_services.request_quota_change(team=team, pool=infer, max_gpus=4, reason="Serving", user=lead)
     }
+    world["volumes"] = {"alpha": TeamVolume.objects.create(team=team, name="datasets", source="existing")}
+    # A row only: writing its Secret needs the cluster (tests/teamdata/test_cluster_team_data.py).
+    world["secrets"] = {"alpha": TeamSecret.objects.create(team=team, name="hf", kind="opaque", keys=["token"])}
     return world
 
 

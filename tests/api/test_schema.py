@@ -29,6 +29,8 @@ def test_schema_generates_validates_and_lists_the_api(api, researcher, tmp_path)
         "/api/v1/jobs/{id}/cancel/",
         "/api/v1/usage/",
         "/api/v1/invoices/",
+        "/api/v1/volumes/",
+        "/api/v1/secrets/{id}/rotate/",
     ):
         assert endpoint in schema["paths"], endpoint
     assert "202" in schema["paths"]["/api/v1/jobs/{id}/cancel/"]["post"]["responses"]

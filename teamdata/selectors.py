@@ -1,0 +1,85 @@
+"""Reads of a team's volumes and secrets: what a page lists, and the one check that a job refers only to its own
+team's volumes and secrets."""
+
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext as _
+
+from portal.models import Team
+
+from .choices import SecretKind, VolumeState
+from .models import TeamSecret, TeamVolume
+
+
+def team_data(team: Team) -> dict:
+    """The team page's section: its volumes and secrets (names, kinds, keys and states; never a value)."""
+    return {
+        "team_volumes": list(TeamVolume.objects.filter(team=team).select_related("created_by").order_by("name")),
+        "team_secrets": list(
+            TeamSecret.objects.filter(team=team).select_related("created_by", "rotated_by").order_by("name")
+        ),
+    }
+
+
+def usable_by_team(user) -> list[dict]:
+    """For the submit page: per team the user may submit for, the names of its volumes and secrets (with keys)."""
+    teams = list(Team.objects.visible_to(user).order_by("name"))
+    volumes: dict[int, list] = {}
+    secrets: dict[int, list] = {}
+    for volume in TeamVolume.objects.filter(team__in=teams).order_by("name"):
+        volumes.setdefault(volume.team_id, []).append(volume)
+    for secret in TeamSecret.objects.filter(team__in=teams).order_by("name"):
+        secrets.setdefault(secret.team_id, []).append(secret)
+    return [
+        {"team": team, "volumes": volumes.get(team.pk, []), "secrets": secrets.get(team.pk, [])}
+        for team in teams
+        if team.pk in volumes or team.pk in secrets
+    ]
+
+
+def check_job_references(*, team: Team, spec) -> None:
+    """Refuse a job spec that names a volume or secret its team does not have (another team's is exactly as
+    unknown as one that does not exist), a failed volume, a secret key the secret does not hold, or named
+    secrets as image pull credentials."""
+    errors = {}
+    names = [item.get("name") for item in spec.volumes]
+    if names:
+        volumes = {volume.name: volume for volume in TeamVolume.objects.filter(team=team, name__in=names)}
+        unknown = sorted({name for name in names if name not in volumes})
+        failed = sorted({name for name, volume in volumes.items() if volume.state == VolumeState.FAILED})
+        problems = []
+        if unknown:
+            problems.append(
+                _("%(team)s has no volume named %(names)s.") % {"team": team.name, "names": ", ".join(unknown)}
+            )
+        for name in failed:
+            problems.append(
+                _("Volume %(name)s cannot be used: %(reason)s") % {"name": name, "reason": volumes[name].state_reason}
+            )
+        if problems:
+            errors["volumes"] = " ".join(problems)
+    wanted = set(spec.image_pull_secrets) | {ref.get("secret") for ref in spec.secret_env.values()}
+    secrets = {secret.name: secret for secret in TeamSecret.objects.filter(team=team, name__in=wanted)}
+    pull_problems = []
+    for name in spec.image_pull_secrets:
+        if name not in secrets:
+            pull_problems.append(_("%(team)s has no secret named %(name)s.") % {"team": team.name, "name": name})
+        elif secrets[name].kind != SecretKind.REGISTRY:
+            pull_problems.append(_("%(name)s is not an image pull credential.") % {"name": name})
+    if pull_problems:
+        errors["image_pull_secrets"] = " ".join(pull_problems)
+    env_problems = []
+    for env_name, ref in spec.secret_env.items():
+        secret = secrets.get(ref.get("secret"))
+        if secret is None:
+            env_problems.append(
+                _("%(team)s has no secret named %(name)s.") % {"team": team.name, "name": ref.get("secret")}
+            )
+        elif ref.get("key") not in secret.keys:
+            env_problems.append(
+                _("%(env)s: secret %(name)s has no key %(key)s (it has: %(keys)s).")
+                % {"env": env_name, "name": secret.name, "key": ref.get("key"), "keys": ", ".join(secret.keys)}
+            )
+    if env_problems:
+        errors["secret_env"] = " ".join(env_problems)
+    if errors:
+        raise ValidationError(errors)

@@ -1,0 +1,329 @@
+"""Writes to a team's volumes and secrets. Platform admins and the team's leads make them; every one is audited.
+
+Volumes: registering one saves the row as Pending and, through the outbox, has `teamdata.ensure_volume` create
+the claim (for a new one) and record what the cluster says of it. The claim's later changes are recorded by the
+periodic `teamdata.refresh_volumes`.
+
+Secrets: a value must never reach PostgreSQL, Redis or a log, so a secret cannot wait in the outbox or a task
+queue like other cluster writes. `save_secret` writes the Secret to the cluster itself, inside the transaction
+that saves its row (name, kind, keys, who and when) and the audit entry; if the cluster refuses or cannot be
+reached, the transaction rolls back and nothing is left behind. Should the commit fail after the cluster took the
+Secret, saving it again replaces that Secret (it carries the portal's label), so a retry converges.
+"""
+
+import logging
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from cluster import resources
+from cluster.errors import ClusterError
+from cluster.team_data import DOCKER_CONFIG_KEY, render_opaque_secret, render_registry_secret
+from jobs.specs import SECRET_KEY
+from portal import audit, outbox
+from portal.models import Team
+
+from .choices import SecretKind, VolumeSource, VolumeState
+from .models import TeamSecret, TeamVolume
+
+log = logging.getLogger(__name__)
+
+MAX_SECRET_BYTES = 512 * 1024  # the apiserver refuses Secrets over 1 MiB; keep well below
+REGISTRY_HOST = r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-zA-Z0-9._/-]*)?$"
+
+
+def check_may_manage(*, user, team: Team) -> None:
+    """Platform admins and the team's leads manage its volumes and secrets; anyone else is refused."""
+    if not Team.objects.led_by(user).filter(pk=team.pk).exists():
+        raise PermissionDenied(_("Only platform admins and the team's leads manage its volumes and secrets."))
+
+
+def ensure_namespace(team: Team) -> None:
+    """The team namespace exists as the portal wants it before anything is put in it (reconciled unless the last
+    reconcile applied the current version). Raises ClusterError."""
+    from pools.models import TeamNamespace
+    from pools.namespaces import reconcile
+
+    state = TeamNamespace.objects.filter(team=team).first()
+    if state is None or not state.is_applied or state.applied_at is None:
+        reconcile(team)
+
+
+# --- volumes ---------------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def register_volume(
+    *,
+    team: Team,
+    user,
+    name: str,
+    source: str,
+    size_gib: int | None = None,
+    access_mode: str = "",
+    storage_class: str = "",
+) -> TeamVolume:
+    """Register a claim for the team's jobs: an existing one of the namespace, or a new one the portal creates.
+    Saved Pending; the claim is created (if new) and its state recorded by `teamdata.ensure_volume`."""
+    check_may_manage(user=user, team=team)
+    volume = TeamVolume(team=team, name=name, source=source, created_by=user)
+    if source == VolumeSource.CREATED:
+        volume.size_gib, volume.storage_class = size_gib, storage_class
+        if access_mode:
+            volume.access_mode = access_mode
+    volume.state_reason = _("waiting for the cluster")
+    if TeamVolume.objects.filter(team=team, name=name).exists():
+        raise ValidationError(
+            {"name": _("%(team)s already has a volume named %(name)s.") % {"team": team, "name": name}}
+        )
+    volume.full_clean()
+    volume.save()
+    audit.record(actor=user, action="volume.register", instance=volume, before=None, after=audit.snapshot(volume))
+    from .tasks import ensure_volume
+
+    outbox.send(ensure_volume, volume.pk)
+    return volume
+
+
+@transaction.atomic
+def unregister_volume(*, volume: TeamVolume, user) -> None:
+    """Forget a volume: jobs can no longer mount it. The claim and its data stay in the namespace (the portal never
+    deletes a team's data; an admin deletes the claim in the cluster if it is no longer wanted)."""
+    check_may_manage(user=user, team=volume.team)
+    before = audit.snapshot(volume)
+    audit.record(actor=user, action="volume.unregister", instance=volume, before=before, after=None)
+    volume.delete()
+
+
+def _claim_state(claim) -> tuple[str, str]:
+    if claim.phase == "Bound":
+        return VolumeState.BOUND, ""
+    if claim.phase == "Lost":
+        return VolumeState.LOST, _("the claim lost its volume")
+    return VolumeState.PENDING, ""
+
+
+@transaction.atomic
+def record_claim(*, volume_id: int, claim, warning: str = "", missing_reason: str = "") -> bool:
+    """Record what the cluster said of a volume's claim (`claim`: ClaimFacts, or None when there is none, with
+    `missing_reason`). Audited as the system when the state changes. True when something changed."""
+    volume = TeamVolume.objects.select_for_update().filter(pk=volume_id).first()
+    if volume is None:
+        return False
+    before = audit.snapshot(volume)
+    if claim is None:
+        state, reason = VolumeState.FAILED, missing_reason
+    else:
+        state, reason = _claim_state(claim)
+        if state == VolumeState.PENDING:
+            reason = warning or _("waiting for a volume to bind the claim")
+        volume.capacity = claim.capacity
+        if volume.source == VolumeSource.EXISTING and claim.access_modes:
+            volume.access_mode = claim.access_modes[0]
+        if volume.source == VolumeSource.EXISTING:
+            volume.storage_class = claim.storage_class
+    previous_state = volume.state
+    changed = volume.transition_to(state, reason=reason)
+    volume.checked_at = timezone.now()
+    volume.save()
+    if previous_state != volume.state:
+        audit.record(
+            actor=None, action=f"volume.{volume.state}", instance=volume, before=before, after=audit.snapshot(volume)
+        )
+    return changed
+
+
+def ensure_volume(volume: TeamVolume) -> str:
+    """Make the volume's claim exist (a new one is created, carrying the portal's label) and record its state.
+    Idempotent: the claim's name is the volume's, and an existing claim counts as created. Raises ClusterError
+    on a cluster failure (the task retries transient ones)."""
+    from cluster.team_data import render_claim
+
+    namespace = volume.team.namespace
+    if volume.source == VolumeSource.CREATED:
+        if volume.storage_class and not resources.storage_class_exists(volume.storage_class):
+            record_claim(
+                volume_id=volume.pk,
+                claim=None,
+                missing_reason=_("the cluster has no storage class %(name)s") % {"name": volume.storage_class},
+            )
+            return "no such class"
+        ensure_namespace(volume.team)
+        manifest = render_claim(
+            name=volume.name,
+            namespace=namespace,
+            team_slug=volume.team.slug,
+            size_gib=volume.size_gib,
+            access_mode=volume.access_mode,
+            storage_class=volume.storage_class,
+        )
+        try:
+            resources.create_claim(manifest)
+        except ClusterError as error:
+            if error.transient:
+                raise
+            record_claim(
+                volume_id=volume.pk,
+                claim=None,
+                missing_reason=_("the cluster refused the claim: %(why)s") % {"why": error},
+            )
+            return "refused"
+    claim = resources.read_claim(namespace, volume.name)
+    if claim is not None and volume.source == VolumeSource.CREATED and not claim.managed:
+        record_claim(
+            volume_id=volume.pk,
+            claim=None,
+            missing_reason=_("a claim named %(name)s already exists in %(namespace)s and was not made by the portal")
+            % {"name": volume.name, "namespace": namespace},
+        )
+        return "not ours"
+    warning = resources.claim_warning(namespace, volume.name) if claim is not None and claim.phase == "Pending" else ""
+    record_claim(
+        volume_id=volume.pk,
+        claim=claim,
+        warning=warning,
+        missing_reason=_("there is no claim named %(name)s in %(namespace)s")
+        % {"name": volume.name, "namespace": namespace},
+    )
+    return claim.phase if claim is not None else "missing"
+
+
+def refresh_volumes() -> int:
+    """Record the state of every registered volume's claim from one list of the cluster's claims (a pending one
+    also gets its newest warning). Returns how many volumes changed."""
+    claims = resources.list_claims()
+    changed = 0
+    for volume in TeamVolume.objects.select_related("team").order_by("pk"):
+        namespace = volume.team.namespace
+        claim = claims.get((namespace, volume.name))
+        if claim is not None and volume.source == VolumeSource.CREATED and not claim.managed:
+            claim = None
+        warning = (
+            resources.claim_warning(namespace, volume.name) if claim is not None and claim.phase == "Pending" else ""
+        )
+        changed += record_claim(
+            volume_id=volume.pk,
+            claim=claim,
+            warning=warning,
+            missing_reason=_("there is no claim named %(name)s in %(namespace)s")
+            % {"name": volume.name, "namespace": namespace},
+        )
+    return changed
+
+
+# --- secrets ---------------------------------------------------------------------------------------------------
+
+
+def _check_values(kind: str, values: dict[str, str], registry: str, username: str, password: str) -> dict:
+    import re
+
+    errors = {}
+    if kind == SecretKind.REGISTRY:
+        if not registry or not re.match(REGISTRY_HOST, registry) or len(registry) > 253:
+            errors["registry"] = _("Give the registry's host, e.g. registry.example.com or registry.example.com:5000.")
+        if not username:
+            errors["username"] = _("Give the user name for the registry.")
+        if not password:
+            errors["password"] = _("Give the password or token for the registry.")
+    elif kind == SecretKind.OPAQUE:
+        if not values:
+            errors["values"] = _("Give at least one KEY=value pair.")
+        bad = [key for key in values if not SECRET_KEY.match(key)]
+        if bad:
+            errors["values"] = _("Keys may hold only letters, digits, '-', '_' and '.': %(keys)s.") % {
+                "keys": ", ".join(bad)
+            }
+        elif sum(len(key) + len(value.encode()) for key, value in values.items()) > MAX_SECRET_BYTES:
+            errors["values"] = _("A secret holds at most %(kib)d KiB.") % {"kib": MAX_SECRET_BYTES // 1024}
+    else:
+        errors["kind"] = _("Choose image pull credentials or a named secret.")
+    return errors
+
+
+@transaction.atomic
+def save_secret(
+    *,
+    team: Team,
+    user,
+    name: str,
+    kind: str,
+    values: dict[str, str] | None = None,
+    registry: str = "",
+    username: str = "",
+    password: str = "",
+    create_only: bool = False,
+) -> TeamSecret:
+    """Create a team secret, or rotate it when the team already has one of that name (same kind) and
+    `create_only` is false: the Secret in the namespace is written with the new values (all of them: keys not
+    given are removed), the row records who and when. Values go to the cluster only (see module docstring)."""
+    check_may_manage(user=user, team=team)
+    values = values or {}
+    secret = TeamSecret.objects.select_for_update().filter(team=team, name=name).first()
+    errors = _check_values(kind, values, registry, username, password)
+    if secret is not None and create_only:
+        errors["name"] = _("The team already has a secret of that name: rotate it instead.")
+    if secret is not None and secret.kind != kind:
+        errors["kind"] = _("%(name)s holds %(kind)s: rotate it with the same kind, or choose another name.") % {
+            "name": name,
+            "kind": secret.get_kind_display(),
+        }
+    created = secret is None
+    before = None if created else audit.snapshot(secret)
+    if created:
+        secret = TeamSecret(team=team, name=name, kind=kind, created_by=user)
+    try:
+        secret.full_clean(exclude=["keys"])
+    except ValidationError as error:
+        errors.update({key: " ".join(messages) for key, messages in error.message_dict.items()})
+    if errors:
+        raise ValidationError(errors)
+    common = {"name": name, "namespace": team.namespace, "team_slug": team.slug}
+    if kind == SecretKind.REGISTRY:
+        manifest = render_registry_secret(**common, registry=registry, username=username, password=password)
+        secret.keys, secret.registry = [DOCKER_CONFIG_KEY], registry
+    else:
+        manifest = render_opaque_secret(**common, values=values)
+        secret.keys, secret.registry = sorted(values), ""
+    if not created:
+        secret.version += 1
+        secret.rotated_by, secret.rotated_at = user, timezone.now()
+    secret.save()
+    try:
+        ensure_namespace(team)
+    except ClusterError as error:
+        raise ValidationError(
+            _("The cluster did not take the secret, nothing was saved: %(why)s") % {"why": error}
+        ) from None
+    try:
+        resources.apply_secret(manifest)
+    except resources.NotManagedByPortal:
+        raise ValidationError(
+            {
+                "name": _("A secret named %(name)s already exists in %(namespace)s and was not made by the portal.")
+                % {"name": name, "namespace": team.namespace}
+            }
+        ) from None
+    except ClusterError as error:
+        log.warning("secret %s of team %s not saved: %s", name, team.slug, error)
+        raise ValidationError(
+            _("The cluster did not take the secret, nothing was saved: %(why)s") % {"why": error}
+        ) from None
+    action = "secret.create" if created else "secret.rotate"
+    audit.record(actor=user, action=action, instance=secret, before=before, after=audit.snapshot(secret))
+    return secret
+
+
+@transaction.atomic
+def delete_secret(*, secret: TeamSecret, user) -> None:
+    """Delete a team secret and its Secret in the namespace (jobs that reference it can no longer start)."""
+    check_may_manage(user=user, team=secret.team)
+    secret = TeamSecret.objects.select_for_update().get(pk=secret.pk)
+    before = audit.snapshot(secret)
+    try:
+        resources.delete_secret(secret.team.namespace, secret.name)
+    except ClusterError as error:
+        raise ValidationError(_("The cluster did not delete the secret: %(why)s") % {"why": error}) from None
+    audit.record(actor=user, action="secret.delete", instance=secret, before=before, after=None)
+    secret.delete()
