@@ -270,9 +270,14 @@ class ListWatch:
                 self._save_quietly(self.applied_version)
         return version
 
+    LOG_BATCHES_FROM = 100  # events: a batch this large (a backlog being worked off) is logged with its time
+
     def _apply_batch(self, events: list[tuple[str, Any]]) -> None:
         if events:
+            started = time.monotonic()
             self._apply(self.on_events, events)
+            if len(events) >= self.LOG_BATCHES_FROM:
+                log.info("%s: applied %d events in %.2f s", self.name, len(events), time.monotonic() - started)
 
     def _save_quietly(self, version: str) -> None:
         try:
