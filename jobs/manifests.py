@@ -2,7 +2,7 @@
 
 from django.conf import settings
 
-from cluster.manifests import JobManifestSpec, PoolTarget, render_job
+from cluster.manifests import JobManifestSpec, PoolTarget, render_gang_service, render_job
 
 from .choices import Placement
 from .models import Job
@@ -38,8 +38,15 @@ def manifest_spec(job: Job, *, soft: bool | None = None, suspend: bool = True) -
         pod_annotations=dict(job.pod_annotations),
         ebcloud_annotations=settings.KUBE_WRITE_EBCLOUD_ANNOTATIONS,
         suspend=suspend,
+        nodes=job.nodes,
+        backoff_limit=job.retries,
     )
 
 
 def render(job: Job, **kwargs) -> dict:
     return render_job(manifest_spec(job, **kwargs))
+
+
+def render_service(job: Job, *, owner_uid: str | None = None) -> dict | None:
+    """The headless Service of a multi-node job (None for a one-node job: it needs none)."""
+    return render_gang_service(manifest_spec(job), owner_uid=owner_uid) if job.is_gang else None

@@ -169,7 +169,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
             Job.objects.filter(team=OuterRef("team"), pool=OuterRef("pool"))
             .holding_quota()
             .values("team")
-            .annotate(total=Sum("gpus"))
+            .annotate(total=Sum("total_gpus"))
             .values("total")
         )
         return (
