@@ -36,6 +36,8 @@ SPEC_TO_FORM = {
     "pod_annotations": "pod_annotations",
     "team": "team",
     "pool": "pool",
+    "nodes": "nodes",
+    "retries": "retries",
 }
 MIB_PER_GIB = 1024
 
@@ -72,7 +74,7 @@ class JobSubmitForm(forms.Form):
         max_length=4000,
         help_text=_("One line, split like a shell does, e.g. python train.py --epochs 3. Empty: the image's own."),
     )
-    gpus = forms.IntegerField(label=_("GPUs"), min_value=1, max_value=64, initial=1)
+    gpus = forms.IntegerField(label=_("GPUs per node"), min_value=1, max_value=64, initial=1)
     cpu = forms.DecimalField(
         label=_("CPU (cores)"), min_value=Decimal("0.1"), max_digits=6, decimal_places=1, initial=Decimal("1")
     )
@@ -106,6 +108,24 @@ class JobSubmitForm(forms.Form):
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text=_("One key=value per line."),
+    )
+    nodes = forms.IntegerField(
+        label=_("Nodes"),
+        min_value=1,
+        max_value=64,
+        initial=1,
+        help_text=_(
+            "Above 1: a multi-node job, one pod of the GPUs above on each node, started all together or not at all; "
+            "it uses nodes × GPUs of the quota. Each pod gets MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK, "
+            "NPROC_PER_NODE and WORLD_SIZE (what torchrun reads)."
+        ),
+    )
+    retries = forms.IntegerField(
+        label=_("Retries"),
+        min_value=0,
+        max_value=10,
+        initial=0,
+        help_text=_("Failed pods replaced before the job fails; 0: a failed pod fails the job."),
     )
     save_as_template = forms.CharField(
         label=_("Save as template named"),
@@ -160,6 +180,8 @@ class JobSubmitForm(forms.Form):
             priority=data["priority"],
             max_run_minutes=data["max_run_minutes"],
             pod_annotations=data["pod_annotations"],
+            nodes=data["nodes"],
+            retries=data["retries"],
         )
 
     def add_spec_errors(self, error: ValidationError) -> None:
@@ -188,6 +210,8 @@ class JobSubmitForm(forms.Form):
             "max_run_minutes": spec.get("max_run_minutes", 24 * 60),
             "env": _pairs_text(spec.get("env", {})),
             "pod_annotations": _pairs_text(spec.get("pod_annotations", {})),
+            "nodes": spec.get("nodes", 1),
+            "retries": spec.get("retries", 0),
         }
         if team is not None:
             initial["team"] = team.slug

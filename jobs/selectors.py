@@ -125,6 +125,32 @@ def placement_of(job: Job) -> PodPlacement:
     )
 
 
+@dataclass
+class GangPods:
+    """A job's pods as the sync last saw them, by completion index (node rank), and how many of its `nodes` run."""
+
+    nodes: int
+    pods: list[dict]
+
+    @property
+    def running(self) -> int:
+        return sum(1 for pod in self.pods if pod["phase"] == "Running")
+
+    @property
+    def done(self) -> int:
+        return sum(1 for pod in self.pods if pod["phase"] == "Succeeded")
+
+
+def pods_of(job: Job) -> GangPods:
+    """One query: the job's Pod rows (index, name, node, phase, start, finish, restarts), by index then creation."""
+    rows = (
+        Pod.objects.filter(job=job)
+        .order_by(F("completion_index").asc(nulls_last=True), "created_at", "id")
+        .values("completion_index", "name", "node_name", "phase", "bound_at", "finished_at", "restarts")
+    )
+    return GangPods(nodes=job.nodes, pods=list(rows))
+
+
 # --- the pending queue -------------------------------------------------------------------------------------------
 
 
