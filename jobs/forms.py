@@ -111,6 +111,7 @@ class JobSubmitForm(forms.Form):
     )
     nodes = forms.IntegerField(
         label=_("Nodes"),
+        required=False,
         min_value=1,
         max_value=64,
         initial=1,
@@ -122,6 +123,7 @@ class JobSubmitForm(forms.Form):
     )
     retries = forms.IntegerField(
         label=_("Retries"),
+        required=False,
         min_value=0,
         max_value=10,
         initial=0,
@@ -180,8 +182,8 @@ class JobSubmitForm(forms.Form):
             priority=data["priority"],
             max_run_minutes=data["max_run_minutes"],
             pod_annotations=data["pod_annotations"],
-            nodes=data["nodes"],
-            retries=data["retries"],
+            nodes=data["nodes"] or 1,
+            retries=data["retries"] or 0,
         )
 
     def add_spec_errors(self, error: ValidationError) -> None:

@@ -79,7 +79,9 @@ class JobDetailSerializer(JobSerializer):
     pods_running = serializers.IntegerField(
         read_only=True, help_text=_("Pods running now, of `nodes` (a multi-node job runs once all of them do).")
     )
-    pods = JobPodSerializer(many=True, read_only=True, help_text=_("The job's pods, by completion index."))
+    pods = JobPodSerializer(
+        source="pod_rows", many=True, read_only=True, help_text=_("The job's pods, by completion index.")
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [

@@ -27,7 +27,7 @@ def _detail(job: Job) -> dict:
     )
     job.queue_position = services.queue_position(job)
     gang = selectors.pods_of(job)
-    job.pods_running, job.pods = gang.running, gang.pods
+    job.pods_running, job.pod_rows = gang.running, gang.pods
     return JobDetailSerializer(job).data
 
 
