@@ -306,7 +306,7 @@ def observed_state(job: Job, workload: Workload) -> tuple[str, str, Words | str,
         .values_list("phase", "scheduled", "node_name", "pending_reason", "bound_at", "created_at")
     )
     running = [pod for pod in pods if pod[0] == "Running"]
-    if job.is_gang and len(running) + _pods_done(job) < job.nodes:
+    if job.is_gang and pods and len(running) + _pods_done(job) < job.nodes:
         return gang_waiting(job, running, pods)
     if running:
         return JobState.RUNNING, running[0][2], "", running[0][4]
