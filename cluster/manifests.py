@@ -153,6 +153,10 @@ def affinity_for(spec: JobManifestSpec) -> dict:
                 }
             ]
         }
+    if spec.nodes > 1:  # a gang's pods on different nodes, also after spill-after patches these directives
+        affinity.setdefault("podAntiAffinity", {})["requiredDuringSchedulingIgnoredDuringExecution"] = [
+            one_pod_per_node(spec)
+        ]
     return affinity
 
 
@@ -293,9 +297,7 @@ def gang_job(spec: JobManifestSpec, job: dict) -> dict:
     job_spec = job["spec"]
     job_spec.update({"completionMode": "Indexed", "parallelism": spec.nodes, "completions": spec.nodes})
     pod_spec = job_spec["template"]["spec"]
-    pod_spec["subdomain"] = gang_service_name(spec)
-    anti_affinity = pod_spec["affinity"].setdefault("podAntiAffinity", {})
-    anti_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = [one_pod_per_node(spec)]
+    pod_spec["subdomain"] = gang_service_name(spec)  # one pod per node: `affinity_for`
     container = pod_spec["containers"][0]
     ours = rendezvous_env(spec)
     taken = {entry["name"] for entry in ours}

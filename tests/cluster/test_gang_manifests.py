@@ -64,6 +64,23 @@ def test_pods_of_one_gang_never_share_a_node_and_the_job_keeps_its_placement():
     assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
 
 
+def test_spill_after_keeps_one_pod_per_node_when_it_widens_a_gangs_placement():
+    from cluster.manifests import scheduling_directives
+    from tests.cluster.test_manifests import ELASTIC
+
+    directives = scheduling_directives(spec(nodes=3, soft=True, spill_pools=(ELASTIC,)))
+    required = directives["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert required[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        len(
+            directives["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                "nodeSelectorTerms"
+            ]
+        )
+        == 2
+    )
+
+
 def test_retries_are_the_jobs_backoff_limit():
     assert render_job(spec(nodes=3))["spec"]["backoffLimit"] == 0
     assert render_job(spec(nodes=3, backoff_limit=2))["spec"]["backoffLimit"] == 2
