@@ -42,6 +42,7 @@ def jobs_for_list(user):
             "id",
             "name",
             "gpus",
+            "nodes",
             "state",
             "state_changed_at",
             "created_at",
