@@ -242,9 +242,11 @@ def test_a_gang_whose_third_pod_cannot_start_in_time_gives_its_quota_back_and_is
     gang = wait_state(gang, JobState.PENDING)
     wait_for(lambda: sum(p.status.phase == "Running" for p in gang_pods(gang)) == 2, what="two of three pods running")
     assert not {p.spec.node_name for p in gang_pods(gang) if p.spec.node_name} & set(taken)
-    pending = Job.objects.get(pk=gang.pk)
+    pending = wait_for(
+        lambda: (job := Job.objects.get(pk=gang.pk)).pending_reason.startswith("2 of the job's 3 pods run") and job,
+        what="the sync to see two of the three pods running",
+    )
     assert pending.state == JobState.PENDING  # never Running with 2 of 3 pods
-    assert "2 of the job's 3 pods run" in pending.pending_reason
     admitted_at = timezone.now()
 
     # After the timeout Kueue evicts it: its pods go, its quota is free, and it waits in the queue again.
