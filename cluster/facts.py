@@ -99,6 +99,8 @@ class PodFacts:
     finished_at: datetime | None  # when its last container finished (None while it runs)
     deleting: bool = False  # it has a deletionTimestamp
     held_for_usage: bool = False  # it carries the portal's USAGE_FINALIZER
+    completion_index: int | None = None  # its index in an Indexed Job (a multi-node job's node rank)
+    restarts: int = 0  # container restarts, summed over its containers
 
     @property
     def usage_final(self) -> bool:
@@ -149,6 +151,19 @@ def _controlling_job(metadata: dict) -> str:
     return ""
 
 
+def completion_index(metadata: dict) -> int | None:
+    """An Indexed Job's pod's index (annotation batch.kubernetes.io/job-completion-index), else None."""
+    value = (metadata.get("annotations") or {}).get("batch.kubernetes.io/job-completion-index")
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def restart_count(status: dict) -> int:
+    return sum(int(each.get("restartCount") or 0) for each in status.get("containerStatuses") or [])
+
+
 def pod_facts(pod: dict) -> PodFacts:
     metadata = pod.get("metadata") or {}
     status = pod.get("status") or {}
@@ -178,6 +193,8 @@ def pod_facts(pod: dict) -> PodFacts:
         finished_at=finished_at(pod),
         deleting=bool(metadata.get("deletionTimestamp")),
         held_for_usage=USAGE_FINALIZER in (metadata.get("finalizers") or ()),
+        completion_index=completion_index(metadata),
+        restarts=restart_count(status),
     )
 
 

@@ -82,6 +82,8 @@ class JobManifestSpec:
     shm_gib: int = 0
     image_pull_secrets: tuple[str, ...] = ()
     secret_env: tuple = ()  # of team_data.SecretEnv
+    nodes: int = 1  # pods of `gpus` GPUs each, one per node: above 1, an Indexed Job (see `gang_job`)
+    rendezvous_port: int = 29500
 
 
 def cpu_quantity(millicores: int) -> str:
@@ -156,6 +158,10 @@ def affinity_for(spec: JobManifestSpec) -> dict:
                 }
             ]
         }
+    if spec.nodes > 1:  # a gang's pods on different nodes, also after spill-after patches these directives
+        affinity.setdefault("podAntiAffinity", {})["requiredDuringSchedulingIgnoredDuringExecution"] = [
+            one_pod_per_node(spec)
+        ]
     return affinity
 
 
@@ -227,7 +233,7 @@ def render_job(spec: JobManifestSpec) -> dict:
         KUEUE_QUEUE_LABEL: spec.local_queue,
         KUEUE_PRIORITY_LABEL: priority_class_name(spec.priority),
     }
-    return {
+    job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -250,6 +256,89 @@ def render_job(spec: JobManifestSpec) -> dict:
                 },
                 "spec": pod_spec,
             },
+        },
+    }
+    return gang_job(spec, job) if spec.nodes > 1 else job
+
+
+# --- multi-node jobs (gangs) ------------------------------------------------------------------------------------
+# A job of N nodes × G GPUs is an Indexed Job with parallelism = completions = N: Kueue admits its one pod set of N
+# pods whole or not at all, and the Job controller gives each pod its completion index (0..N-1), which is its node
+# rank. A headless Service named like the Job (selecting the job's pods) gives pod i the DNS name
+# `<job>-<i>.<job>.<namespace>.svc`; pod 0 is the rendezvous master. A required pod anti-affinity on the hostname
+# keeps the job's pods on different nodes. The environment is what torchrun and most launchers read:
+# MASTER_ADDR / MASTER_PORT (pod 0 and the rendezvous port), NNODES = N, NODE_RANK = the completion index,
+# NPROC_PER_NODE = G, WORLD_SIZE = N × G (worker processes in all, one per GPU); the PET_* copies are torchrun's own
+# environment names for its options, so `torchrun train.py` needs no arguments. They win over a user's values.
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+
+
+def gang_service_name(spec: JobManifestSpec) -> str:
+    return spec.name
+
+
+def master_address(spec: JobManifestSpec) -> str:
+    """Pod 0's DNS name through the job's headless Service."""
+    return f"{spec.name}-0.{gang_service_name(spec)}.{spec.namespace}.svc"
+
+
+def rendezvous_env(spec: JobManifestSpec) -> list[dict]:
+    """The launcher environment of a gang's pods (NODE_RANK from the pod's completion index)."""
+    plain = {
+        "MASTER_ADDR": master_address(spec),
+        "MASTER_PORT": str(spec.rendezvous_port),
+        "NNODES": str(spec.nodes),
+        "NPROC_PER_NODE": str(spec.gpus),
+        "WORLD_SIZE": str(spec.nodes * spec.gpus),
+    }
+    plain.update({f"PET_{name}": plain[name] for name in ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE")})
+    index = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
+    env = [{"name": name, "value": value} for name, value in sorted(plain.items())]
+    env += [{"name": "NODE_RANK", "valueFrom": index}, {"name": "PET_NODE_RANK", "valueFrom": index}]
+    return env
+
+
+def one_pod_per_node(spec: JobManifestSpec) -> dict:
+    """Required anti-affinity: no two pods of this job on one node."""
+    return {
+        "labelSelector": {"matchLabels": {LABEL_JOB_ID: str(spec.job_id)}},
+        "topologyKey": HOSTNAME_TOPOLOGY,
+    }
+
+
+def gang_job(spec: JobManifestSpec, job: dict) -> dict:
+    """`job` (rendered for one pod) made the Indexed Job of an N-node gang (see above)."""
+    job_spec = job["spec"]
+    job_spec.update({"completionMode": "Indexed", "parallelism": spec.nodes, "completions": spec.nodes})
+    pod_spec = job_spec["template"]["spec"]
+    pod_spec["subdomain"] = gang_service_name(spec)  # one pod per node: `affinity_for`
+    container = pod_spec["containers"][0]
+    ours = rendezvous_env(spec)
+    taken = {entry["name"] for entry in ours}
+    container["env"] = [entry for entry in container.get("env", []) if entry["name"] not in taken] + ours
+    container["ports"] = [{"name": "rendezvous", "containerPort": spec.rendezvous_port, "protocol": "TCP"}]
+    return job
+
+
+def render_gang_service(spec: JobManifestSpec, *, owner_uid: str | None = None) -> dict:
+    """The headless Service that names a gang's pods. Owned by the Job (`owner_uid`, known once the Job exists), so
+    the garbage collector deletes it with the Job; `publishNotReadyAddresses` lets pods find each other before
+    they are ready."""
+    metadata = {"name": gang_service_name(spec), "namespace": spec.namespace, "labels": job_labels(spec)}
+    if owner_uid:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": spec.name, "uid": owner_uid, "blockOwnerDeletion": False}
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_JOB_ID: str(spec.job_id), LABEL_MANAGED_BY: MANAGED_BY},
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": spec.rendezvous_port, "protocol": "TCP"}],
         },
     }
 

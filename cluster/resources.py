@@ -397,6 +397,37 @@ def delete_job(namespace: str, name: str) -> bool:
     return True
 
 
+def job_uid(namespace: str, name: str) -> str | None:
+    """The uid of the Job (what its dependents' ownerReferences name), None when it does not exist."""
+    job = read_job(namespace, name)
+    return job.metadata.uid if job is not None else None
+
+
+def create_service(manifest: dict) -> bool:
+    """Create the Service; False when one of that name already exists (a retried submission)."""
+    core = client.core()
+    namespace = manifest["metadata"]["namespace"]
+    try:
+        with_retries(lambda: core.create_namespaced_service(namespace, manifest))
+    except Exception as error:
+        if _is(409, error):
+            return False
+        raise
+    return True
+
+
+def delete_service(namespace: str, name: str) -> bool:
+    """Delete the Service; False when it was already gone."""
+    core = client.core()
+    try:
+        with_retries(lambda: core.delete_namespaced_service(name, namespace))
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True
+
+
 def managed_job_pages(*, page_size: int = 500) -> Iterator[list[JobFacts]]:
     """Every Job the portal labels as its own (`app.kubernetes.io/managed-by=reservoir`), in every namespace, as
     `JobFacts`, one page (a list) at a time; each page's call retried on transient failures."""

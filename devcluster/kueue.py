@@ -50,6 +50,9 @@ METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
 FEATURE_GATES = "VisibilityOnDemand=false"
 # All-or-nothing start of multi-pod jobs: an admitted job whose pods are not all ready in time gives its quota back.
 DEFAULT_PODS_READY_TIMEOUT = "5m"
+# Requeue backoff of a gang evicted by that timeout (Kueue's defaults, written out).
+REQUEUE_BACKOFF_BASE_SECONDS = 60
+REQUEUE_BACKOFF_MAX_SECONDS = 3600
 FIELD_MANAGER = "reservoir-devcluster"
 # How long Kueue must stay up after its first ready answer before its webhooks are registered.
 STEADY_SECONDS = 1.0
@@ -93,6 +96,23 @@ def check_duration(text: str) -> str:
     return text
 
 
+def pods_ready_config(timeout: str) -> dict[str, Any]:
+    """Kueue's waitForPodsReady: all-or-nothing start of multi-pod jobs (gangs). An admitted job whose pods are not
+    all ready within ``timeout`` is evicted (its pods deleted, its quota freed) and requeued after an exponential
+    backoff counted from the eviction: about REQUEUE_BACKOFF_BASE_SECONDS × 2^(n−1) plus jitter, at most
+    REQUEUE_BACKOFF_MAX_SECONDS, endlessly (no backoffLimitCount). ``blockAdmission`` stays off: other jobs are
+    admitted meanwhile (one stuck gang does not stop its queue)."""
+    return {
+        "timeout": check_duration(timeout),
+        "blockAdmission": False,
+        "requeuingStrategy": {
+            "timestamp": "Eviction",
+            "backoffBaseSeconds": REQUEUE_BACKOFF_BASE_SECONDS,
+            "backoffMaxSeconds": REQUEUE_BACKOFF_MAX_SECONDS,
+        },
+    }
+
+
 def configuration(
     *, health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path, pods_ready_timeout: str
 ) -> dict[str, Any]:
@@ -111,8 +131,9 @@ def configuration(
         "clientConnection": {"qps": 500, "burst": 1000},
         # Workers per controller (without this section controller-runtime runs one reconcile at a time).
         "controller": {"groupKindConcurrency": dict(GROUP_KIND_CONCURRENCY)},
-        # Present = enabled (v1beta2 has no `enable` field). The requeue backoff keeps Kueue's defaults.
-        "waitForPodsReady": {"timeout": check_duration(pods_ready_timeout), "blockAdmission": False},
+        # Present = enabled (v1beta2 has no `enable` field): a job whose pods are not all ready `timeout` after its
+        # admission is evicted, gives its quota back and is requeued after a backoff.
+        "waitForPodsReady": pods_ready_config(pods_ready_timeout),
         "integrations": {"frameworks": ["batch/job"]},
     }
 

@@ -17,7 +17,7 @@ class JobEventInline(admin.TabularInline):
 class JobAdmin(admin.ModelAdmin):
     """Read-mostly: jobs change state only through jobs.services, never by editing the row."""
 
-    list_display = ["id", "name", "team", "pool", "gpus", "state", "priority", "submitted_by", "created_at"]
+    list_display = ["id", "name", "team", "pool", "gpus", "nodes", "state", "priority", "submitted_by", "created_at"]
     list_filter = ["state", "pool", "team", "placement"]
     search_fields = ["name", "image", "submitted_by__username"]
     list_select_related = ["team", "pool", "submitted_by"]

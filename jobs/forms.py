@@ -40,6 +40,8 @@ SPEC_TO_FORM = {
     "shm_gib": "shm_gib",
     "image_pull_secrets": "image_pull_secrets",
     "secret_env": "secret_env",
+    "nodes": "nodes",
+    "retries": "retries",
 }
 MIB_PER_GIB = 1024
 
@@ -76,7 +78,7 @@ class JobSubmitForm(forms.Form):
         max_length=4000,
         help_text=_("One line, split like a shell does, e.g. python train.py --epochs 3. Empty: the image's own."),
     )
-    gpus = forms.IntegerField(label=_("GPUs"), min_value=1, max_value=64, initial=1)
+    gpus = forms.IntegerField(label=_("GPUs per node"), min_value=1, max_value=64, initial=1)
     cpu = forms.DecimalField(
         label=_("CPU (cores)"), min_value=Decimal("0.1"), max_digits=6, decimal_places=1, initial=Decimal("1")
     )
@@ -141,6 +143,26 @@ class JobSubmitForm(forms.Form):
         help_text=_(
             "One NAME=secret/key per line: the variable gets that key of the team's secret, e.g. HF_TOKEN=hf/token."
         ),
+    )
+    nodes = forms.IntegerField(
+        label=_("Nodes"),
+        required=False,
+        min_value=1,
+        max_value=64,
+        initial=1,
+        help_text=_(
+            "Above 1: a multi-node job, one pod of the GPUs above on each node, started all together or not at all; "
+            "it uses nodes × GPUs of the quota. Each pod gets MASTER_ADDR, MASTER_PORT, NNODES, NODE_RANK, "
+            "NPROC_PER_NODE and WORLD_SIZE (what torchrun reads)."
+        ),
+    )
+    retries = forms.IntegerField(
+        label=_("Retries"),
+        required=False,
+        min_value=0,
+        max_value=10,
+        initial=0,
+        help_text=_("Failed pods replaced before the job fails; 0: a failed pod fails the job."),
     )
     save_as_template = forms.CharField(
         label=_("Save as template named"),
@@ -231,6 +253,8 @@ class JobSubmitForm(forms.Form):
             shm_gib=data["shm_gib"],
             image_pull_secrets=data["image_pull_secrets"],
             secret_env=data["secret_env"],
+            nodes=data["nodes"] or 1,
+            retries=data["retries"] or 0,
         )
 
     def add_spec_errors(self, error: ValidationError) -> None:
@@ -268,6 +292,8 @@ class JobSubmitForm(forms.Form):
             "secret_env": "\n".join(
                 f"{name}={ref['secret']}/{ref['key']}" for name, ref in spec.get("secret_env", {}).items()
             ),
+            "nodes": spec.get("nodes", 1),
+            "retries": spec.get("retries", 0),
         }
         if team is not None:
             initial["team"] = team.slug

@@ -2,7 +2,7 @@
 
 from django.conf import settings
 
-from cluster.manifests import JobManifestSpec, PoolTarget, render_job
+from cluster.manifests import JobManifestSpec, PoolTarget, render_gang_service, render_job
 from cluster.team_data import SecretEnv, VolumeMount
 
 from .choices import Placement
@@ -40,6 +40,8 @@ def manifest_spec(job: Job, *, soft: bool | None = None, suspend: bool = True) -
         ebcloud_annotations=settings.KUBE_WRITE_EBCLOUD_ANNOTATIONS,
         suspend=suspend,
         **team_data_fields(job),
+        nodes=job.nodes,
+        backoff_limit=job.retries,
     )
 
 
@@ -61,3 +63,8 @@ def team_data_fields(job: Job) -> dict:
 
 def render(job: Job, **kwargs) -> dict:
     return render_job(manifest_spec(job, **kwargs))
+
+
+def render_service(job: Job, *, owner_uid: str | None = None) -> dict | None:
+    """The headless Service of a multi-node job (None for a one-node job: it needs none)."""
+    return render_gang_service(manifest_spec(job), owner_uid=owner_uid) if job.is_gang else None

@@ -36,7 +36,7 @@ class Words:
     correction line the line it corrects). Job events, alerts (monitoring) and invoice lines (billing) keep their
     texts this way."""
 
-    WORDING_FUNCTIONS = ("kueue_reason", "plain_reason", "eviction_reason")
+    WORDING_FUNCTIONS = ("kueue_reason", "plain_reason", "eviction_reason", "gang_reason")
 
     msgid: str
     args: dict = field(default_factory=dict)
@@ -86,8 +86,8 @@ class JobQuerySet(models.QuerySet):
         return self.filter(state__in=ADMITTED_STATES)
 
     def gpus_held(self) -> int:
-        """GPUs held by the admitted jobs of this queryset."""
-        return self.holding_quota().aggregate(total=models.Sum(models.F("gpus")))["total"] or 0
+        """GPUs held by the admitted jobs of this queryset (all pods of each: `Job.total_gpus`)."""
+        return self.holding_quota().aggregate(total=models.Sum("total_gpus"))["total"] or 0
 
     def expected_in_cluster(self) -> "JobQuerySet":
         """Jobs that should have a Job in the cluster now (queued ones wait there, suspended by Kueue). The one
@@ -158,6 +158,26 @@ class Job(models.Model):
     shm_gib = models.PositiveIntegerField(_("shared memory (GiB)"), default=0)
     image_pull_secrets = models.JSONField(_("image pull secrets"), default=list, blank=True)
     secret_env = models.JSONField(_("environment from secrets"), default=dict, blank=True)
+    # Multi-node jobs (gangs): `nodes` pods of `gpus` GPUs each, one pod per node, admitted by Kueue all or nothing.
+    nodes = models.PositiveIntegerField(
+        _("nodes"),
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(64)],
+        help_text=_("Pods of the job, one per node, each with the job's GPUs (a multi-node job when above 1)."),
+    )
+    retries = models.PositiveIntegerField(
+        _("retries"),
+        default=0,
+        validators=[MaxValueValidator(10)],
+        help_text=_("Failed pods replaced before the job fails (0: a failed pod fails the job)."),
+    )
+    # The one definition of a job's GPUs wherever quota, queues, fit and previews count them: GPUs per pod × pods.
+    total_gpus = models.GeneratedField(
+        expression=models.F("gpus") * models.F("nodes"),
+        output_field=models.PositiveIntegerField(),
+        db_persist=True,
+        verbose_name=_("GPUs in all"),
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -167,6 +187,7 @@ class Job(models.Model):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gt=0), name="%(app_label)s_%(class)s_gpus_positive"),
+            models.CheckConstraint(condition=Q(nodes__gt=0), name="%(app_label)s_%(class)s_nodes_positive"),
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="%(app_label)s_%(class)s_valid_state"),
             models.CheckConstraint(
                 condition=~Q(placement=Placement.SPILL_AFTER) | Q(spill_after_minutes__gt=0),
@@ -189,6 +210,11 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def is_gang(self) -> bool:
+        """Several pods on several nodes (an Indexed Job with a headless Service for their rendezvous)."""
+        return self.nodes > 1
 
     def clean(self) -> None:
         if self.placement == Placement.SPILL_AFTER and not self.spill_after_minutes:
@@ -331,6 +357,10 @@ class Pod(models.Model):
     bound_at = models.DateTimeField(_("bound at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     seen_at = models.DateTimeField(_("seen at"), auto_now=True)
+    completion_index = models.PositiveIntegerField(
+        _("completion index"), null=True, blank=True, help_text=_("The pod's rank in an Indexed Job (its node rank).")
+    )
+    restarts = models.PositiveIntegerField(_("restarts"), default=0, help_text=_("Container restarts in the pod."))
 
     objects = PodQuerySet.as_manager()
 

@@ -18,7 +18,7 @@ import re
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext, pgettext
 
-from pools.occupancy import Occupancy
+from pools.occupancy import GangFit, Occupancy
 
 from .choices import Placement
 
@@ -257,3 +257,23 @@ def fit_hint(
             "%(n)d GPU free in all, spread over nodes", "%(n)d GPUs free in all, spread over nodes", occupancy.free
         ) % {"n": occupancy.free}
     return hint
+
+
+def gang_reason(*, running: int, nodes: int, message: str = "") -> str:
+    """An admitted multi-node job some of whose pods do not run yet: how many run, and why the others wait."""
+    head = ngettext(
+        "%(running)d of the job's %(nodes)d pods runs; the others wait to start.",
+        "%(running)d of the job's %(nodes)d pods run; the others wait to start.",
+        running,
+    ) % {"running": running, "nodes": nodes}
+    return f"{head} {plain_reason(message)}" if message else head
+
+
+def gang_hint(fit: GangFit) -> str:
+    """Whether a job of N nodes × G GPUs fits the pool now: "needs 4 nodes with 8 free GPUs; 2 have"."""
+    needs = ngettext(
+        "needs %(nodes)d node with %(gpus)d free GPUs", "needs %(nodes)d nodes with %(gpus)d free GPUs", fit.nodes
+    ) % {"nodes": fit.nodes, "gpus": fit.gpus}
+    if fit.fits:
+        return _("%(needs)s: fits now (%(have)d have)") % {"needs": needs, "have": fit.nodes_with_room}
+    return _("%(needs)s; %(have)d have") % {"needs": needs, "have": fit.nodes_with_room}

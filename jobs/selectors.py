@@ -20,12 +20,12 @@ from django.utils.translation import gettext as _
 
 from cluster.manifests import LABEL_JOB_ID
 from pools.models import Node, Pool, Quota
-from pools.occupancy import Occupancy, pool_occupancy
+from pools.occupancy import GangFit, Occupancy, gang_fit, pool_occupancy
 from portal.models import Team, User
 
 from . import reasons
 from .choices import JobState, Placement
-from .manifests import render
+from .manifests import render, render_service
 from .models import Job, JobEvent, JobTemplate, Pod, Workload
 from .services import check_fits_limits, gpus_in_use, observed_state
 from .specs import JobSpec, validate_spec
@@ -42,6 +42,7 @@ def jobs_for_list(user):
             "id",
             "name",
             "gpus",
+            "nodes",
             "state",
             "state_changed_at",
             "created_at",
@@ -125,6 +126,32 @@ def placement_of(job: Job) -> PodPlacement:
     )
 
 
+@dataclass
+class GangPods:
+    """A job's pods as the sync last saw them, by completion index (node rank), and how many of its `nodes` run."""
+
+    nodes: int
+    pods: list[dict]
+
+    @property
+    def running(self) -> int:
+        return sum(1 for pod in self.pods if pod["phase"] == "Running")
+
+    @property
+    def done(self) -> int:
+        return sum(1 for pod in self.pods if pod["phase"] == "Succeeded")
+
+
+def pods_of(job: Job) -> GangPods:
+    """One query: the job's Pod rows (index, name, node, phase, start, finish, restarts), by index then creation."""
+    rows = (
+        Pod.objects.filter(job=job)
+        .order_by(F("completion_index").asc(nulls_last=True), "created_at", "id")
+        .values("completion_index", "name", "node_name", "phase", "bound_at", "finished_at", "restarts")
+    )
+    return GangPods(nodes=job.nodes, pods=list(rows))
+
+
 # --- the pending queue -------------------------------------------------------------------------------------------
 
 
@@ -202,11 +229,11 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                 .order_by("-created_at", "-id")
                 .values("message")[:1]
             ),
-        ).values_list("id", "team_id", "pool_id", "gpus", "created_at", "position", "kueue_said")
+        ).values_list("id", "team_id", "pool_id", "total_gpus", "created_at", "position", "kueue_said")
     )
     in_use = {
         (row["team_id"], row["pool_id"]): row["total"]
-        for row in Job.objects.holding_quota().values("team_id", "pool_id").annotate(total=Sum("gpus")).order_by()
+        for row in Job.objects.holding_quota().values("team_id", "pool_id").annotate(total=Sum("total_gpus")).order_by()
     }
     quotas = {(t, p): q for t, p, q in Quota.objects.values_list("team_id", "pool_id", "max_gpus")}
 
@@ -252,6 +279,12 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
         .in_bulk()
         .items()
     }
+    gangs = {
+        pk: (nodes, gpus)
+        for pk, nodes, gpus in Job.objects.filter(
+            pk__in=[row.job_id for row in page if row.job_id], nodes__gt=1
+        ).values_list("pk", "nodes", "gpus")
+    }
     # Reasons are worded here, in the viewer's language, from what Kueue and the scheduler said (the job row keeps
     # the words of the sync process, in the default language).
     pool_names = {each.slug: each.name for each in pools.values()}
@@ -278,6 +311,12 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                     placement=effective,
                     spill=spill_occupancy,
                 )
+        if row.job_id in gangs and row.pool is not None:
+            nodes, gpus = gangs[row.job_id]
+            fit = gang_fit(occupancy.get(row.pool.pk, Occupancy(pool_id=row.pool.pk)), nodes=nodes, gpus=gpus)
+            # A gang's pod waits for the gang (one pod per node), not for any node: the gang's fit replaces its own.
+            quota_part = row.hint if row.kind == "queued" else ""
+            row.hint = "; ".join(part for part in (reasons.gang_hint(fit), quota_part) if part)
     for row in page:
         if not row.visible:
             _keep_to_what_anyone_may_see(row)
@@ -305,6 +344,7 @@ class Outlook:
     position: int | None = None
     manifest_yaml: str = ""
     problems: list[str] = field(default_factory=list)
+    gang: "GangFit | None" = None  # a multi-node job: whether N nodes with G free GPUs each exist now
 
     @property
     def quota_percent_after(self) -> int:
@@ -320,7 +360,12 @@ def _placeholder_ids(manifest: dict) -> dict:
 
 def manifest_preview(*, team: Team, pool: Pool, spec: JobSpec) -> str:
     job = Job(team=team, pool=pool, **spec.as_model_fields())
-    return yaml.safe_dump(_placeholder_ids(render(job)), sort_keys=False, allow_unicode=True)
+    text = yaml.safe_dump(_placeholder_ids(render(job)), sort_keys=False, allow_unicode=True)
+    if job.is_gang:
+        text += "---\n" + yaml.safe_dump(render_service(job), sort_keys=False, allow_unicode=True)
+        # The id is known once the job is saved: the names and selectors derived from it show a placeholder.
+        text = text.replace(job.job_name, "rsv-<id>").replace(f"{LABEL_JOB_ID}: 'None'", f"{LABEL_JOB_ID}: <id>")
+    return text
 
 
 def borrowable_gpus(pool: Pool, *, now=None) -> int:
@@ -350,7 +395,7 @@ def borrowable_gpus(pool: Pool, *, now=None) -> int:
         .annotate(in_pool=Case(When(admitted_pool__isnull=False, then=F("admitted_pool")), default=F("pool")))
         .filter(in_pool=pool.pk)
         .values("team")
-        .annotate(total=Sum("gpus"))
+        .annotate(total=Sum("total_gpus"))
         .values_list("team", "total")
     )
     borrowed = sum(max(total - reserved.get(team_id, 0), 0) for team_id, total in held)
@@ -369,9 +414,9 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
     quota = Quota.objects.filter(team=team, pool=pool).values_list("max_gpus", flat=True).first() or 0
     in_use = gpus_in_use(team=team, pool=pool)
     ahead = Job.objects.filter(team=team, state=JobState.QUEUED, priority__gte=spec.priority).count()
-    outlook = Outlook(start="", start_text="", quota=quota, in_use=in_use, after=in_use + spec.gpus)
+    outlook = Outlook(start="", start_text="", quota=quota, in_use=in_use, after=in_use + spec.total_gpus)
     outlook.manifest_yaml = manifest_preview(team=team, pool=pool, spec=spec)
-    if ahead or in_use + spec.gpus > quota:
+    if ahead or in_use + spec.total_gpus > quota:
         outlook.start, outlook.position = "queued", ahead + 1
         outlook.start_text = _("Queued at position %(k)d: Kueue admits it when the team's quota has room.") % {
             "k": ahead + 1
@@ -382,7 +427,7 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
     reserved = sum(
         Reservation.objects.filter(team=team, pool=pool).active_at(timezone.now()).values_list("gpus", flat=True)
     )
-    to_borrow = max(in_use + spec.gpus - max(reserved, in_use), 0)
+    to_borrow = max(in_use + spec.total_gpus - max(reserved, in_use), 0)
     if to_borrow and to_borrow > borrowable_gpus(pool):
         outlook.start, outlook.position = "queued", 1
         outlook.start_text = _(
@@ -393,6 +438,8 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
     pool_ids = [pool.pk, *pool.spill_pools.values_list("pk", flat=True)]
     occupancy = pool_occupancy(pool_ids)
     home = occupancy.get(pool.pk, Occupancy(pool_id=pool.pk))
+    if spec.nodes > 1:
+        return _gang_start(outlook, pool=pool, spec=spec, home=home)
     if home.largest_free_block >= spec.gpus:
         outlook.start, outlook.start_text = "now", _("Starts now in %(pool)s.") % {"pool": pool.name}
         return outlook
@@ -413,6 +460,30 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
         outlook.start_text = _(
             "Admitted, then Pending in the cluster: the largest free block in %(pool)s is %(n)d GPUs."
         ) % {"pool": pool.name, "n": home.largest_free_block}
+    return outlook
+
+
+def _gang_start(outlook: Outlook, *, pool: Pool, spec: JobSpec, home: Occupancy) -> Outlook:
+    """When a multi-node job admitted now would start: at once if N nodes of the home pool each have G free GPUs
+    (a gang is never spread over spill pools: its pods must find each other and share the placement), else its
+    pods wait and Kueue requeues it if they do not all start within its waitForPodsReady timeout."""
+    outlook.gang = gang_fit(home, nodes=spec.nodes, gpus=spec.gpus)
+    if outlook.gang.fits:
+        outlook.start = "now"
+        outlook.start_text = _(
+            "Starts now in %(pool)s: %(have)d nodes have %(gpus)d free GPUs, it needs %(nodes)d."
+        ) % {
+            "pool": pool.name,
+            "have": outlook.gang.nodes_with_room,
+            "gpus": spec.gpus,
+            "nodes": spec.nodes,
+        }
+    else:
+        outlook.start = "pending"
+        outlook.start_text = _(
+            "Admitted, then waits in the cluster: it %(fit)s. If its pods do not all start in time, Kueue gives its "
+            "GPUs back and requeues it."
+        ) % {"fit": reasons.gang_hint(outlook.gang)}
     return outlook
 
 

@@ -54,7 +54,7 @@ def check_fits_limits(*, team: Team, pool: Pool, spec: JobSpec) -> None:
             "team": team.name,
             "pool": pool.name,
         }
-    elif spec.gpus > quota:
+    elif spec.total_gpus > quota:
         errors["gpus"] = _("%(team)s may use at most %(quota)d GPUs at once in %(pool)s.") % {
             "team": team.name,
             "quota": quota,
@@ -81,10 +81,21 @@ def check_fits_limits(*, team: Team, pool: Pool, spec: JobSpec) -> None:
             "largest": largest,
             "gpus": spec.gpus,
         }
+    if spec.nodes > 1 and "gpus" not in errors:
+        _check_gang_can_ever_fit(pool=pool, spec=spec, errors=errors)
     if spec.placement in (Placement.SOFT, Placement.SPILL_AFTER) and not pool.spill_pools.exists():
         errors["placement"] = _("%(pool)s has no pools to spill into: use strict placement.") % {"pool": pool.name}
     if errors:
         raise ValidationError(errors)
+
+
+def _check_gang_can_ever_fit(*, pool: Pool, spec: JobSpec, errors: dict) -> None:
+    """A multi-node job needs `nodes` different nodes of the pool with `gpus` GPUs each (one pod per node)."""
+    big_enough = Node.objects.filter(pool=pool, gpu_allocatable__gte=spec.gpus).count()
+    if Node.objects.filter(pool=pool).exists() and big_enough < spec.nodes:
+        errors["nodes"] = _(
+            "%(pool)s has %(have)d nodes with %(gpus)d GPUs or more: a job on %(nodes)d nodes can never fit."
+        ) % {"pool": pool.name, "have": big_enough, "gpus": spec.gpus, "nodes": spec.nodes}
 
 
 def _record(job: Job, event: JobEvent) -> None:
@@ -297,6 +308,8 @@ def observed_state(job: Job, workload: Workload) -> tuple[str, str, Words | str,
         .values_list("phase", "scheduled", "node_name", "pending_reason", "bound_at", "created_at")
     )
     running = [pod for pod in pods if pod[0] == "Running"]
+    if job.is_gang and pods and len(running) + _pods_done(job) < job.nodes:
+        return gang_waiting(job, running, pods)
     if running:
         return JobState.RUNNING, running[0][2], "", running[0][4]
     placed = [pod for pod in pods if pod[1]]
@@ -310,6 +323,26 @@ def observed_state(job: Job, workload: Workload) -> tuple[str, str, Words | str,
     if pods:
         return JobState.PENDING, "", Words("reasons.plain_reason", {"message": pods[0][3]}), pods[0][5]
     return JobState.ADMITTED, "", "", workload.admitted_at
+
+
+def _pods_done(job: Job) -> int:
+    """Pods of the job that completed (a gang's pods that finished first still count as started)."""
+    return Pod.objects.filter(job=job, phase="Succeeded").count()
+
+
+def gang_waiting(job: Job, running: list, pods: list) -> tuple[str, str, Words, object]:
+    """An admitted multi-node job is Running only once all its pods run (a half-started gang is not): until then
+    Pending, saying how many run and why the others wait (Kueue's waitForPodsReady requeues it after its timeout)."""
+    waiting = [pod for pod in pods if pod[0] == "Pending"]
+    said = next((pod[3] for pod in waiting if pod[3]), "")
+    node = running[0][2] if running else ""
+    since = waiting[0][5] if waiting else (running[0][4] if running else None)
+    return (
+        JobState.PENDING,
+        node,
+        Words("reasons.gang_reason", {"running": len(running), "nodes": job.nodes, "message": said}),
+        since,
+    )
 
 
 @transaction.atomic
@@ -493,6 +526,8 @@ POD_FIELDS = (
     "pending_reason",
     "bound_at",
     "finished_at",
+    "completion_index",
+    "restarts",
 )
 POD_BATCH = 1000
 
@@ -513,6 +548,8 @@ def _pod_row(pod: PodFacts, owner: PodOwner) -> Pod:
         created_at=pod.created_at or timezone.now(),
         bound_at=pod.bound_at,
         finished_at=pod.finished_at,
+        completion_index=pod.completion_index,
+        restarts=pod.restarts,
     )
 
 

@@ -19,7 +19,9 @@ IMAGE_REFERENCE = re.compile(
 JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-MAX_GPUS_PER_JOB = 64
+MAX_GPUS_PER_JOB = 64  # per pod (per node)
+MAX_NODES_PER_JOB = 64
+MAX_RETRIES = 10
 # Read by the NVIDIA container toolkit when it sets a container up: NVIDIA_VISIBLE_DEVICES=all would show the
 # container every GPU of its node, outside the quota and metering. The device plugin sets them; users never do.
 # CUDA_VISIBLE_DEVICES stays allowed: CUDA reads it inside the container and can only narrow the GPUs the
@@ -60,6 +62,13 @@ class JobSpec:
     shm_gib: int = 0
     image_pull_secrets: list[str] = field(default_factory=list)
     secret_env: dict[str, dict] = field(default_factory=dict)
+    nodes: int = 1  # pods, one per node, each with `gpus` GPUs
+    retries: int = 0  # failed pods replaced before the job fails (the Job's backoffLimit)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs of all the job's pods: what its team's quota, the queue and the fit count (see `Job.total_gpus`)."""
+        return self.gpus * self.nodes if isinstance(self.gpus, int) and isinstance(self.nodes, int) else 0
 
     def as_model_fields(self) -> dict:
         return asdict(self)
@@ -154,6 +163,8 @@ def validate_spec(spec: JobSpec) -> None:
             "image": spec.image
         }
     _whole(spec.gpus, "gpus", errors, minimum=1, maximum=MAX_GPUS_PER_JOB, label=_("GPUs"))
+    _whole(spec.nodes, "nodes", errors, minimum=1, maximum=MAX_NODES_PER_JOB, label=_("Nodes"))
+    _whole(spec.retries, "retries", errors, minimum=0, maximum=MAX_RETRIES, label=_("Retries"))
     _whole(spec.cpu_millicores, "cpu_millicores", errors, minimum=100, maximum=512_000, label=_("CPU"))
     _whole(spec.memory_mib, "memory_mib", errors, minimum=64, maximum=4 * 1024 * 1024, label=_("Memory"))
     _whole(spec.max_run_minutes, "max_run_minutes", errors, minimum=1, maximum=30 * 24 * 60, label=_("Run time"))

@@ -51,6 +51,18 @@ class SubmitTask(ClusterTask):
         services.fail_job(job_id=job_id, message=message)
 
 
+def _ensure_gang_service(job: Job) -> None:
+    """A multi-node job's headless Service, owned by its Job (the garbage collector deletes it with the Job). Made
+    after the Job, whose uid it names; a retry finds it there. Nothing when the Job is gone again (cancelled)."""
+    if not job.is_gang:
+        return
+    from .manifests import render_service
+
+    uid = resources.job_uid(job.team.namespace, job.job_name)
+    if uid is not None:
+        resources.create_service(render_service(job, owner_uid=uid))
+
+
 @shared_task(base=SubmitTask, name="jobs.submit_job", bind=True)
 def submit_job_to_cluster(self, job_id: int) -> str:
     job = _unsent(job_id)
@@ -62,6 +74,7 @@ def submit_job_to_cluster(self, job_id: int) -> str:
     try:
         _ensure_namespace(job)
         created = resources.create_job(render(job))
+        _ensure_gang_service(job)
     except ClusterError as error:
         if error.transient and attempt <= self.max_retries:
             services.note_submit_problem(
@@ -90,6 +103,9 @@ def delete_job_from_cluster(self, job_id: int) -> str:
     if job is None:
         return "nothing to do"
     gone = not resources.delete_job(job.team.namespace, job.job_name)
+    if job.is_gang:
+        # Owned by the Job, so the garbage collector would delete it too; deleted here so that it goes now.
+        resources.delete_service(job.team.namespace, job.job_name)
     return "already gone" if gone else "deleted"
 
 

@@ -88,6 +88,7 @@ def _detail_context(job: Job) -> dict:
         "command_line": " ".join([*job.command, *job.args]),
         "now": timezone.now(),
         "poll": STATUS_POLL_SECONDS,
+        "gang": selectors.pods_of(job),
     }
 
 

@@ -3,6 +3,10 @@
 Per node: allocatable GPUs (0 unless Ready and schedulable) minus the GPUs of pods bound to it that have not
 terminated = free GPUs. A k-GPU job needs k free GPUs on one node, so the pool fits Σ ⌊free/k⌋ such jobs; the
 free GPUs left over, Σ free − k·fits(k), are *stranded* for size k: free, but useless to a k-GPU job.
+
+A multi-node job of N nodes × G GPUs (a gang: one pod per node, all or none) fits now when at least N nodes each have
+G free GPUs: `nodes_with_free(G)` is the largest such N, per size it is the largest gang of G-GPU pods that would
+start now (`gang_fit` says it for one job). The query keeps every node's free GPUs for that (`node_free`).
 """
 
 from dataclasses import dataclass, field
@@ -35,7 +39,8 @@ SELECT pool_id,
        COALESCE(SUM(used), 0) AS allocated,
        COALESCE(SUM(free), 0) AS free,
        COALESCE(MAX(free), 0) AS largest_free_block,
-       {fits}
+       {fits},
+       COALESCE(ARRAY_AGG(free ORDER BY free DESC) FILTER (WHERE free > 0), '{{}}') AS node_free
 FROM nodes
 GROUP BY pool_id
 """
@@ -51,6 +56,15 @@ class Occupancy:
     free: int = 0
     largest_free_block: int = 0
     fits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(JOB_SIZES, 0))
+    node_free: tuple[int, ...] = ()  # free GPUs of each node that has some, largest first
+
+    def nodes_with_free(self, gpus: int) -> int:
+        """Nodes with at least `gpus` free GPUs: the largest N for which an N × `gpus` job fits now."""
+        return nodes_with_free(self.node_free, gpus)
+
+    @property
+    def gang_nodes_by_size(self) -> dict[int, int]:
+        return {size: self.nodes_with_free(size) for size in JOB_SIZES}
 
     def stranded(self, size: int) -> int:
         """Free GPUs that a job of `size` GPUs cannot use."""
@@ -84,5 +98,32 @@ def pool_occupancy(pool_ids: list[int] | None = None) -> dict[int, Occupancy]:
             free=int(row["free"]),
             largest_free_block=int(row["largest_free_block"]),
             fits={size: int(row[f"fits_{size}"]) for size in JOB_SIZES},
+            node_free=tuple(int(free) for free in row["node_free"]),
         )
     return result
+
+
+def nodes_with_free(node_free: "tuple[int, ...] | list[int]", gpus: int) -> int:
+    """How many of the nodes (their free GPUs `node_free`) have at least `gpus` free."""
+    return sum(1 for free in node_free if free >= gpus)
+
+
+@dataclass(frozen=True)
+class GangFit:
+    """Whether a job of `nodes` pods of `gpus` GPUs each (one pod per node) fits a pool now."""
+
+    nodes: int
+    gpus: int
+    nodes_with_room: int  # nodes with at least `gpus` free GPUs
+
+    @property
+    def fits(self) -> bool:
+        return self.nodes_with_room >= self.nodes
+
+    @property
+    def nodes_missing(self) -> int:
+        return max(self.nodes - self.nodes_with_room, 0)
+
+
+def gang_fit(occupancy: Occupancy, *, nodes: int, gpus: int) -> GangFit:
+    return GangFit(nodes=nodes, gpus=gpus, nodes_with_room=occupancy.nodes_with_free(gpus))

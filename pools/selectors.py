@@ -85,7 +85,13 @@ class PoolCard:
     @property
     def fragmentation(self) -> list[dict]:
         return [
-            {"size": size, "fits": self.occupancy.fits[size], "stranded": self.occupancy.stranded(size)}
+            {
+                "size": size,
+                "fits": self.occupancy.fits[size],
+                "stranded": self.occupancy.stranded(size),
+                # The largest N for which a job of N nodes × `size` GPUs (one pod per node) fits now.
+                "gang_nodes": self.occupancy.nodes_with_free(size),
+            }
             for size in JOB_SIZES
         ]
 

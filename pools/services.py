@@ -187,8 +187,8 @@ def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> None:
     jobs = list(
         Job.objects.filter(team=team, pool=pool)
         .holding_quota()
-        .order_by("-gpus", "id")
-        .values_list("id", "name", "gpus", "state")
+        .order_by("-total_gpus", "id")
+        .values_list("id", "name", "total_gpus", "state")
     )
     in_use = sum(gpus for _id, _name, gpus, _state in jobs)
     if max_gpus >= in_use:

@@ -33,8 +33,8 @@ def team_usage(team: Team, *, now) -> dict:
         .values_list("pool_id", "total")
     )
     jobs = Job.objects.filter(team=team).values("pool_id").order_by()
-    in_use = dict(jobs.holding_quota().annotate(total=Sum("gpus")).values_list("pool_id", "total"))
-    queued = dict(jobs.filter(state=JobState.QUEUED).annotate(total=Sum("gpus")).values_list("pool_id", "total"))
+    in_use = dict(jobs.holding_quota().annotate(total=Sum("total_gpus")).values_list("pool_id", "total"))
+    queued = dict(jobs.filter(state=JobState.QUEUED).annotate(total=Sum("total_gpus")).values_list("pool_id", "total"))
     month = {
         row["pool_id"]: row
         for row in DailyUsage.objects.filter(team=team, day__gte=now.date().replace(day=1), day__lte=now.date())

@@ -9,7 +9,7 @@ from portal.models import Team
 
 from ..choices import Placement, Priority
 from ..models import Job, JobEvent
-from ..specs import MAX_GPUS_PER_JOB, JobSpec
+from ..specs import MAX_GPUS_PER_JOB, MAX_NODES_PER_JOB, MAX_RETRIES, JobSpec
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -45,8 +45,22 @@ class JobSerializer(serializers.ModelSerializer):
             "pending_reason",
             "admitted_pool",
             "preemptions",
+            "nodes",
+            "total_gpus",
         ]
         read_only_fields = fields
+
+
+class JobPodSerializer(serializers.Serializer):
+    """One pod of a job as the cluster sync last saw it (a multi-node job's `completion_index` is its node rank)."""
+
+    completion_index = serializers.IntegerField(allow_null=True)
+    name = serializers.CharField()
+    node_name = serializers.CharField(help_text=_("Empty while the pod is not placed."))
+    phase = serializers.CharField()
+    bound_at = serializers.DateTimeField(allow_null=True, help_text=_("When it was bound to its node."))
+    finished_at = serializers.DateTimeField(allow_null=True)
+    restarts = serializers.IntegerField()
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -63,6 +77,12 @@ class JobDetailSerializer(JobSerializer):
         read_only=True, allow_null=True, help_text=_("1 = next to be admitted; null unless queued.")
     )
     events = JobEventSerializer(many=True, read_only=True)
+    pods_running = serializers.IntegerField(
+        read_only=True, help_text=_("Pods running now, of `nodes` (a multi-node job runs once all of them do).")
+    )
+    pods = JobPodSerializer(
+        source="pod_rows", many=True, read_only=True, help_text=_("The job's pods, by completion index.")
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [
@@ -83,6 +103,9 @@ class JobDetailSerializer(JobSerializer):
             "shm_gib",
             "image_pull_secrets",
             "secret_env",
+            "retries",
+            "pods_running",
+            "pods",
         ]
         read_only_fields = fields
 
@@ -112,6 +135,20 @@ class JobSubmitSerializer(serializers.Serializer):
     anti_affinity_group = serializers.CharField(max_length=63, required=False, allow_blank=True)
     pod_annotations = serializers.DictField(
         child=serializers.CharField(allow_blank=True, max_length=4096), required=False
+    )
+    nodes = WholeNumberField(
+        label_text=str(_("Nodes")),
+        required=False,
+        min_value=1,
+        max_value=MAX_NODES_PER_JOB,
+        help_text=_("Pods, one per node, each with `gpus` GPUs (default 1); the job uses nodes × gpus GPUs."),
+    )
+    retries = WholeNumberField(
+        label_text=str(_("Retries")),
+        required=False,
+        min_value=0,
+        max_value=MAX_RETRIES,
+        help_text=_("Failed pods replaced before the job fails (default 0: a failed pod fails the job)."),
     )
 
     volumes = serializers.ListField(

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from portal import outage
 from portal.api.throttles import SubmissionRateThrottle
 
-from .. import services
+from .. import selectors, services
 from ..filters import JobFilterSet
 from ..models import Job, JobEvent
 from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
@@ -27,6 +27,8 @@ def _detail(job: Job) -> dict:
         .get(pk=job.pk)
     )
     job.queue_position = services.queue_position(job)
+    gang = selectors.pods_of(job)
+    job.pods_running, job.pod_rows = gang.running, gang.pods
     return JobDetailSerializer(job).data
 
 

@@ -80,6 +80,15 @@ class NodeSerializer(serializers.ModelSerializer):
         ]
 
 
+class GangFitSerializer(serializers.Serializer):
+    """Whether a multi-node job (one pod of `gpus` GPUs on each of `nodes` nodes) fits the pool now."""
+
+    nodes = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    nodes_with_room = serializers.IntegerField(help_text="nodes with at least `gpus` free GPUs")
+    fits = serializers.BooleanField()
+
+
 class OccupancySerializer(serializers.Serializer):
     """GPUs of one pool right now, from synced nodes and pods; `fits` and `stranded` are keyed by job size."""
 
@@ -95,6 +104,11 @@ class OccupancySerializer(serializers.Serializer):
     stranded = serializers.DictField(
         child=serializers.IntegerField(), help_text=_("free GPUs a job of that size can't use")
     )
+    nodes_with_free = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="nodes with at least that many free GPUs: the largest N for which N nodes × that size fits now",
+    )
+    gang = GangFitSerializer(required=False, help_text="with ?nodes=N&gpus=G: whether N nodes × G GPUs fits now")
 
 
 class NamespaceStateSerializer(serializers.Serializer):

@@ -6,12 +6,13 @@ from django.db.models.functions import Coalesce
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from jobs.models import Job
+from jobs.specs import MAX_GPUS_PER_JOB, MAX_NODES_PER_JOB
 from portal.api.base import AdminWrites
 from portal.models import Team
 
@@ -25,7 +26,7 @@ from ..filters import (
     ReservationFilterSet,
 )
 from ..models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
-from ..occupancy import JOB_SIZES, Occupancy, pool_occupancy
+from ..occupancy import JOB_SIZES, Occupancy, gang_fit, pool_occupancy
 from .serializers import (
     NamespaceLimitsSerializer,
     NodeSerializer,
@@ -40,8 +41,13 @@ from .serializers import (
     ReservationSerializer,
 )
 
+GANG_PARAMETERS = [
+    OpenApiParameter("nodes", int, description="with gpus: say whether nodes × gpus (one pod per node) fits now"),
+    OpenApiParameter("gpus", int, description="GPUs per node of that job"),
+]
 
-def _occupancy_row(pool: Pool, occupancy: Occupancy | None) -> dict:
+
+def _occupancy_row(pool: Pool, occupancy: Occupancy | None, gang: tuple[int, int] | None = None) -> dict:
     occupancy = occupancy or Occupancy(pool_id=pool.pk)
     return {
         "pool": pool.slug,
@@ -54,7 +60,35 @@ def _occupancy_row(pool: Pool, occupancy: Occupancy | None) -> dict:
         "largest_free_block": occupancy.largest_free_block,
         "fits": {str(size): occupancy.fits[size] for size in JOB_SIZES},
         "stranded": {str(size): occupancy.stranded(size) for size in JOB_SIZES},
+        "nodes_with_free": {str(size): occupancy.nodes_with_free(size) for size in JOB_SIZES},
+        **_gang_fit_row(occupancy, gang),
     }
+
+
+def _gang_fit_row(occupancy: Occupancy, gang: tuple[int, int] | None) -> dict:
+    if gang is None:
+        return {}
+    fit = gang_fit(occupancy, nodes=gang[0], gpus=gang[1])
+    return {"gang": {"nodes": fit.nodes, "gpus": fit.gpus, "nodes_with_room": fit.nodes_with_room, "fits": fit.fits}}
+
+
+def _gang_asked(request) -> tuple[int, int] | None:
+    """`?nodes=N&gpus=G`: also say whether a job of N nodes × G GPUs (one pod per node) fits now."""
+    if "nodes" not in request.query_params and "gpus" not in request.query_params:
+        return None
+    try:
+        nodes = int(request.query_params.get("nodes", "1"))
+        gpus = int(request.query_params.get("gpus", "1"))
+    except ValueError:
+        nodes = gpus = 0
+    if not (1 <= nodes <= MAX_NODES_PER_JOB and 1 <= gpus <= MAX_GPUS_PER_JOB):
+        raise exceptions.ValidationError(
+            {
+                "detail": _("nodes must be 1 to %(nodes)d and gpus 1 to %(gpus)d.")
+                % {"nodes": MAX_NODES_PER_JOB, "gpus": MAX_GPUS_PER_JOB}
+            }
+        )
+    return nodes, gpus
 
 
 class PoolViewSet(viewsets.ModelViewSet):
@@ -92,23 +126,29 @@ class PoolViewSet(viewsets.ModelViewSet):
     @extend_schema(
         operation_id="pools_occupancy_list",
         responses=OccupancySerializer(many=True),
+        parameters=GANG_PARAMETERS,
         description=gettext_lazy("GPUs capacity / allocated / free and fragmentation of every pool, right now."),
     )
     @action(detail=False, methods=["get"], url_path="occupancy", filterset_class=None, pagination_class=None)
     def occupancy_list(self, request):
+        gang = _gang_asked(request)
         pools = list(self.get_queryset())
         occupancy = pool_occupancy([pool.pk for pool in pools])
-        return Response(OccupancySerializer([_occupancy_row(p, occupancy.get(p.pk)) for p in pools], many=True).data)
+        rows = [_occupancy_row(p, occupancy.get(p.pk), gang) for p in pools]
+        return Response(OccupancySerializer(rows, many=True).data)
 
     @extend_schema(
         operation_id="pools_occupancy_retrieve",
         responses=OccupancySerializer,
+        parameters=GANG_PARAMETERS,
         description=gettext_lazy("GPUs capacity / allocated / free and fragmentation of one pool, right now."),
     )
     @action(detail=True, methods=["get"])
     def occupancy(self, request, slug=None):
+        gang = _gang_asked(request)
         pool = self.get_object()
-        return Response(OccupancySerializer(_occupancy_row(pool, pool_occupancy([pool.pk]).get(pool.pk))).data)
+        row = _occupancy_row(pool, pool_occupancy([pool.pk]).get(pool.pk), gang)
+        return Response(OccupancySerializer(row).data)
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):
@@ -182,7 +222,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
             Job.objects.filter(team=OuterRef("team"), pool=OuterRef("pool"))
             .holding_quota()
             .values("team")
-            .annotate(total=Sum("gpus"))
+            .annotate(total=Sum("total_gpus"))
             .values("total")
         )
         return (

@@ -246,7 +246,12 @@ def test_kueue_configuration_is_for_a_process_on_loopback_with_wait_for_pods_rea
     assert config["leaderElection"] == {"leaderElect": False}
     assert config["internalCertManagement"] == {"enable": False}
     assert config["manageJobsWithoutQueueName"] is False
-    assert config["waitForPodsReady"] == {"timeout": "90s", "blockAdmission": False}
+    assert config["waitForPodsReady"] == {
+        "timeout": "90s",
+        "blockAdmission": False,
+        # A gang evicted by the timeout is requeued after a backoff from its eviction (60 s, 120 s, ... ≤ 1 h).
+        "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 60, "backoffMaxSeconds": 3600},
+    }
     assert config["integrations"] == {"frameworks": ["batch/job"]}
     # Several reconciles at a time for Jobs and Workloads (one is controller-runtime's default).
     assert config["controller"]["groupKindConcurrency"]["Job.batch"] == 20

@@ -227,7 +227,8 @@ def test_kueue_is_healthy_after_up_with_its_webhooks_and_configuration(local_clu
     assert groups == {"batch", kueue.GROUP}
 
     config = yaml.safe_load(local_cluster.kueue.config_path.read_text())
-    assert config["waitForPodsReady"] == {"timeout": "5m", "blockAdmission": False}
+    assert config["waitForPodsReady"]["timeout"] == "5m"
+    assert config["waitForPodsReady"]["blockAdmission"] is False
     assert config["manageJobsWithoutQueueName"] is False
     assert config["integrations"]["frameworks"] == ["batch/job"]
     extensions = client.ApiextensionsV1Api(apis["core"].api_client)

@@ -34,7 +34,7 @@ def submit_from_the_form(
     page.get_by_label("Name", exact=True).fill(name)
     page.get_by_label("Image", exact=True).fill("registry.example.com/research/train:1.0")
     page.get_by_label("Command", exact=True).fill("python train.py --epochs 1")
-    page.get_by_label("GPUs", exact=True).fill(str(gpus))
+    page.get_by_label("GPUs per node", exact=True).fill(str(gpus))
     page.get_by_text("Advanced: environment and pod annotations").click()
     page.get_by_label("Pod annotations", exact=True).fill(f"{KWOK_DELAY}={runs_for}")
     preview = page.locator("#submit-preview")

@@ -374,7 +374,7 @@ def test_the_preview_names_what_is_wrong_once_typed_and_what_is_still_missing(cl
     typed = _form(image="", gpus="0")
     html = login(client, researcher).post(reverse("jobs:job_submit_preview"), typed, **HTMX).content.decode()
     assert "Still to fill in:</strong> Image" in html
-    assert "GPUs: Ensure this value is greater than or equal to 1." in html
+    assert "GPUs per node: Ensure this value is greater than or equal to 1." in html
     assert "This field is required" not in html
 
 

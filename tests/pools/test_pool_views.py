@@ -122,12 +122,14 @@ def test_fragmentation_table(client, researcher, pool):
     html = client.get(reverse("pools:pool_detail", args=["train"])).content.decode()
     assert "Largest free block: 3 GPUs on one node" in html
     rows = {
-        size: f'<tr><th scope="row">{label}</th><td class="num">{fits}</td><td class="num">{stranded}</td></tr>'
-        for size, label, fits, stranded in [
-            (1, "1 GPU", 5, "0 GPUs"),
-            (2, "2 GPUs", 2, "1 GPU"),
-            (4, "4 GPUs", 0, "5 GPUs"),
-            (8, "8 GPUs", 0, "5 GPUs"),
+        size: f'<tr><th scope="row">{label}</th><td class="num">{fits}</td><td class="num">{stranded}</td>'
+        f'<td class="num">{gang_nodes}</td></tr>'
+        # gang_nodes: nodes with at least `size` free GPUs, the largest multi-node job of that size that fits now.
+        for size, label, fits, stranded, gang_nodes in [
+            (1, "1 GPU", 5, "0 GPUs", 2),
+            (2, "2 GPUs", 2, "1 GPU", 2),
+            (4, "4 GPUs", 0, "5 GPUs", 0),
+            (8, "8 GPUs", 0, "5 GPUs", 0),
         ]
     }
     for row in rows.values():
