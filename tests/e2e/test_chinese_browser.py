@@ -29,7 +29,8 @@ from pools import services as pool_services
 from pools.models import Node, Pool
 from portal.choices import Role
 from tests.clusterkit import KWOK_DELAY, set_quota, wait_for
-from tests.english import english_phrases
+from tests.e2e.conftest import SCREENSHOTS
+from tests.english import english_phrases, english_words
 from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = [
@@ -41,10 +42,11 @@ PASSWORD = "pw-for-tests"
 IMAGE = "registry.example.com/research/train:1.0"
 
 # The page's words as a reader meets them: its visible text and the titles and labels a pointer or a screen reader
-# reads, without what is marked as another language and without the options of selects (teams and pools: data).
+# reads, without what is marked as another language, the options of selects (teams and pools: data) and
+# <noscript> (raw markup to a browser that runs scripts).
 PAGE_WORDS = """() => {
   const copy = document.body.cloneNode(true);
-  copy.querySelectorAll("script, style, [lang]:not([lang^=zh]), option").forEach((node) => node.remove());
+  copy.querySelectorAll("script, style, noscript, [lang]:not([lang^=zh]), option").forEach((node) => node.remove());
   const labels = [...copy.querySelectorAll("[title], [aria-label], [placeholder]")].map((node) =>
     [node.getAttribute("title"), node.getAttribute("aria-label"), node.getAttribute("placeholder")].join(" "));
   return [document.title, copy.innerText || copy.textContent, ...labels].join("\\n");
@@ -61,6 +63,17 @@ def chinese_page(browser):
     context.close()
 
 
+@pytest.fixture
+def shoot(chinese_page):
+    """Screenshots of the Chinese page (conftest's `shoot` takes its own English page, which stays blank here)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def shoot(name: str) -> None:
+        chinese_page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+    return shoot
+
+
 def data_words(team, *extra) -> tuple[str, ...]:
     pools = list(Pool.objects.values_list("name", flat=True))
     nodes = list(Node.objects.values_list("name", flat=True))
@@ -69,11 +82,12 @@ def data_words(team, *extra) -> tuple[str, ...]:
     return (team.name, team.slug, team.namespace, IMAGE, *pools, *nodes, *models, *jobs, *extra)
 
 
-def assert_no_english(page, data, what: str) -> None:
+def assert_no_english(page, data, what: str, *, word_by_word: bool = False) -> None:
+    """No English phrase in the page; `word_by_word`: not even one English word (codes shown raw, e.g. a state)."""
     page.wait_for_load_state("networkidle")
     words = page.evaluate(PAGE_WORDS)
     assert "<html" not in words
-    left = english_phrases(words, data)
+    left = english_words(words, data) if word_by_word else english_phrases(words, data)
     assert not left, f"{what}: English left in the Chinese page: {left}"
 
 
@@ -126,7 +140,7 @@ def walk_alert(page, base: str, alert: Alert, data, job_name: str) -> None:
     assert_no_english(page, data, "/alerts/ with a firing alert")
     page.goto(f"{base}/alerts/{alert.pk}/")
     expect(page.locator("main")).to_contain_text("等待启动的时间")
-    assert_no_english(page, data, "an alert's detail")
+    assert_no_english(page, data, "an alert's detail", word_by_word=True)
 
 
 def close_last_month(team) -> tuple:
@@ -223,7 +237,7 @@ def test_a_team_lead_who_reads_chinese_meets_no_english_sentence(
     pool = Pool.objects.get(slug="reserved-a800").name
     expect(page.locator("main")).to_contain_text(f"预留 {pool} 的 4 块 GPU，{start} → {this_month(month)} 00:00")
     expect(page.locator("main")).to_contain_text(f"{month.year}年{month.month}月")
-    assert_no_english(page, data, "a closed month's invoice")
+    assert_no_english(page, data, "a closed month's invoice", word_by_word=True)
     shoot("zh-05-closed-invoice")
     page.goto(f"{base}/teams/{cluster_team.slug}/")
     expect(page.get_by_role("heading", name="用量与配额、预留对比")).to_be_visible()
