@@ -1,4 +1,5 @@
 from django import forms
+from django.utils.formats import date_format
 from django.utils.translation import gettext_lazy as _
 
 from .periods import format_month, parse_month
@@ -11,7 +12,9 @@ class MonthForm(forms.Form):
 
     def __init__(self, *args, months, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["month"].choices = [(format_month(month), f"{month:%B %Y}") for month in months]
+        self.fields["month"].choices = [
+            (format_month(month), date_format(month, "YEAR_MONTH_FORMAT")) for month in months
+        ]
         self.months = months
 
     def chosen(self):

@@ -16,6 +16,7 @@ from jobs.models import Words
 from pools.models import Pool
 from portal.models import Team
 
+from . import wording
 from .choices import InvoiceStatus, LineKind, LineUnit, unit_label
 
 
@@ -298,8 +299,9 @@ class InvoiceLine(models.Model):
 
     @property
     def words(self) -> Words | None:
-        """The description as words (None for lines written before descriptions kept their msgid)."""
-        return Words(self.description_id, self.description_args) if self.description_id else None
+        """The description as words, its dates in the reader's format (None for lines written before descriptions
+        kept their msgid)."""
+        return wording.line_words(self.description_id, self.description_args) if self.description_id else None
 
     @property
     def description_in_words(self) -> str:

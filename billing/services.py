@@ -30,7 +30,7 @@ from jobs.models import Words
 from pools.models import Pool, Reservation
 from portal import audit
 
-from . import metering
+from . import metering, wording
 from .choices import InvoiceStatus, LineKind, LineUnit, unit_label
 from .models import ClosedMonth, DailyUsage, Invoice, InvoiceLine, MeteredDay, StaleDay, UsageInterval
 from .money import QUANTITY_PLACES, hourly_cost, hours, round_half_up, to_cents
@@ -164,7 +164,7 @@ class Charge:
 
     @property
     def description_in_words(self) -> str:
-        return str(self.words) if self.words else self.description
+        return str(wording.line_words(self.words.msgid, self.words.stored_args)) if self.words else self.description
 
     @property
     def unit_label(self) -> str:
@@ -234,12 +234,12 @@ def month_charges(
                 reservation_id=reservation.pk,
                 **_described(
                     Words(
-                        gettext_noop("Reservation of %(gpus)s GPUs in %(pool)s, %(start)s → %(end)s"),
+                        wording.RESERVATION_FEE,
                         {
                             "gpus": reservation.gpus,
                             "pool": reservation.pool.name,
-                            "start": f"{max(reservation.starts_at, start):%Y-%m-%d %H:%M}",
-                            "end": f"{min(reservation.ends_at, until):%Y-%m-%d %H:%M}",
+                            "start": wording.stored_datetime(max(reservation.starts_at, start)),
+                            "end": wording.stored_datetime(min(reservation.ends_at, until)),
                         },
                     )
                 ),
@@ -400,7 +400,7 @@ def _reconcile(*, closed: ClosedMonth, into_month: date, now: datetime) -> None:
                 reservation_id=template.reservation_id,
                 **_described(
                     Words(
-                        gettext_noop("Correction for %(month)s: %(what)s"),
+                        wording.CORRECTION,
                         {"month": format_month(month), "what": template.words or template.description},
                     )
                 ),

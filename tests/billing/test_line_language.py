@@ -9,8 +9,9 @@ from decimal import Decimal
 import pytest
 import time_machine
 from django.urls import reverse
+from django.utils import translation
 
-from billing import services
+from billing import services, wording
 from billing.choices import InvoiceStatus, LineKind
 from billing.models import Invoice, InvoiceLine
 from portal.choices import Role
@@ -20,7 +21,7 @@ from tests.factories import MembershipFactory, UserFactory
 pytestmark = pytest.mark.usefixtures("compiled_translations")
 MARCH = at(1).date()
 FEE_EN = "Reservation of 4 GPUs in A800 reserved, 2026-03-01 00:00 → 2026-04-01 00:00"
-FEE_ZH = "预留 A800 reserved 的 4 块 GPU，2026-03-01 00:00 → 2026-04-01 00:00"
+FEE_ZH = "预留 A800 reserved 的 4 块 GPU，2026年3月1日 00:00 → 2026年4月1日 00:00"  # dates in the reader's format
 
 
 def lead_reading(team, language):
@@ -92,7 +93,7 @@ def test_a_correction_names_the_line_it_corrects_in_the_readers_language(client,
     client.force_login(lead_reading(team, "zh-hans"))
     with time_machine.travel(at(5, month=4), tick=False):
         body = client.get(reverse("billing:team_billing", args=["alpha"]), {"month": "2026-04"}).content.decode()
-    assert "2026-03 的更正：A800 reserved 中超出预留的用量" in body
+    assert "2026年3月的更正：A800 reserved 中超出预留的用量" in body
 
 
 def test_a_line_written_before_descriptions_kept_their_words_shows_what_was_stored(client, team, reserved_pool):
@@ -106,3 +107,36 @@ def test_a_line_written_before_descriptions_kept_their_words_shows_what_was_stor
     client.force_login(lead_reading(team, "zh-hans"))
     body = client.get(reverse("billing:invoice_detail", args=["alpha", "2026-03"])).content.decode()
     assert "Overage above the reservation in A800 reserved" in body and "GPU·时" in body
+
+
+def test_the_dates_of_a_closed_line_follow_the_reader_while_its_stored_row_never_changes(client, team, closed_march):
+    fee = closed_march.lines.get(kind=LineKind.RESERVATION_FEE)
+    stored = InvoiceLine.objects.filter(pk=fee.pk).values("description", "description_args").get()
+    assert stored["description_args"]["start"] == "2026-03-01 00:00"  # kept as ISO text, as it always was
+    url = reverse("billing:invoice_detail", args=["alpha", "2026-03"])
+    client.force_login(lead_reading(team, "zh-hans"))
+    assert "2026年3月1日 00:00 → 2026年4月1日 00:00" in client.get(url).content.decode()
+    client.force_login(lead_reading(team, "en"))
+    assert FEE_EN in client.get(url).content.decode()  # English's format is the stored one
+    assert InvoiceLine.objects.filter(pk=fee.pk).values("description", "description_args").get() == stored
+
+
+def test_a_correction_says_its_month_and_the_corrected_lines_dates_in_the_readers_format(team, closed_march):
+    fee = closed_march.lines.get(kind=LineKind.RESERVATION_FEE)
+    correction = InvoiceLine(
+        description_id=wording.CORRECTION,
+        description_args={"month": "2026-03", "what": {"msgid": fee.description_id, "args": fee.description_args}},
+    )
+    with translation.override("zh-hans"):
+        assert correction.description_in_words == f"2026年3月的更正：{FEE_ZH}"
+    with translation.override("en"):
+        assert correction.description_in_words == f"Correction for March 2026: {FEE_EN}"
+
+
+def test_a_date_argument_that_does_not_parse_is_shown_as_stored(team):
+    line = InvoiceLine(
+        description_id=wording.RESERVATION_FEE,
+        description_args={"gpus": 2, "pool": "P", "start": "1 March", "end": "2026-04-01 00:00"},
+    )
+    with translation.override("zh-hans"):
+        assert line.description_in_words == "预留 P 的 2 块 GPU，1 March → 2026年4月1日 00:00"
