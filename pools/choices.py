@@ -30,3 +30,21 @@ QUOTA_REQUEST_TRANSITIONS: dict[str, frozenset[str]] = {
     QuotaRequestState.REJECTED: frozenset(),
     QuotaRequestState.WITHDRAWN: frozenset(),
 }
+
+
+class Lending(models.TextChoices):
+    """What a reservation lends to the other teams of its cohort while its own jobs leave GPUs idle."""
+
+    NONE = "none", _("Lend none")
+    IDLE = "idle", _("Lend idle GPUs")
+    PROTECT = "protect", _("Lend idle GPUs, keep some always protected")
+
+
+def lendable_gpus(*, gpus: int, lending: str, protected_gpus: int) -> int:
+    """How many of a reservation's `gpus` its team lets others borrow while idle (the ClusterQueue's lendingLimit for
+    the pool): none, all, or all but the protected ones."""
+    if lending == Lending.NONE:
+        return 0
+    if lending == Lending.PROTECT:
+        return max(0, gpus - protected_gpus)
+    return gpus

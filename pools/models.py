@@ -18,7 +18,7 @@ from django.utils.translation import gettext_lazy as _
 from cluster.kueue import MAX_FLAVOR_NODE_LABELS, MAX_FLAVOR_TOLERATIONS
 from portal.models import SLUG_VALIDATOR, Team
 
-from .choices import QUOTA_REQUEST_TRANSITIONS, PoolKind, QuotaRequestState, TaintEffect
+from .choices import QUOTA_REQUEST_TRANSITIONS, Lending, PoolKind, QuotaRequestState, TaintEffect, lendable_gpus
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Kubernetes label keys and values (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/).
@@ -239,6 +239,12 @@ class Reservation(models.Model):
         "portal.User", verbose_name=_("created by"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    # Lending (chosen by the team's leads; `pools.services.set_lending`, each change kept in `LendingChange` so that
+    # metering knows the setting at every moment). Default: lend idle GPUs, keep none protected.
+    lending = models.CharField(_("lending"), max_length=10, choices=Lending.choices, default=Lending.IDLE)
+    protected_gpus = models.PositiveIntegerField(
+        _("protected GPUs"), default=0, help_text=_("GPUs never lent, whatever the team's own jobs use.")
+    )
 
     objects = ReservationQuerySet.as_manager()
 
@@ -265,6 +271,11 @@ class Reservation(models.Model):
     def __str__(self) -> str:
         return f"{self.team} · {self.gpus} GPUs of {self.pool}"
 
+    @property
+    def lendable_gpus(self) -> int:
+        """GPUs of this reservation others may borrow while idle, under its current setting."""
+        return lendable_gpus(gpus=self.gpus, lending=self.lending, protected_gpus=self.protected_gpus)
+
     def clean(self) -> None:
         errors = {}
         if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
@@ -276,6 +287,31 @@ class Reservation(models.Model):
             }
         if errors:
             raise ValidationError(errors)
+
+
+class LendingChange(models.Model):
+    """A reservation's lending setting from `effective_from` on (until its next change). The setting at a moment is
+    that of the latest change at or before it; before its first change a reservation lends idle GPUs (the
+    default). Rows are only ever added."""
+
+    reservation = models.ForeignKey(
+        Reservation, verbose_name=_("reservation"), on_delete=models.CASCADE, related_name="lending_changes"
+    )
+    lending = models.CharField(_("lending"), max_length=10, choices=Lending.choices)
+    protected_gpus = models.PositiveIntegerField(_("protected GPUs"), default=0)
+    effective_from = models.DateTimeField(_("effective from"))
+    changed_by = models.ForeignKey(
+        "portal.User", verbose_name=_("changed by"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        verbose_name = _("lending change")
+        verbose_name_plural = _("lending changes")
+        ordering = ["reservation", "effective_from", "id"]
+        indexes = [models.Index(fields=["reservation", "effective_from"], name="pools_lending_change_at")]
+
+    def __str__(self) -> str:
+        return f"{self.reservation}: {self.get_lending_display()} from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
 class QuotaQuerySet(models.QuerySet):

@@ -20,9 +20,9 @@ from portal import audit
 from portal.models import Team
 
 from . import kueue, namespaces
-from .choices import QuotaRequestState
+from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
-from .models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
+from .models import LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,64 @@ def end_reservation(*, reservation: Reservation, ends_at: datetime, user=None) -
     )
     kueue.mark_changed()
     return reservation
+
+
+def can_set_lending(user, reservation: Reservation) -> bool:
+    """A lead of the reservation's team, or a platform admin."""
+    return Team.objects.led_by(user).filter(pk=reservation.team_id).exists()
+
+
+@transaction.atomic
+def set_lending(*, reservation: Reservation, lending: str, protected_gpus: int = 0, user=None, at=None) -> Reservation:
+    """Choose what `reservation` lends: none, its idle GPUs, or its idle GPUs but `protected_gpus` (lending
+    `protect`). Takes effect at once (`at`, default now): a `LendingChange` row from that moment (metering reads
+    them), the ClusterQueue's lendingLimit reprojected, the change audited. Only a lead of the team or an admin may
+    (`user` None: the system itself)."""
+    if user is not None and not can_set_lending(user, reservation):
+        raise ValidationError(_("Only a lead of the team or a platform admin may change what its reservation lends."))
+    if lending not in Lending.values:
+        raise ValidationError({"lending": _("Choose one of: %(choices)s.") % {"choices": ", ".join(Lending.values)}})
+    reservation = Reservation.objects.select_for_update().get(pk=reservation.pk)
+    if not isinstance(protected_gpus, int) or isinstance(protected_gpus, bool) or protected_gpus < 0:
+        raise ValidationError({"protected_gpus": _("Protected GPUs must be a whole number, zero or more.")})
+    if lending != Lending.PROTECT:
+        protected_gpus = 0
+    elif not 0 < protected_gpus <= reservation.gpus:
+        raise ValidationError(
+            {"protected_gpus": _("Protect between 1 and the reservation's %(gpus)d GPUs.") % {"gpus": reservation.gpus}}
+        )
+    if (reservation.lending, reservation.protected_gpus) == (lending, protected_gpus):
+        return reservation
+    before = audit.snapshot(reservation)
+    reservation.lending, reservation.protected_gpus = lending, protected_gpus
+    reservation.save(update_fields=["lending", "protected_gpus"])
+    LendingChange.objects.create(
+        reservation=reservation,
+        lending=lending,
+        protected_gpus=protected_gpus,
+        effective_from=at or timezone.now(),
+        changed_by=user,
+    )
+    audit.record(
+        actor=user,
+        action="reservation.set_lending",
+        instance=reservation,
+        before=before,
+        after=audit.snapshot(reservation),
+    )
+    kueue.mark_changed()
+    return reservation
+
+
+def lending_at(changes: list[LendingChange], at: datetime) -> tuple[str, int]:
+    """The (lending, protected GPUs) in force at `at` among one reservation's `changes` (ordered by
+    `effective_from`): the latest at or before it, else the default (lend idle GPUs, none protected)."""
+    setting = (Lending.IDLE, 0)
+    for change in changes:
+        if change.effective_from > at:
+            break
+        setting = (change.lending, change.protected_gpus)
+    return setting
 
 
 def _check_contract(*, pool: Pool, reservation: Reservation) -> None:
