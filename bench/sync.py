@@ -20,7 +20,7 @@ Sizes: ``--size default`` is 1,000 nodes and 10,000 pods; ``--size install`` is 
 nodes and 50,000 pods (16,000 of them GPU pods); ``--nodes`` / ``--pods`` override either.
 
 Usage: ``python bench/sync.py [--size default|install] [--repeat 3] [--lag-samples 200] [--relists 3] [--churn 10]
-[--keep]``.
+[--keep] [--reuse]``.
 It uses its own cluster state directory (.state/devcluster-bench-sync) and its own database
 (`<DATABASE_URL name>_syncbench`), so it never touches the development data. The last line printed is a JSON summary.
 """
@@ -53,11 +53,24 @@ def log(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def start_cluster(state_dir: Path, nodes: int):
+def start_cluster(state_dir: Path, nodes: int, *, reuse: bool = False):
+    """The benchmark's own local cluster with `nodes` nodes, started afresh — or, with `reuse`, the one a `--keep`
+    run left up in `state_dir` when it answers with as many nodes (its pods are kept too: none are created again)."""
     from devcluster import build, launcher
 
     build.ensure_built(log)
     cluster = launcher.Cluster(state_dir, progress=log)
+    if reuse and cluster.kubeconfig_path.exists():
+        try:
+            from kubernetes import client as k8s
+
+            found = k8s.CoreV1Api(cluster.api_client()).list_node(limit=1, _request_timeout=10)
+            present = len(found.items) + (found.metadata.remaining_item_count or 0)
+        except Exception:  # noqa: BLE001 - not up (or not answering): start afresh
+            present = 0
+        if present >= nodes:
+            log(f"reusing the cluster left up in {state_dir} ({present} nodes)")
+            return cluster
     cluster.down()
     cluster.up(scale_nodes=nodes)
     return cluster
@@ -321,6 +334,7 @@ def main() -> int:
     parser.add_argument("--churn", type=float, default=10.0, help="GPU pods deleted and re-created a second meanwhile")
     parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / "devcluster-bench-sync")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    parser.add_argument("--reuse", action="store_true", help="use the cluster a --keep run left running, if it is up")
     args = parser.parse_args()
     size_nodes, size_pods = SIZES[args.size]
     args.nodes = args.nodes or size_nodes
@@ -333,7 +347,7 @@ def main() -> int:
         [sys.executable, "manage.py", "seed_demo"], cwd=REPO_ROOT, env=env, check=True, stdout=subprocess.DEVNULL
     )
 
-    cluster = start_cluster(args.state_dir, args.nodes)
+    cluster = start_cluster(args.state_dir, args.nodes, reuse=args.reuse)
     env["KUBECONFIG"] = str(cluster.kubeconfig_path)
     os.environ.update(DATABASE_URL=url, KUBECONFIG=env["KUBECONFIG"], DJANGO_SETTINGS_MODULE="portal.settings.dev")
     import django
