@@ -55,7 +55,7 @@ def log(message: str) -> None:
 
 def start_cluster(state_dir: Path, nodes: int, *, reuse: bool = False):
     """The benchmark's own local cluster with `nodes` nodes, started afresh — or, with `reuse`, the one a `--keep`
-    run left up in `state_dir` when it answers with as many nodes (its pods are kept too: none are created again)."""
+    run left up in `state_dir` when it answers with exactly as many nodes (its pods are kept too: none are created again)."""
     from devcluster import build, launcher
 
     build.ensure_built(log)
@@ -68,7 +68,7 @@ def start_cluster(state_dir: Path, nodes: int, *, reuse: bool = False):
             present = len(found.items) + (found.metadata.remaining_item_count or 0)
         except Exception:  # noqa: BLE001 - not up (or not answering): start afresh
             present = 0
-        if present >= nodes:
+        if present == nodes:
             log(f"reusing the cluster left up in {state_dir} ({present} nodes)")
             return cluster
     cluster.down()
