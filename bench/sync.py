@@ -55,7 +55,7 @@ def log(message: str) -> None:
 
 def start_cluster(state_dir: Path, nodes: int, *, reuse: bool = False):
     """The benchmark's own local cluster with `nodes` nodes, started afresh — or, with `reuse`, the one a `--keep`
-    run left up in `state_dir` when it answers with exactly as many nodes (its pods are kept too: none are created again)."""
+    run left up in `state_dir` when it answers with exactly as many nodes (its pods are kept: none are made again)."""
     from devcluster import build, launcher
 
     build.ensure_built(log)
