@@ -18,6 +18,7 @@ from django.utils.translation import gettext as _
 from cluster.facts import NodeFacts
 from portal import audit
 from portal.models import Team
+from portal.retries import retry_on_conflict
 
 from . import kueue, namespaces
 from .choices import Lending, QuotaRequestState
@@ -198,6 +199,7 @@ def _check_contract(*, pool: Pool, reservation: Reservation) -> None:
         )
 
 
+@retry_on_conflict
 @transaction.atomic
 def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     """Set how many GPUs of `pool` `team` may use at once. It may not be below the team's reservation there now."""

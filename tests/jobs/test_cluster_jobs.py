@@ -39,7 +39,7 @@ def submit(team, pool_slug, *, gpus, runs_for="10m", name=None, **kwargs):
     return services.submit_job(team=team, pool=pool, user=team.researcher, spec=spec)
 
 
-def wait_state(job, state, timeout=40):
+def wait_state(job, state, timeout=90):
     wait_for(lambda: job_state(job.pk) == state, timeout=timeout, what=f"job #{job.pk} to be {state}")
     return Job.objects.get(pk=job.pk)
 
@@ -386,7 +386,7 @@ def test_pods_that_end_and_go_while_the_sync_is_away_are_billed_to_their_own_end
     runs = wait_state(submit(cluster_team, "reserved-a800", gpus=2, name="runs", runs_for="10m"), JobState.RUNNING)
     # Long enough to be seen running, and still running when the sync stops, on a loaded machine too.
     completes = wait_state(
-        submit(cluster_team, "reserved-a800", gpus=1, name="completes", runs_for="15s"), JobState.RUNNING
+        submit(cluster_team, "reserved-a800", gpus=1, name="completes", runs_for="30s"), JobState.RUNNING
     )
     wait_for(lambda: UsageInterval.objects.filter(job__in=[completes, runs]).count() == 2, what="both intervals open")
     uids = dict(UsageInterval.objects.filter(job__in=[completes, runs]).values_list("job_id", "pod_uid"))
@@ -394,6 +394,7 @@ def test_pods_that_end_and_go_while_the_sync_is_away_are_billed_to_their_own_end
     batch = client.batch()
     wait_for(
         lambda: (batch.read_namespaced_job(completes.job_name, cluster_team.namespace).status.succeeded or 0) == 1,
+        timeout=90,
         what="the short job to complete in the cluster",
     )
     # The portal has not seen it finish: the user may still cancel it, and cancels the other one too.
