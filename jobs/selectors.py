@@ -370,36 +370,11 @@ def manifest_preview(*, team: Team, pool: Pool, spec: JobSpec) -> str:
 
 def borrowable_gpus(pool: Pool, *, now=None) -> int:
     """GPUs of `pool` a team could borrow from the cohort right now: the pool's unreserved GPUs (what its
-    `pool-<slug>-unreserved` ClusterQueue holds in Kueue) minus what all teams already use above their own
-    reservations there."""
-    from django.db.models import Case, When
+    `pool-<slug>-unreserved` ClusterQueue holds in Kueue) plus what the pool's reservations lend while idle, minus
+    what teams already use of both (`pools.lending`)."""
+    from pools.lending import pool_lending
 
-    from pools.choices import PoolKind
-    from pools.kueue import gpus_per_node_by_pool
-    from pools.models import Reservation
-
-    now = now or timezone.now()
-    reserved = dict(
-        Reservation.objects.filter(pool=pool)
-        .active_at(now)
-        .values("team")
-        .annotate(total=Sum("gpus"))
-        .values_list("team", "total")
-    )
-    if pool.kind == PoolKind.RESERVED:
-        unreserved = max((pool.contracted_gpus or 0) - sum(reserved.values()), 0)
-    else:
-        unreserved = pool.max_nodes * gpus_per_node_by_pool().get(pool.pk, 0)
-    held = (
-        Job.objects.holding_quota()
-        .annotate(in_pool=Case(When(admitted_pool__isnull=False, then=F("admitted_pool")), default=F("pool")))
-        .filter(in_pool=pool.pk)
-        .values("team")
-        .annotate(total=Sum("total_gpus"))
-        .values_list("team", "total")
-    )
-    borrowed = sum(max(total - reserved.get(team_id, 0), 0) for team_id, total in held)
-    return max(unreserved - borrowed, 0)
+    return pool_lending([pool.pk], now=now)[pool.pk].borrowable
 
 
 def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
@@ -431,8 +406,8 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
     if to_borrow and to_borrow > borrowable_gpus(pool):
         outlook.start, outlook.position = "queued", 1
         outlook.start_text = _(
-            "Queued: it needs %(n)d GPUs above the team's reservation and %(pool)s's unreserved GPUs are in use; "
-            "Kueue admits it when enough of them are freed."
+            "Queued: it needs %(n)d GPUs above the team's reservation and %(pool)s's unreserved and lent GPUs are "
+            "in use; Kueue admits it when enough of them are freed."
         ) % {"n": to_borrow, "pool": pool.name}
         return outlook
     pool_ids = [pool.pk, *pool.spill_pools.values_list("pk", flat=True)]
