@@ -277,3 +277,14 @@ def gang_hint(fit: GangFit) -> str:
     if fit.fits:
         return _("%(needs)s: fits now (%(have)d have)") % {"needs": needs, "have": fit.nodes_with_room}
     return _("%(needs)s; %(have)d have") % {"needs": needs, "have": fit.nodes_with_room}
+
+
+def borrowed_note(gpus: int) -> str:
+    """What a job on borrowed GPUs is told (job page, list and API); "" for a job that borrows none."""
+    if not gpus:
+        return ""
+    return ngettext(
+        "On %(n)d borrowed GPU — may be preempted when the owner needs it back.",
+        "On %(n)d borrowed GPUs — may be preempted when the owner needs them back.",
+        gpus,
+    ) % {"n": gpus}
