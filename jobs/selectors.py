@@ -24,7 +24,7 @@ from pools.occupancy import GangFit, Occupancy, gang_fit, pool_occupancy
 from portal.models import Team, User
 
 from . import reasons
-from .choices import JobState, Placement
+from .choices import ADMITTED_STATES, JobState, Placement
 from .manifests import render, render_service
 from .models import Job, JobEvent, JobTemplate, Pod, Workload
 from .services import check_fits_limits, gpus_in_use, observed_state
@@ -496,7 +496,7 @@ def borrowed_gpus(jobs) -> dict[int, int]:
     pairs = {
         (job.team_id, job.admitted_pool_id)
         for job in jobs
-        if job.admitted_pool_id is not None and job.state in (JobState.ADMITTED, JobState.PENDING, JobState.RUNNING)
+        if job.admitted_pool_id is not None and job.state in ADMITTED_STATES
     }
     if not pairs:
         return {}
