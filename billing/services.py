@@ -54,10 +54,11 @@ def _lock() -> None:
 
 _INSERT_ROLLUPS = """
 INSERT INTO billing_dailyusage (team_id, pool_id, day, reserved_gpu_seconds, in_reservation_gpu_seconds,
-                                overage_gpu_seconds, spill_gpu_seconds, computed_at)
-SELECT team_id, pool_id, bucket, reserved, in_reservation, overage, spill, %(computed_at)s
+                                overage_gpu_seconds, spill_gpu_seconds, lent_gpu_seconds, borrowed_gpu_seconds,
+                                unreserved_gpu_seconds, computed_at)
+SELECT team_id, pool_id, bucket, reserved, in_reservation, overage, spill, lent, borrowed, unreserved, %(computed_at)s
 FROM ({metering}) metered
-WHERE reserved > 0 OR in_reservation > 0 OR overage > 0 OR spill > 0
+WHERE reserved > 0 OR in_reservation > 0 OR overage > 0 OR spill > 0 OR lent > 0
 """
 
 
@@ -179,7 +180,8 @@ def _described(words: Words | str) -> dict:
 
 
 def month_usage_seconds(*, month: date, team_ids: list[int] | None = None) -> dict[tuple[int, int], dict]:
-    """Σ of the month's daily rollups per (team id, pool id): exact GPU-seconds R, U, O and S."""
+    """Σ of the month's daily rollups per (team id, pool id): exact GPU-seconds R, U, O, S, lent, borrowed and
+    served by unreserved GPUs."""
     first = month
     last = next_month(month) - timedelta(days=1)
     rows = DailyUsage.objects.filter(day__gte=first, day__lte=last)
@@ -190,6 +192,9 @@ def month_usage_seconds(*, month: date, team_ids: list[int] | None = None) -> di
         in_reservation=Sum("in_reservation_gpu_seconds"),
         overage=Sum("overage_gpu_seconds"),
         spill=Sum("spill_gpu_seconds"),
+        lent=Sum("lent_gpu_seconds"),
+        borrowed=Sum("borrowed_gpu_seconds"),
+        unreserved=Sum("unreserved_gpu_seconds"),
     )
     return {(row["team_id"], row["pool_id"]): row for row in totals}
 
