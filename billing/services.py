@@ -218,8 +218,10 @@ def month_charges(
 ) -> dict[int, list[Charge]]:
     """The charges of `month` per team id, from the rollups and the reservations, counted up to `now`.
 
-    Reservation fees per reservation; overage (reserved pools) and spill (elastic and shared pools) per pool at
-    the pool's hourly price — or, for a key found in `prices` ({(team id, key): unit price}), at that price
+    Reservation fees per reservation; overage (reserved pools, borrowed GPU-hours included: the borrower pays them
+    as any overage) and spill (elastic and shared pools) per pool at the pool's hourly price; a credit (negative
+    amount) per reserved pool for the GPU-hours the team lent, at the pool's lending price — or, for a key found
+    in `prices` ({(team id, key): unit price}), at that price
     (adjustments keep the price the month was invoiced at).
     """
     prices = prices or {}
@@ -258,14 +260,21 @@ def month_charges(
     pools = Pool.objects.in_bulk({pool_id for _team, pool_id in usage})
     for (team_id, pool_id), row in sorted(usage.items(), key=lambda item: (item[0][0], pools[item[0][1]].name)):
         pool = pools[pool_id]
-        for kind, gpu_seconds, label in (
-            (LineKind.OVERAGE, row["overage"], gettext_noop("Overage above the reservation in %(pool)s")),
-            (LineKind.SPILL, row["spill"], gettext_noop("Spill into %(pool)s")),
+        for kind, gpu_seconds, label, default_price, sign in (
+            (
+                LineKind.OVERAGE,
+                row["overage"],
+                gettext_noop("Overage above the reservation in %(pool)s"),
+                pool.hourly_price_per_gpu,
+                1,
+            ),
+            (LineKind.SPILL, row["spill"], gettext_noop("Spill into %(pool)s"), pool.hourly_price_per_gpu, 1),
+            (LineKind.LENDING_CREDIT, row["lent"], wording.LENDING_CREDIT, pool.lending_price_per_gpu, -1),
         ):
             if not gpu_seconds:
                 continue
             key = f"{kind}:pool:{pool_id}"
-            price = prices.get((team_id, key), pool.hourly_price_per_gpu)
+            price = prices.get((team_id, key), default_price)
             charges[team_id].append(
                 Charge(
                     key=key,
@@ -276,7 +285,7 @@ def month_charges(
                     quantity=hours(gpu_seconds),
                     unit=GPU_HOURS,
                     unit_price=price,
-                    amount=hourly_cost(gpu_seconds, price),
+                    amount=sign * hourly_cost(gpu_seconds, price),
                 )
             )
     return dict(charges)
