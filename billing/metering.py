@@ -16,6 +16,16 @@ the period splits the segments at day boundaries and the result is grouped by da
 additive over disjoint periods, the days of a month add up exactly to the month metered in one go.
 
 Intervals without a team (pods the sync could not attribute) are not billed to anyone and are left out.
+
+Lending extends the same steps. Each reservation's lendable GPUs (its lending setting in force, from
+`pools_lendingchange`) is a third level of the team's step function, so lending changes are change points too.
+At each change point a team has an overage max(0, used − reserved) and idle lendable GPUs min(max(0, reserved −
+used), lendable); the changes of those (LAG) summed per pool give, on every pool segment, the pool's Σ overage,
+Σ idle lendable and Σ reserved. On a pool segment the overage the unreserved GPUs (contracted − Σ reserved) do
+not cover, up to Σ idle lendable, is borrowed: B whole GPUs, apportioned in whole GPUs by largest remainder to
+borrowers by overage and to lenders by idle lendable (ties: lower team id). Whole GPUs × exact seconds keep every
+figure an exact Decimal and make Σ lent = Σ borrowed hold per pool and segment, hence per day and month. Only pool
+segments where something is borrowed are joined with the teams' segments.
 """
 
 from dataclasses import dataclass
