@@ -86,16 +86,16 @@ events AS (
     {day_boundaries}
 ),
 changes AS (
-    SELECT team_id, pool_id, t, sum(used_delta) AS used_delta, sum(reserved_delta) AS reserved_delta,
-           sum(lendable_delta) AS lendable_delta
+    SELECT team_id, pool_id, t, sum(used_delta)::int AS used_delta, sum(reserved_delta)::int AS reserved_delta,
+           sum(lendable_delta)::int AS lendable_delta
     FROM events
     GROUP BY team_id, pool_id, t
 ),
 levels AS (
     SELECT c.team_id, c.pool_id, c.t, p.kind = 'reserved' AS in_reserved_pool, p.contracted_gpus,
-           sum(c.used_delta) OVER w AS used_gpus,
-           sum(c.reserved_delta) OVER w AS reserved_gpus,
-           sum(c.lendable_delta) OVER w AS lendable_gpus,
+           (sum(c.used_delta) OVER w)::int AS used_gpus,
+           (sum(c.reserved_delta) OVER w)::int AS reserved_gpus,
+           (sum(c.lendable_delta) OVER w)::int AS lendable_gpus,
            lead(c.t) OVER w AS t_next
     FROM changes c
     JOIN pools_pool p ON p.id = c.pool_id
@@ -130,17 +130,17 @@ team_lending AS (
 ),
 team_changes AS (
     SELECT pool_id, t, contracted_gpus,
-           over_gpus - lag(over_gpus, 1, 0::numeric) OVER wt AS over_delta,
-           lend_gpus - lag(lend_gpus, 1, 0::numeric) OVER wt AS lend_delta,
-           reserved_gpus - lag(reserved_gpus, 1, 0::numeric) OVER wt AS reserved_delta
+           over_gpus - lag(over_gpus, 1, 0) OVER wt AS over_delta,
+           lend_gpus - lag(lend_gpus, 1, 0) OVER wt AS lend_delta,
+           reserved_gpus - lag(reserved_gpus, 1, 0) OVER wt AS reserved_delta
     FROM team_lending
     WINDOW wt AS (PARTITION BY team_id, pool_id ORDER BY t)
 ),
 pool_levels AS (
     SELECT pool_id, t, contracted_gpus,
-           sum(sum(over_delta)) OVER wp AS over_gpus,
-           sum(sum(lend_delta)) OVER wp AS lend_gpus,
-           sum(sum(reserved_delta)) OVER wp AS reserved_gpus,
+           (sum(sum(over_delta)::int) OVER wp)::int AS over_gpus,
+           (sum(sum(lend_delta)::int) OVER wp)::int AS lend_gpus,
+           (sum(sum(reserved_delta)::int) OVER wp)::int AS reserved_gpus,
            lead(t) OVER wp AS t_next
     FROM team_changes
     GROUP BY pool_id, t, contracted_gpus
