@@ -7,11 +7,12 @@ The projection (PRODUCT.md, "What the cluster must look like"):
 - every team is a ClusterQueue `team-<slug>` in the cohort `reservoir`, open only to the team's namespace, with one
   resource group over nvidia.com/gpu, cpu and memory whose flavors are the reserved pools, then the elastic and
   shared pools (by slug within each kind). Per pool, GPUs: `nominalQuota` = the team's active reservation there,
-  `borrowingLimit` = its quota there minus that reservation, `lendingLimit` = 0 (nobody else may use a team's
-  reservation yet: lending is the next step);
+  `borrowingLimit` = its quota there minus that reservation, `lendingLimit` = what its reservations there lend
+  (each reservation's lending setting: none, all its GPUs, or all but the protected ones; Kueue lends only what
+  the team's own jobs leave unused, and keeps `nominal − lendingLimit` for the team alone);
 - every pool also has a ClusterQueue `pool-<slug>-unreserved` in the same cohort that no namespace can submit to:
-  it holds the GPUs nobody reserved and lends them all. A team's quota above its reservation is borrowed from it,
-  so the teams of a pool together never hold more than the pool has;
+  it holds the GPUs nobody reserved and lends them all. A team's quota above its reservation is borrowed from it and
+  from the lending teams of the pool, so the teams of a pool together never hold more than the pool has;
 - every team namespace has a LocalQueue `reservoir` pointing at the team's ClusterQueue;
 - WorkloadPriorityClasses reservoir-low / normal / high carry the same values as the pods' PriorityClasses.
 
@@ -82,11 +83,13 @@ class PoolFlavorSpec:
 
 @dataclass(frozen=True)
 class TeamPoolShare:
-    """A team's GPUs in one pool: its active reservation there and its quota (GPUs it may use at once)."""
+    """A team's GPUs in one pool: its active reservation there, its quota (GPUs it may use at once) and how many
+    of its reserved GPUs it lends to the cohort while its own jobs leave them idle (`lendable`, ≤ `reserved`)."""
 
     pool: str
     reserved: int = 0
     quota: int = 0
+    lendable: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
     """The team's ClusterQueue.
 
     GPUs per pool: nominal = the active reservation there, borrowingLimit = quota − reservation (never below 0),
-    lendingLimit = 0.
+    lendingLimit = the GPUs its reservations there lend (never above the nominal, which Kueue refuses).
 
     cpu and memory are not Kueue's to cap: the namespace's ResourceQuota does that, for everything in the
     namespace. But a flavor must list every covered resource, and Kueue admits nothing whose cpu or memory does
@@ -165,7 +168,10 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
 
     Preemption: within the team, a higher priority preempts a lower one (`withinClusterQueue: LowerPriority`) inside
     the team's reservation (its nominal quota); across teams, `reclaimWithinCohort: Any` lets a team take back only
-    quota that is lent out of its nominal (a workload inside its own team's nominal quota is never a candidate), and
+    quota that is lent out of its nominal: a lender whose job fits in its own nominal quota preempts, whatever
+    their priority, workloads of the teams that use more than their nominal quota in that pool (Kueue v0.17,
+    `classical/hierarchical_preemption.go`: only a ClusterQueue whose usage exceeds its nominal quota holds
+    candidates), so a workload inside its own team's nominal quota is never a candidate; and
     `borrowWithinCohort: Never` means a job that has to borrow never preempts: it waits. (`LowerPriority` with a
     threshold below every priority would let a borrowing job preempt its own team's lower ones, but with it Kueue
     v0.17 let later jobs pass a blocked head of a StrictFIFO queue — seen on the local cluster — and strict order
@@ -182,8 +188,9 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
         has_gpus = share.quota > 0 or share.reserved > 0
         gpus = str(share.reserved)
         borrowing = str(max(share.quota - share.reserved, 0))
+        lending = str(min(max(share.lendable, 0), share.reserved))
         flavors.append(
-            _flavor_quotas(pool.slug, gpus, borrowing, "0", cpu if has_gpus else "0", memory if has_gpus else "0")
+            _flavor_quotas(pool.slug, gpus, borrowing, lending, cpu if has_gpus else "0", memory if has_gpus else "0")
         )
     return _cluster_queue(
         name=cluster_queue_name(team.slug),

@@ -70,6 +70,7 @@ class JobManifestSpec:
     env: dict[str, str] = field(default_factory=dict)
     priority: int = 50
     max_run_seconds: int = 24 * 3600
+    termination_grace_seconds: int = 30  # the pods' terminationGracePeriodSeconds (time to checkpoint when stopped)
     backoff_limit: int = 0
     ttl_seconds_after_finished: int = 24 * 3600
     anti_affinity_group: str = ""
@@ -214,6 +215,7 @@ def render_job(spec: JobManifestSpec) -> dict:
     pod_spec = {
         "restartPolicy": "Never",
         "priorityClassName": priority_class_name(spec.priority),
+        "terminationGracePeriodSeconds": spec.termination_grace_seconds,
         "containers": [container],
         **scheduling_directives(spec),
         # Jobs never talk to the apiserver, and get the container runtime's default syscall filter.

@@ -17,7 +17,7 @@ from pools.models import Pool
 from portal.models import Team
 
 from .choices import Placement, Priority
-from .specs import JobSpec
+from .specs import DEFAULT_TERMINATION_GRACE_SECONDS, MAX_TERMINATION_GRACE_SECONDS, JobSpec
 
 # Spec field (as raised by validate_spec / check_fits_limits / submit_job) -> form field.
 SPEC_TO_FORM = {
@@ -30,6 +30,7 @@ SPEC_TO_FORM = {
     "spill_after_minutes": "spill_after_minutes",
     "priority": "priority",
     "max_run_minutes": "max_run_minutes",
+    "termination_grace_seconds": "termination_grace_seconds",
     "command": "command",
     "args": "command",
     "env": "env",
@@ -100,6 +101,17 @@ class JobSubmitForm(forms.Form):
     )
     max_run_minutes = forms.IntegerField(
         label=_("Maximum run time (minutes)"), min_value=1, initial=24 * 60, help_text=_("The job is stopped after it.")
+    )
+    termination_grace_seconds = forms.IntegerField(
+        label=_("Grace period when stopped (seconds)"),
+        required=False,
+        min_value=0,
+        max_value=MAX_TERMINATION_GRACE_SECONDS,
+        initial=DEFAULT_TERMINATION_GRACE_SECONDS,
+        help_text=_(
+            "Time the job has to checkpoint between the stop signal and the kill, when it is preempted (e.g. its "
+            "borrowed GPUs are reclaimed), cancelled or out of time."
+        ),
     )
     env = forms.CharField(
         label=_("Environment variables"),
@@ -248,6 +260,11 @@ class JobSubmitForm(forms.Form):
             spill_after_minutes=data["spill_after_minutes"] if data["placement"] == Placement.SPILL_AFTER else None,
             priority=data["priority"],
             max_run_minutes=data["max_run_minutes"],
+            termination_grace_seconds=(
+                DEFAULT_TERMINATION_GRACE_SECONDS
+                if data["termination_grace_seconds"] is None
+                else data["termination_grace_seconds"]
+            ),
             pod_annotations=data["pod_annotations"],
             volumes=data["volumes"],
             shm_gib=data["shm_gib"],
@@ -281,6 +298,7 @@ class JobSubmitForm(forms.Form):
             "spill_after_minutes": spec.get("spill_after_minutes"),
             "priority": spec.get("priority", Priority.NORMAL),
             "max_run_minutes": spec.get("max_run_minutes", 24 * 60),
+            "termination_grace_seconds": spec.get("termination_grace_seconds", DEFAULT_TERMINATION_GRACE_SECONDS),
             "env": _pairs_text(spec.get("env", {})),
             "pod_annotations": _pairs_text(spec.get("pod_annotations", {})),
             "volumes": "\n".join(

@@ -35,6 +35,7 @@ def manifest_spec(job: Job, *, soft: bool | None = None, suspend: bool = True) -
         env=dict(job.env),
         priority=job.priority,
         max_run_seconds=job.max_run_minutes * 60,
+        termination_grace_seconds=job.termination_grace_seconds,
         anti_affinity_group=job.anti_affinity_group,
         pod_annotations=dict(job.pod_annotations),
         ebcloud_annotations=settings.KUBE_WRITE_EBCLOUD_ANNOTATIONS,

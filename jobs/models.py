@@ -117,6 +117,12 @@ class Job(models.Model):
     max_run_minutes = models.PositiveIntegerField(
         _("maximum run time (minutes)"), default=24 * 60, validators=[MinValueValidator(1)]
     )
+    termination_grace_seconds = models.PositiveIntegerField(
+        _("termination grace period (seconds)"),
+        default=30,
+        validators=[MaxValueValidator(3600)],
+        help_text=_("Time a stopped pod (preempted, cancelled or out of time) has to checkpoint before it is killed."),
+    )
     state = models.CharField(_("state"), max_length=20, choices=JobState.choices, default=JobState.QUEUED)
     state_changed_at = models.DateTimeField(_("state changed"), default=timezone.now)
     created_at = models.DateTimeField(_("created"), default=timezone.now, db_index=True)

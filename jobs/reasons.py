@@ -277,3 +277,37 @@ def gang_hint(fit: GangFit) -> str:
     if fit.fits:
         return _("%(needs)s: fits now (%(have)d have)") % {"needs": needs, "have": fit.nodes_with_room}
     return _("%(needs)s; %(have)d have") % {"needs": needs, "have": fit.nodes_with_room}
+
+
+def borrowed_note(gpus: int) -> str:
+    """What a job on borrowed GPUs is told (job page, list and API); "" for a job that borrows none."""
+    if not gpus:
+        return ""
+    return ngettext(
+        "On %(n)d borrowed GPU — may be preempted when the owner needs it back.",
+        "On %(n)d borrowed GPUs — may be preempted when the owner needs them back.",
+        gpus,
+    ) % {"n": gpus}
+
+
+def waits_on_preemption(message: str) -> bool:
+    """Whether Kueue's message says it admits the workload once it has preempted others."""
+    return bool(_PREEMPTING.search(message))
+
+
+def reclaim_hint(seconds: int) -> str:
+    """The pending view's word for a lender's job whose GPUs are lent out: Kueue preempts the borrowers, whose pods
+    stop within their grace period."""
+    if seconds:
+        return _("waiting for lent GPUs to be reclaimed (≈ %(n)d s)") % {"n": seconds}
+    return _("waiting for lent GPUs to be reclaimed")
+
+
+def reclaim_reason(seconds: int) -> str:
+    """The same, as a sentence of the job page."""
+    if seconds:
+        return _(
+            "Waiting for lent GPUs to be reclaimed: Kueue preempts the jobs that borrowed them (≈ %(n)d s, their "
+            "grace period)."
+        ) % {"n": seconds}
+    return _("Waiting for lent GPUs to be reclaimed: Kueue preempts the jobs that borrowed them.")

@@ -24,7 +24,7 @@ from pools.occupancy import GangFit, Occupancy, gang_fit, pool_occupancy
 from portal.models import Team, User
 
 from . import reasons
-from .choices import JobState, Placement
+from .choices import ADMITTED_STATES, JobState, Placement
 from .manifests import render, render_service
 from .models import Job, JobEvent, JobTemplate, Pod, Workload
 from .services import check_fits_limits, gpus_in_use, observed_state
@@ -49,6 +49,7 @@ def jobs_for_list(user):
             "started_at",
             "finished_at",
             "node_name",
+            "admitted_pool",
             "team__name",
             "team__slug",
             "pool__name",
@@ -89,7 +90,12 @@ def waiting_reason(job: Job) -> str:
     workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()
     if workload is None:
         return job.pending_reason
-    return str(observed_state(job, workload)[2])
+    said = str(observed_state(job, workload)[2])
+    if job.state == JobState.QUEUED and workload.message:
+        waits = reclaim_waits([(job.team_id, job.pool_id, job.total_gpus, workload.message)])
+        if (job.team_id, job.pool_id) in waits:
+            said = f"{said}\n{reasons.reclaim_reason(waits[(job.team_id, job.pool_id)])}"
+    return said
 
 
 def timeline(job: Job) -> tuple[list[TimelineStep], list[JobEvent]]:
@@ -288,6 +294,9 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
     # Reasons are worded here, in the viewer's language, from what Kueue and the scheduler said (the job row keeps
     # the words of the sync process, in the default language).
     pool_names = {each.slug: each.name for each in pools.values()}
+    reclaims = reclaim_waits(
+        [(*row.team_pool, row.gpus, row.reason) for row in page if row.kind == "queued" and row.visible]
+    )
     for row in page:
         row.wait_seconds = max(int((now - row.since).total_seconds()), 0)
         name, placement, spilled = jobs.get(row.job_id, ("", "", False))
@@ -297,6 +306,8 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
             used, quota = in_use.get(team_pool, 0), quotas.get(team_pool, 0)
             row.reason = reasons.kueue_reason(row.reason, pool_names)
             row.hint = reasons.quota_hint(in_use=used, quota=quota, gpus=row.gpus, position=row.position)
+            if team_pool in reclaims:
+                row.hint = reasons.reclaim_hint(reclaims[team_pool])
         else:
             row.reason = reasons.plain_reason(row.reason)
             if row.pool is not None:
@@ -370,36 +381,11 @@ def manifest_preview(*, team: Team, pool: Pool, spec: JobSpec) -> str:
 
 def borrowable_gpus(pool: Pool, *, now=None) -> int:
     """GPUs of `pool` a team could borrow from the cohort right now: the pool's unreserved GPUs (what its
-    `pool-<slug>-unreserved` ClusterQueue holds in Kueue) minus what all teams already use above their own
-    reservations there."""
-    from django.db.models import Case, When
+    `pool-<slug>-unreserved` ClusterQueue holds in Kueue) plus what the pool's reservations lend while idle, minus
+    what teams already use of both (`pools.lending`)."""
+    from pools.lending import pool_lending
 
-    from pools.choices import PoolKind
-    from pools.kueue import gpus_per_node_by_pool
-    from pools.models import Reservation
-
-    now = now or timezone.now()
-    reserved = dict(
-        Reservation.objects.filter(pool=pool)
-        .active_at(now)
-        .values("team")
-        .annotate(total=Sum("gpus"))
-        .values_list("team", "total")
-    )
-    if pool.kind == PoolKind.RESERVED:
-        unreserved = max((pool.contracted_gpus or 0) - sum(reserved.values()), 0)
-    else:
-        unreserved = pool.max_nodes * gpus_per_node_by_pool().get(pool.pk, 0)
-    held = (
-        Job.objects.holding_quota()
-        .annotate(in_pool=Case(When(admitted_pool__isnull=False, then=F("admitted_pool")), default=F("pool")))
-        .filter(in_pool=pool.pk)
-        .values("team")
-        .annotate(total=Sum("total_gpus"))
-        .values_list("team", "total")
-    )
-    borrowed = sum(max(total - reserved.get(team_id, 0), 0) for team_id, total in held)
-    return max(unreserved - borrowed, 0)
+    return pool_lending([pool.pk], now=now)[pool.pk].borrowable
 
 
 def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
@@ -431,8 +417,8 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
     if to_borrow and to_borrow > borrowable_gpus(pool):
         outlook.start, outlook.position = "queued", 1
         outlook.start_text = _(
-            "Queued: it needs %(n)d GPUs above the team's reservation and %(pool)s's unreserved GPUs are in use; "
-            "Kueue admits it when enough of them are freed."
+            "Queued: it needs %(n)d GPUs above the team's reservation and %(pool)s's unreserved and lent GPUs are "
+            "in use; Kueue admits it when enough of them are freed."
         ) % {"n": to_borrow, "pool": pool.name}
         return outlook
     pool_ids = [pool.pk, *pool.spill_pools.values_list("pk", flat=True)]
@@ -489,3 +475,112 @@ def _gang_start(outlook: Outlook, *, pool: Pool, spec: JobSpec, home: Occupancy)
 
 def templates_for(user):
     return JobTemplate.objects.visible_to(user).select_related("team", "pool").order_by("team__name", "name")
+
+
+def borrowed_gpus(jobs) -> dict[int, int]:
+    """GPUs each of `jobs` holds above its team's reservation in a reserved pool: borrowed GPUs (the pool's
+    unreserved ones or another team's lent ones), which Kueue takes back when a lender's job needs them. Jobs not
+    holding quota, or inside the reservation, are not in the answer.
+
+    Kueue counts borrowing per team and pool, not per job: a team whose admitted jobs there hold more than its
+    reservation borrows the excess. Which of its jobs hold the excess is the portal's reading of Kueue's own
+    preemption order (it takes first the lowest priority, then the most recently admitted): the team's jobs in the
+    pool, by priority (highest first) and admission time (earliest first), fill the reservation; the ones beyond it
+    are on borrowed GPUs (a job straddling the line borrows part of its GPUs). Two queries, whatever the number of
+    jobs."""
+    from django.db.models import Case, Max, Q, When
+
+    from pools.choices import PoolKind
+    from pools.models import Reservation
+
+    pairs = {
+        (job.team_id, job.admitted_pool_id)
+        for job in jobs
+        if job.admitted_pool_id is not None and job.state in ADMITTED_STATES
+    }
+    if not pairs:
+        return {}
+    teams, pools = {team for team, _ in pairs}, {pool for _, pool in pairs}
+    reserved: dict[tuple[int, int], int] = {}
+    for team_id, pool_id, gpus in (
+        Reservation.objects.filter(team__in=teams, pool__in=pools, pool__kind=PoolKind.RESERVED)
+        .active_at(timezone.now())
+        .values_list("team", "pool", "gpus")
+    ):
+        reserved[(team_id, pool_id)] = reserved.get((team_id, pool_id), 0) + gpus
+    held = (
+        Job.objects.holding_quota()
+        .filter(team__in=teams, admitted_pool__in=pools, admitted_pool__kind=PoolKind.RESERVED)
+        .annotate(admitted_at=Max("workloads__admitted_at", filter=Q(workloads__finished=False)))
+        .annotate(known=Case(When(admitted_at__isnull=True, then=1), default=0))
+        .order_by("team", "admitted_pool", "-priority", "known", "admitted_at", "id")
+        .values_list("id", "team", "admitted_pool", "total_gpus")
+    )
+    borrowed: dict[int, int] = {}
+    filled: dict[tuple[int, int], int] = {}
+    for job_id, team_id, pool_id, gpus in held:
+        key = (team_id, pool_id)
+        if key not in pairs:
+            continue
+        before = filled.get(key, 0)
+        filled[key] = before + gpus
+        above = min(gpus, max(before + gpus - reserved.get(key, 0), 0))
+        if above:
+            borrowed[job_id] = above
+    return borrowed
+
+
+def reclaim_waits(waiting: list[tuple[int, int, int, str]]) -> dict[tuple[int, int], int]:
+    """Which queued jobs wait for lent GPUs to be reclaimed. `waiting` holds (team, pool, GPUs, Kueue's message) of
+    queued jobs; a job waits for a reclaim when Kueue admits it by preempting ("Pending the preemption of N
+    workload(s)") and it fits in its team's reservation in the pool with what the team already holds there (so
+    the GPUs it needs are its own, lent out). Answers, per such (team, pool), about how long the reclaim takes: the
+    longest grace period of the other teams' jobs on borrowed GPUs in the pool (their pods stop within it; 0 when
+    none is known). Five queries at most, none when no job waits on a preemption."""
+    from django.db.models import Case, When
+
+    from pools.models import Reservation
+
+    candidates = [(t, p, g) for t, p, g, message in waiting if message and reasons.waits_on_preemption(message)]
+    if not candidates:
+        return {}
+    teams, pools = {t for t, _, _ in candidates}, {p for _, p, _ in candidates}
+    reserved: dict[tuple[int, int], int] = {}
+    for team_id, pool_id, gpus in (
+        Reservation.objects.filter(team__in=teams, pool__in=pools)
+        .active_at(timezone.now())
+        .values_list("team", "pool", "gpus")
+    ):
+        reserved[(team_id, pool_id)] = reserved.get((team_id, pool_id), 0) + gpus
+    held = {
+        (team_id, pool_id): total
+        for team_id, pool_id, total in Job.objects.holding_quota()
+        .annotate(in_pool=Case(When(admitted_pool__isnull=False, then=F("admitted_pool")), default=F("pool")))
+        .filter(team__in=teams, in_pool__in=pools)
+        .values("team", "in_pool")
+        .annotate(total=Sum("total_gpus"))
+        .values_list("team", "in_pool", "total")
+    }
+    reclaiming = {
+        (team_id, pool_id)
+        for team_id, pool_id, gpus in candidates
+        if reserved.get((team_id, pool_id), 0)
+        and held.get((team_id, pool_id), 0) + gpus <= reserved[(team_id, pool_id)]
+    }
+    if not reclaiming:
+        return {}
+    running = list(
+        Job.objects.holding_quota()
+        .filter(admitted_pool__in={p for _, p in reclaiming})
+        .only("id", "team", "admitted_pool", "state", "termination_grace_seconds")
+    )
+    borrowed = borrowed_gpus(running)
+    waits = {}
+    for team_id, pool_id in reclaiming:
+        graces = [
+            job.termination_grace_seconds
+            for job in running
+            if job.pk in borrowed and job.admitted_pool_id == pool_id and job.team_id != team_id
+        ]
+        waits[(team_id, pool_id)] = max(graces, default=0)
+    return waits

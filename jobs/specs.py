@@ -22,6 +22,9 @@ ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A
 MAX_GPUS_PER_JOB = 64  # per pod (per node)
 MAX_NODES_PER_JOB = 64
 MAX_RETRIES = 10
+# A stopped pod's time to checkpoint (terminationGracePeriodSeconds): Kubernetes' default, and at most an hour.
+DEFAULT_TERMINATION_GRACE_SECONDS = 30
+MAX_TERMINATION_GRACE_SECONDS = 3600
 # Read by the NVIDIA container toolkit when it sets a container up: NVIDIA_VISIBLE_DEVICES=all would show the
 # container every GPU of its node, outside the quota and metering. The device plugin sets them; users never do.
 # CUDA_VISIBLE_DEVICES stays allowed: CUDA reads it inside the container and can only narrow the GPUs the
@@ -64,6 +67,9 @@ class JobSpec:
     secret_env: dict[str, dict] = field(default_factory=dict)
     nodes: int = 1  # pods, one per node, each with `gpus` GPUs
     retries: int = 0  # failed pods replaced before the job fails (the Job's backoffLimit)
+    # Seconds a pod has between SIGTERM and SIGKILL when it is stopped (preempted, cancelled, out of time): time for
+    # a checkpoint. The pods' terminationGracePeriodSeconds; Kubernetes' own default is 30.
+    termination_grace_seconds: int = DEFAULT_TERMINATION_GRACE_SECONDS
 
     @property
     def total_gpus(self) -> int:
@@ -168,6 +174,14 @@ def validate_spec(spec: JobSpec) -> None:
     _whole(spec.cpu_millicores, "cpu_millicores", errors, minimum=100, maximum=512_000, label=_("CPU"))
     _whole(spec.memory_mib, "memory_mib", errors, minimum=64, maximum=4 * 1024 * 1024, label=_("Memory"))
     _whole(spec.max_run_minutes, "max_run_minutes", errors, minimum=1, maximum=30 * 24 * 60, label=_("Run time"))
+    _whole(
+        spec.termination_grace_seconds,
+        "termination_grace_seconds",
+        errors,
+        minimum=0,
+        maximum=MAX_TERMINATION_GRACE_SECONDS,
+        label=_("Grace period"),
+    )
     if spec.placement not in Placement.values:
         errors["placement"] = _("Choose strict, soft or spill-after placement.")
     if spec.placement == Placement.SPILL_AFTER:

@@ -25,7 +25,7 @@ from pools.models import Pool
 from portal.htmx import render_page_or_partial
 from teamdata.selectors import usable_by_team
 
-from . import job_templates, selectors, services
+from . import job_templates, reasons, selectors, services
 from .choices import JobState
 from .filters import JobFilterSet
 from .forms import JobSubmitForm
@@ -61,6 +61,9 @@ def _querystring(request, **changes) -> str:
 def job_list(request):
     filterset = JobFilterSet(request.GET or None, queryset=selectors.jobs_for_list(request.user), request=request)
     page = Paginator(filterset.qs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    borrowed = selectors.borrowed_gpus(page.object_list)
+    for job in page.object_list:
+        job.borrowed_gpus = borrowed.get(job.pk, 0)
     context = {
         "filterset": filterset,
         "page": page,
@@ -78,7 +81,9 @@ def job_list(request):
 
 def _detail_context(job: Job) -> dict:
     steps, events = selectors.timeline(job)
+    job.borrowed_gpus = selectors.borrowed_gpus([job]).get(job.pk, 0)
     return {
+        "borrowed_note": reasons.borrowed_note(job.borrowed_gpus),
         "job": job,
         "steps": steps,
         "events": events,

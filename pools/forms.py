@@ -7,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.models import Team
 
+from .choices import Lending
 from .models import Pool, Quota
 
 
@@ -39,6 +40,37 @@ class QuotaRequestForm(forms.Form):
                 "gpus": quotas.get(pool.pk, 0),
             }
         )
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        """Place a service's ValidationError beside the fields it names (the rest above the form)."""
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for field, messages in error.message_dict.items():
+            self.add_error(field if field in self.fields else None, messages)
+
+
+class LendingForm(forms.Form):
+    """A reservation's lending setting, on the team page (one form per reservation, its fields prefixed by the
+    reservation's id). The rules are `pools.services.set_lending`'s."""
+
+    lending = forms.ChoiceField(label=_("Lending"), choices=Lending.choices)
+    protected_gpus = forms.IntegerField(
+        label=_("Protected GPUs"),
+        required=False,
+        min_value=0,
+        max_value=1_000_000,
+        help_text=_("With “keep some protected”: GPUs never lent, whatever the team's own jobs use."),
+    )
+
+    def __init__(self, *args, reservation, **kwargs):
+        kwargs.setdefault("label_suffix", "")
+        kwargs.setdefault("prefix", f"r{reservation.pk}")
+        kwargs.setdefault(
+            "initial", {"lending": reservation.lending, "protected_gpus": reservation.protected_gpus or None}
+        )
+        super().__init__(*args, **kwargs)
+        self.reservation = reservation
 
     def add_service_errors(self, error: ValidationError) -> None:
         """Place a service's ValidationError beside the fields it names (the rest above the form)."""

@@ -11,9 +11,9 @@ A hand edit is put back and audited, as for team namespaces: drift is a differen
 last wrote (a digest per object in `KueueProjection.applied_digests`), not a change of the portal's own rows.
 
 When it runs:
-- on every change of pools, reservations, quotas, namespace limits and teams: the service that writes the change
-  calls `mark_changed()`, which, once the transaction is committed, bumps the desired version and sends the
-  reconcile task (a change rolled back sends nothing);
+- on every change of pools, reservations (their lending setting too), quotas, namespace limits and teams: the
+  service that writes the change calls `mark_changed()`, which, once the transaction is committed, bumps the
+  desired version and sends the reconcile task (a change rolled back sends nothing);
 - every minute (beat): puts back hand edits and anything a failed attempt left behind;
 - at reservation boundaries. A reservation that starts or ends changes nominal quotas at that moment, though no
   row changes. Every few seconds (beat, `pools.beat.KUEUE_BOUNDARY_CHECK_SECONDS`) one indexed query asks whether any
@@ -117,10 +117,10 @@ def desired_specs(now: datetime) -> tuple[list[render.PoolFlavorSpec], list[rend
     ]
     slugs = {pool.pk: pool.slug for pool in pools}
     shares: dict[int, dict[str, dict]] = {}
-    for team_id, pool_id, gpus in (
-        active.values("team", "pool").annotate(total=Sum("gpus")).values_list("team", "pool", "total")
-    ):
-        shares.setdefault(team_id, {}).setdefault(slugs[pool_id], {})["reserved"] = gpus
+    for reservation in active.only("team", "pool", "gpus", "lending", "protected_gpus"):
+        share = shares.setdefault(reservation.team_id, {}).setdefault(slugs[reservation.pool_id], {})
+        share["reserved"] = share.get("reserved", 0) + reservation.gpus
+        share["lendable"] = share.get("lendable", 0) + reservation.lendable_gpus
     for team_id, pool_id, gpus in Quota.objects.values_list("team", "pool", "max_gpus"):
         shares.setdefault(team_id, {}).setdefault(slugs[pool_id], {})["quota"] = gpus
     limits = {row.team_id: row for row in NamespaceLimits.objects.all()}
@@ -136,7 +136,12 @@ def desired_specs(now: datetime) -> tuple[list[render.PoolFlavorSpec], list[rend
                 memory_mib=team_limits.requests_memory_mib,
                 queueing_strategy=team.queueing_strategy,
                 shares=tuple(
-                    render.TeamPoolShare(pool=slug, reserved=values.get("reserved", 0), quota=values.get("quota", 0))
+                    render.TeamPoolShare(
+                        pool=slug,
+                        reserved=values.get("reserved", 0),
+                        quota=values.get("quota", 0),
+                        lendable=values.get("lendable", 0),
+                    )
                     for slug, values in sorted(shares.get(team.pk, {}).items())
                 ),
             )

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from portal.models import Team
 
+from .lending import pool_lending, reservation_lending
 from .models import Pool, Reservation
 from .occupancy import JOB_SIZES, Occupancy, pool_occupancy
 
@@ -59,6 +60,8 @@ class PoolCard:
     nodes: list[NodeStrip]
     dcgm_util_percent: int | None = None
     dcgm_at: datetime | None = None
+    lent_now: int = 0  # GPUs of the pool's reservations other teams borrow now (pools.lending)
+    lending: list["ReservationLending"] = field(default_factory=list)  # the viewer's teams' reservations here
 
     @property
     def contracted(self) -> int | None:
@@ -213,6 +216,13 @@ def pool_cards(user, *, pools=None, other_label: str = "another team") -> tuple[
     )
     month = _month_usage(now)
     dcgm = _dcgm_utilisation(pool_ids, now)
+    lending = pool_lending(pool_ids, now=now)
+    rows = reservations_lending(
+        Reservation.objects.filter(pool_id__in=pool_ids, team__in=Team.objects.visible_to(user)),
+        lending,
+        now=now,
+        user=user,
+    )
     cards = []
     for pool in pools:
         month_reserved, month_used = month.get(pool.pk, (Decimal("0.0"), Decimal("0.0")))
@@ -226,9 +236,51 @@ def pool_cards(user, *, pools=None, other_label: str = "another team") -> tuple[
                 nodes=strips.get(pool.pk, []),
                 dcgm_util_percent=round(dcgm[pool.pk][0]) if pool.pk in dcgm else None,
                 dcgm_at=dcgm[pool.pk][1] if pool.pk in dcgm else None,
+                lent_now=lending[pool.pk].from_lenders if pool.is_reserved and pool.pk in lending else 0,
+                lending=[row for row in rows if row.reservation.pool_id == pool.pk],
             )
         )
     return cards, key
+
+
+@dataclass
+class ReservationLending:
+    """One reservation's lending as the team page and the pool card show it."""
+
+    reservation: Reservation
+    active: bool
+    lent_gpus: int = 0
+    borrowing_teams: int = 0
+    can_change: bool = False
+
+
+def reservations_lending(reservations, lending: dict, *, now: datetime, user=None) -> list[ReservationLending]:
+    """The active and coming reservations among `reservations` (team and pool loaded), each with what it lends now
+    (`pools.lending.reservation_lending`: GPUs that teams borrowing beyond the pool's unreserved GPUs hold of it, and
+    how many teams borrow in the pool). With `user`, whether that user may change the setting."""
+    current = list(
+        reservations.filter(ends_at__gt=now).select_related("team", "pool").order_by("pool__name", "starts_at", "id")
+    )
+    active = [r for r in current if r.starts_at <= now]
+    lent = reservation_lending(active, lending)
+    led = set(Team.objects.led_by(user).values_list("pk", flat=True)) if user is not None else set()
+    return [
+        ReservationLending(
+            reservation=reservation,
+            active=reservation.starts_at <= now,
+            can_change=reservation.team_id in led,
+            **lent.get(reservation.pk, {}),
+        )
+        for reservation in current
+    ]
+
+
+def team_lending(team: Team, user, *, now: datetime | None = None) -> list[ReservationLending]:
+    """The team's active and coming reservations with their lending now, for its page."""
+    now = now or timezone.now()
+    reservations = Reservation.objects.filter(team=team)
+    pool_ids = list(reservations.filter(ends_at__gt=now).values_list("pool", flat=True).distinct())
+    return reservations_lending(reservations, pool_lending(pool_ids, now=now), now=now, user=user)
 
 
 # Request state -> CSS class of its badge (the job state colours of reservoir.css).

@@ -18,6 +18,11 @@ portal_patterns = (
         path("teams/<slug:slug>/", views.team_detail, name="team_detail"),
         path("teams/<slug:slug>/quota-requests/", views.team_quota_request, name="team_quota_request"),
         path(
+            "teams/<slug:slug>/reservations/<int:pk>/lending/",
+            views.team_reservation_lending,
+            name="team_reservation_lending",
+        ),
+        path(
             "teams/<slug:slug>/quota-requests/<int:pk>/withdraw/",
             views.team_quota_request_withdraw,
             name="team_quota_request_withdraw",

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.http import Http404, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
@@ -13,8 +14,8 @@ from django.views.decorators.http import require_POST
 
 from pools import selectors as pool_selectors
 from pools import services as pool_services
-from pools.forms import QuotaRequestForm
-from pools.models import QuotaRequest
+from pools.forms import LendingForm, QuotaRequestForm
+from pools.models import QuotaRequest, Reservation
 from teamdata import selectors as teamdata_selectors
 
 from . import preferences, selectors
@@ -83,11 +84,28 @@ def team_list(request):
     return render(request, "portal/team_list.html", context)
 
 
-def _team_page(request, team: Team, *, form: QuotaRequestForm | None = None, status: int = 200):
-    """The team page, with the quota request form (a fresh one, or `form` as posted with its errors)."""
+def _team_page(
+    request,
+    team: Team,
+    *,
+    form: QuotaRequestForm | None = None,
+    lending_form: LendingForm | None = None,
+    status: int = 200,
+):
+    """The team page, with the quota request form (a fresh one, or `form` as posted with its errors) and a lending
+    form per reservation the user may change (fresh, or `lending_form` as posted with its errors)."""
     user = request.user
     is_lead = team.memberships.filter(user=user, role=Role.LEAD).exists()
+    lending = pool_selectors.team_lending(team, user)
+    for row in lending:
+        if not row.can_change:
+            row.form = None
+        elif lending_form is not None and lending_form.reservation.pk == row.reservation.pk:
+            row.form = lending_form
+        else:
+            row.form = LendingForm(reservation=row.reservation)
     context = {
+        "lending": lending,
         "team": team,
         **selectors.team_usage(team, now=timezone.now()),
         **pool_selectors.team_quota_requests(team),
@@ -129,6 +147,35 @@ def team_quota_request(request, slug: str):
             )
             return redirect("portal:team_detail", slug=team.slug)
     return _team_page(request, team, form=form, status=400)
+
+
+@login_required
+@require_POST
+def team_reservation_lending(request, slug: str, pk: int):
+    """A lead chooses what a reservation of the team lends; on an error the page comes back with the form as typed
+    (400)."""
+    team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
+    reservation = get_object_or_404(Reservation.objects.filter(team=team), pk=pk)
+    form = LendingForm(request.POST, reservation=reservation)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            reservation = pool_services.set_lending(
+                reservation=reservation,
+                lending=data["lending"],
+                protected_gpus=data["protected_gpus"] or 0,
+                user=request.user,
+            )
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            messages.success(
+                request,
+                _("%(pool)s: %(setting)s. Kueue has it within seconds.")
+                % {"pool": reservation.pool.name, "setting": reservation.get_lending_display()},
+            )
+            return redirect(f"{reverse('portal:team_detail', args=[team.slug])}#lending")
+    return _team_page(request, team, lending_form=form, status=400)
 
 
 @login_required

@@ -126,3 +126,13 @@ def cluster_team(portal_cluster):
 
 def set_quota(team, pool, gpus):
     return pool_services.set_quota(team=team, pool=pool, max_gpus=gpus)
+
+
+def lend_none(pool) -> None:
+    """The pool's reservations lend nothing (the demo's lend their idle GPUs by default): what a borrower may get
+    there is the pool's unreserved GPUs only, as before lending."""
+    from pools.choices import Lending
+    from pools.models import Reservation
+
+    for reservation in Reservation.objects.filter(pool=pool):
+        pool_services.set_lending(reservation=reservation, lending=Lending.NONE)

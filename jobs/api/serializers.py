@@ -9,7 +9,8 @@ from portal.models import Team
 
 from ..choices import Placement, Priority
 from ..models import Job, JobEvent
-from ..specs import MAX_GPUS_PER_JOB, MAX_NODES_PER_JOB, MAX_RETRIES, JobSpec
+from ..reasons import borrowed_note
+from ..specs import MAX_GPUS_PER_JOB, MAX_NODES_PER_JOB, MAX_RETRIES, MAX_TERMINATION_GRACE_SECONDS, JobSpec
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -21,6 +22,21 @@ class JobSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text=_("The pool Kueue admitted the job in (its flavor); null while queued."),
     )
+    borrowed_gpus = serializers.SerializerMethodField(
+        help_text=_(
+            "GPUs the job holds above its team's reservation, borrowed in the pool's cohort: Kueue may preempt the "
+            "job when the owner needs them back. 0 when it holds none."
+        )
+    )
+    borrowed_note = serializers.SerializerMethodField(
+        help_text=_("In the reader's language, what `borrowed_gpus` means for the job; empty when it borrows none.")
+    )
+
+    def get_borrowed_gpus(self, job) -> int:
+        return self.context.get("borrowed_gpus", {}).get(job.pk, 0)
+
+    def get_borrowed_note(self, job) -> str:
+        return borrowed_note(self.get_borrowed_gpus(job))
 
     class Meta:
         model = Job
@@ -47,6 +63,8 @@ class JobSerializer(serializers.ModelSerializer):
             "preemptions",
             "nodes",
             "total_gpus",
+            "borrowed_gpus",
+            "borrowed_note",
         ]
         read_only_fields = fields
 
@@ -92,6 +110,7 @@ class JobDetailSerializer(JobSerializer):
             "env",
             "spill_after_minutes",
             "max_run_minutes",
+            "termination_grace_seconds",
             "anti_affinity_group",
             "pod_annotations",
             "spilled",
@@ -132,6 +151,16 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
     max_run_minutes = WholeNumberField(label_text=str(_("Run time")), required=False, max_value=30 * 24 * 60)
+    termination_grace_seconds = WholeNumberField(
+        label_text=str(_("Grace period")),
+        required=False,
+        min_value=0,
+        max_value=MAX_TERMINATION_GRACE_SECONDS,
+        help_text=_(
+            "Seconds a stopped pod (preempted, cancelled or out of time) has to checkpoint before it is killed "
+            "(default 30)."
+        ),
+    )
     anti_affinity_group = serializers.CharField(max_length=63, required=False, allow_blank=True)
     pod_annotations = serializers.DictField(
         child=serializers.CharField(allow_blank=True, max_length=4096), required=False

@@ -29,7 +29,7 @@ def _detail(job: Job) -> dict:
     job.queue_position = services.queue_position(job)
     gang = selectors.pods_of(job)
     job.pods_running, job.pod_rows = gang.running, gang.pods
-    return JobDetailSerializer(job).data
+    return JobDetailSerializer(job, context={"borrowed_gpus": selectors.borrowed_gpus([job])}).data
 
 
 def _committed(job: Job, status_code: int) -> Response:
@@ -69,6 +69,15 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         if self.action == "create":
             return JobSubmitSerializer
         return JobSerializer if self.action == "list" else JobDetailSerializer
+
+    def list(self, request, *args, **kwargs):
+        """The page of jobs, each with the GPUs it borrows (one computation for the page)."""
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        rows = list(page if page is not None else queryset)
+        context = {**self.get_serializer_context(), "borrowed_gpus": selectors.borrowed_gpus(rows)}
+        data = JobSerializer(rows, many=True, context=context).data
+        return self.get_paginated_response(data) if page is not None else Response(data)
 
     def retrieve(self, request, *args, **kwargs):
         return Response(_detail(self.get_object()))

@@ -3,11 +3,12 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api.base import FullCleanMixin, GpuField
+from portal.api.base import FullCleanMixin, GpuField, WholeNumberField
 from portal.api.serializers import TeamSlugField
 from portal.models import Team
 
 from .. import kueue
+from ..choices import Lending
 from ..models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation, TeamNamespace
 from ..occupancy import JOB_SIZES
 
@@ -159,6 +160,9 @@ class ReservationSerializer(serializers.ModelSerializer):
         help_text=_("Default: the pool's monthly price per GPU."),
     )
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    lendable_gpus = serializers.IntegerField(
+        read_only=True, help_text=_("GPUs of the reservation other teams may borrow while the team leaves them idle.")
+    )
 
     class Meta:
         model = Reservation
@@ -172,8 +176,27 @@ class ReservationSerializer(serializers.ModelSerializer):
             "monthly_price_per_gpu",
             "created_by",
             "created_at",
+            "lending",
+            "protected_gpus",
+            "lendable_gpus",
         ]
-        read_only_fields = ["id", "created_by", "created_at"]
+        read_only_fields = ["id", "created_by", "created_at", "lending", "protected_gpus", "lendable_gpus"]
+
+
+class ReservationLendingSerializer(serializers.Serializer):
+    lending = serializers.ChoiceField(
+        choices=Lending.choices,
+        help_text=_(
+            "none: lend nothing; idle: lend the GPUs the team leaves idle; protect: the same, but never the "
+            "protected_gpus."
+        ),
+    )
+    protected_gpus = WholeNumberField(
+        label_text=str(_("Protected GPUs")),
+        required=False,
+        min_value=0,
+        help_text=_("With lending protect: GPUs never lent (1 to the reservation's GPUs)."),
+    )
 
 
 class ReservationEndSerializer(serializers.Serializer):

@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 
 from jobs.models import Job
@@ -38,6 +39,7 @@ from .serializers import (
     QuotaRequestSerializer,
     QuotaSerializer,
     ReservationEndSerializer,
+    ReservationLendingSerializer,
     ReservationSerializer,
 )
 
@@ -188,6 +190,32 @@ class ReservationViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, views
 
     def perform_create(self, serializer):
         serializer.instance = services.create_reservation(**serializer.validated_data, user=self.request.user)
+
+    @extend_schema(
+        request=ReservationLendingSerializer,
+        responses=ReservationSerializer,
+        description=gettext_lazy(
+            "Choose what the reservation lends to other teams while its GPUs are idle: none, idle, or protect (all "
+            "but protected_gpus). Leads of the reservation's team and platform admins; it reaches Kueue at once "
+            "(the team ClusterQueue's lendingLimit) and is audited."
+        ),
+    )
+    @action(detail=True, methods=["post"], permission_classes=[IsAuthenticated])
+    def lending(self, request, pk=None):
+        reservation = self.get_object()
+        if not services.can_set_lending(request.user, reservation):
+            raise exceptions.PermissionDenied(
+                _("Only a lead of the team or a platform admin may change what its reservation lends.")
+            )
+        change = ReservationLendingSerializer(data=request.data)
+        change.is_valid(raise_exception=True)
+        reservation = services.set_lending(
+            reservation=reservation,
+            lending=change.validated_data["lending"],
+            protected_gpus=change.validated_data.get("protected_gpus") or 0,
+            user=request.user,
+        )
+        return Response(ReservationSerializer(reservation).data)
 
     @extend_schema(
         request=ReservationEndSerializer,

@@ -129,6 +129,13 @@ MATRIX = [
         lambda w: {"ends_at": timezone.now() + timedelta(days=10)},
         admin_only_write(200, outsider=404),
     ),
+    (
+        "reservation lending",
+        "post",
+        lambda w: f"/api/v1/reservations/{_alpha_reservation(w)}/lending/",
+        lambda w: {"lending": "protect", "protected_gpus": 1},
+        {ANON: 401, OUTSIDER: 404, RESEARCHER: 403, LEAD: 200, ADMIN: 200},
+    ),
     ("quotas list", "get", lambda w: "/api/v1/quotas/", None, everyone(200)),
     ("quota read", "get", lambda w: f"/api/v1/quotas/{_alpha_quota(w)}/", None, members(200)),
     (

@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from jobs.manifests import render
 from jobs.models import Job
 from pools.models import Quota, Reservation
 from tests.factories import JobFactory, PoolFactory, QuotaFactory, ReservationFactory
@@ -70,6 +71,25 @@ def test_malformed_image_reference_is_refused(api, researcher, team, pool):
     assert response.status_code == 400
     assert "is not an image reference" in response.json()["image"][0]
     assert not Job.objects.exists()
+
+
+def test_a_jobs_grace_period_is_whole_seconds_up_to_an_hour_and_reaches_its_pods(api, researcher, team, pool):
+    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    client = api(researcher)
+    body = {"team": "alpha", "pool": "train", "image": "registry.example.com/t/train:1.0", "gpus": 1}
+    for wrong in (-1, 3601, 1.5, "soon"):
+        wrong_body = {**body, "name": "t", "termination_grace_seconds": wrong}
+        response = client.post("/api/v1/jobs/", wrong_body, format="json")
+        assert response.status_code == 400, wrong
+        assert "termination_grace_seconds" in response.json()
+    assert not Job.objects.exists()
+    response = client.post("/api/v1/jobs/", {**body, "name": "ckpt", "termination_grace_seconds": 600}, format="json")
+    assert response.status_code == 201 and response.json()["termination_grace_seconds"] == 600
+    job = Job.objects.get(pk=response.json()["id"])
+    assert render(job)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 600
+    default = client.post("/api/v1/jobs/", {**body, "name": "plain"}, format="json").json()
+    assert default["termination_grace_seconds"] == 30 and default["borrowed_gpus"] == 0
+    assert default["borrowed_note"] == ""
 
 
 def test_submit_answers_201_with_state_and_queue_position(api, researcher, team, pool):

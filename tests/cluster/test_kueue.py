@@ -107,6 +107,28 @@ def test_gpus_nominal_is_the_reservation_and_the_quota_above_it_is_borrowed():
         }
 
 
+def test_gpus_lent_are_the_lendable_gpus_of_the_teams_reservations_never_above_its_nominal():
+    def lending(share: TeamPoolShare) -> str:
+        team = TeamQueueSpec(slug="x", namespace="team-x", cpu_millicores=1000, memory_mib=1024, shares=(share,))
+        flavor = render_team_cluster_queue(team, [TRAINING])["spec"]["resourceGroups"][0]["flavors"][0]
+        gpu = quotas(flavor)["nvidia.com/gpu"]
+        assert gpu["nominalQuota"] == str(share.reserved)
+        assert quotas(flavor)["cpu"]["lendingLimit"] == "0"  # cpu and memory never move
+        return gpu["lendingLimit"]
+
+    assert lending(TeamPoolShare("training", reserved=8, quota=8, lendable=8)) == "8"  # lend idle GPUs
+    assert lending(TeamPoolShare("training", reserved=8, quota=8, lendable=6)) == "6"  # keep 2 protected
+    assert lending(TeamPoolShare("training", reserved=8, quota=8, lendable=0)) == "0"  # lend none
+    assert lending(TeamPoolShare("training", reserved=4, quota=4, lendable=9)) == "4"  # Kueue refuses more than nominal
+    assert lending(TeamPoolShare("training", reserved=0, quota=4, lendable=0)) == "0"  # nothing reserved, nothing lent
+
+
+def test_a_lender_reclaims_from_any_team_but_a_borrower_never_preempts():
+    preemption = render_team_cluster_queue(VISION, POOLS)["spec"]["preemption"]
+    assert preemption["reclaimWithinCohort"] == "Any"
+    assert preemption["borrowWithinCohort"] == {"policy": "Never"}
+
+
 def test_a_quota_below_the_reservation_borrows_nothing_and_keeps_the_reservation():
     team = TeamQueueSpec(
         slug="x", namespace="team-x", cpu_millicores=1000, memory_mib=1024, shares=(TeamPoolShare("training", 8, 6),)

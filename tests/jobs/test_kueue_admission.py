@@ -29,7 +29,7 @@ from jobs.spill import spill_due_jobs
 from pools import services as pool_services
 from pools.models import Pool
 from portal.choices import Role
-from tests.clusterkit import KWOK_DELAY, integration_team, job_state, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, integration_team, job_state, lend_none, set_quota, wait_for
 from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -237,6 +237,7 @@ def test_a_higher_priority_job_preempts_a_lower_one_of_the_same_team(cluster_syn
 
 def test_another_team_never_preempts_a_job_inside_its_own_reservation(cluster_sync, cluster_team, second_team):
     pool = Pool.objects.get(slug="reserved-a800")
+    lend_none(pool)  # the intruder could otherwise borrow the demo teams' idle GPUs, and would not need to preempt
     reserve(cluster_team, "reserved-a800", 8)
     set_quota(cluster_team, pool, 8)
     set_quota(second_team, pool, 8)

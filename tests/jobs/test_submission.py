@@ -394,8 +394,8 @@ def test_the_preview_says_queued_when_the_gpus_to_borrow_are_taken_by_another_te
     )
     quota(team, pool, 8)
     quota(other_team, pool, 16)
-    assert borrowable_gpus(pool) == 8  # 16 contracted, 8 reserved by the other team
-    # The other team runs 14 GPUs: its 8 reserved and 6 borrowed of the 8 nobody reserved.
+    assert borrowable_gpus(pool) == 16  # 8 nobody reserved, and the other team's 8 lent while idle (its default)
+    # The other team runs 14 GPUs: its 8 reserved (nothing idle to lend) and 6 borrowed of the 8 nobody reserved.
     JobFactory(team=other_team, pool=pool, state=JobState.RUNNING, gpus=8, admitted_pool=pool)
     JobFactory(team=other_team, pool=pool, state=JobState.RUNNING, gpus=6, admitted_pool=pool)
     assert borrowable_gpus(pool) == 2
@@ -403,4 +403,4 @@ def test_the_preview_says_queued_when_the_gpus_to_borrow_are_taken_by_another_te
     assert fits.start != "queued"
     waits = submit_outlook(team=team, pool=pool, spec=spec(gpus=4))
     assert waits.start == "queued"
-    assert "unreserved GPUs are in use" in waits.start_text
+    assert "unreserved and lent GPUs are in use" in waits.start_text

@@ -18,7 +18,7 @@ from pools.choices import PoolKind
 from pools.models import KueueProjection, Pool
 from pools.tasks import reconcile_kueue_at_reservation_boundary
 from portal.models import AuditEntry, Team
-from tests.clusterkit import KWOK_DELAY, delete_team_namespace, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, delete_team_namespace, lend_none, set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -74,7 +74,8 @@ def test_the_demo_projection_is_in_the_cluster_and_kueue_accepts_it(portal_clust
         "inference",
     ]
     llm = gpu_quota("team-llm", "reserved-a800")
-    assert (str(llm["nominalQuota"]), str(llm["borrowingLimit"]), str(llm["lendingLimit"])) == ("16", "4", "0")
+    # It lends its idle reserved GPUs (the default setting).
+    assert (str(llm["nominalQuota"]), str(llm["borrowingLimit"]), str(llm["lendingLimit"])) == ("16", "4", "16")
     assert (
         str(gpu_quota("team-llm", "elastic")["nominalQuota"]),
         str(gpu_quota("team-llm", "elastic")["borrowingLimit"]),
@@ -393,6 +394,7 @@ def test_a_borrowing_job_never_preempts_another_teams_job(portal_cluster, cluste
     """Both teams borrow from the pool's 8 unreserved GPUs; a high-priority job of one must wait for the other's
     low-priority job rather than preempt it (borrowWithinCohort's threshold is below every priority)."""
     a800 = Pool.objects.get(slug="reserved-a800")
+    lend_none(a800)
     set_quota(cluster_team, a800, 8)
     set_quota(other_cluster_team, a800, 8)
     batch = client.batch()

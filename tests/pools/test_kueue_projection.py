@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from pools import kueue
 from pools import services as pool_services
-from pools.choices import PoolKind
+from pools.choices import Lending, PoolKind
 from pools.models import KueueProjection
 from portal.models import AuditEntry, Team
 from tests.factories import NodeFactory, PoolFactory, ReservationFactory, TeamFactory
@@ -56,7 +56,7 @@ def test_the_projection_holds_the_reservations_active_at_the_moment_it_is_render
     pools, teams = kueue.desired_specs(T0)
     pools, teams = by_slug(pools), by_slug(teams)
     assert pools["a800"].reserved_gpus == 8 and pools["a800"].contracted_gpus == 32
-    assert teams["llm"].share("a800") == kueue.render.TeamPoolShare(pool="a800", reserved=8, quota=12)
+    assert teams["llm"].share("a800") == kueue.render.TeamPoolShare(pool="a800", reserved=8, quota=12, lendable=8)
     assert teams["llm"].share("spot") == kueue.render.TeamPoolShare(pool="spot", reserved=0, quota=4)
     assert teams["vision"].share("a800").reserved == 0
     assert (teams["vision"].cpu_millicores, teams["vision"].memory_mib) == (4000, 8192)
@@ -65,6 +65,19 @@ def test_the_projection_holds_the_reservations_active_at_the_moment_it_is_render
     pools, teams = kueue.desired_specs(T0 + timedelta(hours=1))  # vision's reservation starts
     assert by_slug(pools)["a800"].reserved_gpus == 12
     assert by_slug(teams)["vision"].share("a800").reserved == 4
+
+
+def test_what_a_team_lends_in_a_pool_is_the_sum_of_its_active_reservations_lendable_gpus(world):
+    llm, a800 = world["llm"], world["a800"]
+    small = ReservationFactory(
+        team=llm, pool=a800, gpus=4, starts_at=T0 - timedelta(days=1), ends_at=T0 + timedelta(days=1)
+    )
+    large = llm.reservations.get(pool=a800, gpus=8)
+    assert by_slug(kueue.desired_specs(T0)[1])["llm"].share("a800").lendable == 12  # default: both lend idle GPUs
+    pool_services.set_lending(reservation=small, lending=Lending.NONE)
+    pool_services.set_lending(reservation=large, lending=Lending.PROTECT, protected_gpus=3)
+    share = by_slug(kueue.desired_specs(T0)[1])["llm"].share("a800")
+    assert (share.reserved, share.lendable) == (12, 5)  # the ended 4-GPU reservation counts for neither
 
 
 def test_an_elastic_pool_is_sized_from_its_setting_or_else_its_largest_synced_node(world):
@@ -104,8 +117,11 @@ def test_a_change_rolled_back_sends_nothing(world, sent, django_capture_on_commi
         lambda w: pool_services.set_namespace_limits(team=w["llm"], max_pods=10),
         lambda w: pool_services.save_pool(pool=w["spot"]),
         lambda w: pool_services.delete_pool(pool=PoolFactory(slug="unused")),
+        lambda w: pool_services.set_lending(
+            reservation=w["llm"].reservations.order_by("-starts_at").first(), lending=Lending.NONE
+        ),
     ],
-    ids=["reservation", "reservation-end", "namespace-limits", "pool", "pool-deleted"],
+    ids=["reservation", "reservation-end", "namespace-limits", "pool", "pool-deleted", "lending"],
 )
 def test_every_write_kueue_is_rendered_from_is_sent(world, sent, write, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):

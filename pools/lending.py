@@ -1,0 +1,150 @@
+"""Who lends and who borrows in a reserved pool right now, computed the way Kueue's cohort counts it.
+
+Kueue (v0.17, `pkg/cache/scheduler/resource_node.go`) keeps, per team ClusterQueue and pool flavor, a local quota
+`nominal − lendingLimit` that only the team may use; the rest of its nominal quota (`lendingLimit`) goes to the
+cohort, with the pool's `pool-<slug>-unreserved` queue lending everything. A team's use above its local quota
+counts against the cohort. So, per pool, with `reserved`, `lendable` and `used` per team (used = GPUs of its
+admitted jobs there):
+
+- a team borrows `max(used − reserved, 0)`;
+- the cohort holds `unreserved + Σ lendable` and its use is `Σ max(used − (reserved − lendable), 0)`; what a team
+  could still borrow is the difference (capped by its own borrowing limit, which the caller knows);
+- borrowers are served first by the unreserved GPUs (PRODUCT.md, metering): `from_lenders = max(Σ borrowed −
+  unreserved, 0)`; lenders lend `from_lenders` pro rata to the idle GPUs each lends at that moment
+  (`idle = max(min(lendable, reserved − used), 0)`), split in whole GPUs by largest remainder (ties by team id) so
+  that what lenders lend adds up to `from_lenders` exactly.
+
+Kueue itself does not say whose GPUs a borrower holds (the cohort's quota is one pool); the attribution above is
+the portal's, the same rule metering applies hour by hour.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Case, F, Sum, When
+from django.utils import timezone
+
+from .choices import PoolKind
+
+
+@dataclass(frozen=True)
+class TeamUse:
+    """One team in one pool: GPUs reserved there (active now), how many of them it lends, how many it uses."""
+
+    team_id: int
+    reserved: int = 0
+    lendable: int = 0
+    used: int = 0
+
+    @property
+    def borrowed(self) -> int:
+        return max(self.used - self.reserved, 0)
+
+    @property
+    def idle_lent(self) -> int:
+        """Lendable GPUs the team's own jobs leave idle: what others may hold of its reservation right now."""
+        return max(min(self.lendable, self.reserved - self.used), 0)
+
+
+@dataclass
+class PoolLending:
+    """A pool's lending right now (see the module docstring)."""
+
+    unreserved: int
+    borrowed_by_team: dict[int, int] = field(default_factory=dict)
+    lent_by_team: dict[int, int] = field(default_factory=dict)
+    from_lenders: int = 0
+    borrowable: int = 0
+
+    def borrowers_other_than(self, team_id: int) -> int:
+        """How many teams other than `team_id` borrow in the pool now."""
+        return sum(1 for other, gpus in self.borrowed_by_team.items() if gpus and other != team_id)
+
+
+def split_pool(*, unreserved: int, uses: list[TeamUse]) -> PoolLending:
+    """The pure rule of the module docstring, for one pool."""
+    borrowed = {use.team_id: use.borrowed for use in uses if use.borrowed}
+    from_lenders = max(sum(borrowed.values()) - unreserved, 0)
+    idle = {use.team_id: use.idle_lent for use in uses if use.idle_lent}
+    lent: dict[int, int] = {}
+    total_idle = sum(idle.values())
+    if from_lenders and total_idle:
+        share = min(from_lenders, total_idle)
+        exact = {team: share * gpus / total_idle for team, gpus in idle.items()}
+        lent = {team: int(value) for team, value in exact.items()}
+        rest = share - sum(lent.values())
+        for team in sorted(exact, key=lambda t: (-(exact[t] - lent[t]), t))[:rest]:
+            lent[team] += 1
+    cohort_quota = unreserved + sum(use.lendable for use in uses)
+    cohort_used = sum(max(use.used - (use.reserved - use.lendable), 0) for use in uses)
+    return PoolLending(
+        unreserved=unreserved,
+        borrowed_by_team=borrowed,
+        lent_by_team={team: gpus for team, gpus in lent.items() if gpus},
+        from_lenders=from_lenders,
+        borrowable=max(cohort_quota - cohort_used, 0),
+    )
+
+
+def pool_lending(pool_ids: list[int] | None = None, *, now: datetime | None = None) -> dict[int, PoolLending]:
+    """`PoolLending` per pool (reserved pools only; all of them when `pool_ids` is None). Three queries."""
+    from jobs.models import Job
+    from pools.kueue import gpus_per_node_by_pool
+
+    from .models import Pool, Reservation
+
+    now = now or timezone.now()
+    pools = Pool.objects.all() if pool_ids is None else Pool.objects.filter(pk__in=pool_ids)
+    pools = {pool.pk: pool for pool in pools}
+    uses: dict[int, dict[int, dict]] = {pool_id: {} for pool_id in pools}
+    for reservation in (
+        Reservation.objects.filter(pool__in=pools)
+        .active_at(now)
+        .only("team", "pool", "gpus", "lending", "protected_gpus")
+    ):
+        row = uses[reservation.pool_id].setdefault(reservation.team_id, {"reserved": 0, "lendable": 0, "used": 0})
+        row["reserved"] += reservation.gpus
+        row["lendable"] += reservation.lendable_gpus
+    held = (
+        Job.objects.holding_quota()
+        .annotate(in_pool=Case(When(admitted_pool__isnull=False, then=F("admitted_pool")), default=F("pool")))
+        .filter(in_pool__in=list(pools))
+        .values("in_pool", "team")
+        .annotate(total=Sum("total_gpus"))
+        .values_list("in_pool", "team", "total")
+    )
+    for pool_id, team_id, total in held:
+        uses[pool_id].setdefault(team_id, {"reserved": 0, "lendable": 0, "used": 0})["used"] = total
+    per_node = None
+    result = {}
+    for pool_id, pool in pools.items():
+        if pool.kind == PoolKind.RESERVED:
+            reserved = sum(row["reserved"] for row in uses[pool_id].values())
+            unreserved = max((pool.contracted_gpus or 0) - reserved, 0)
+        else:
+            per_node = per_node if per_node is not None else gpus_per_node_by_pool()
+            unreserved = pool.max_nodes * per_node.get(pool_id, 0)
+        result[pool_id] = split_pool(
+            unreserved=unreserved, uses=[TeamUse(team_id=team, **row) for team, row in uses[pool_id].items()]
+        )
+    return result
+
+
+def reservation_lending(reservations, lending: dict[int, PoolLending]) -> dict[int, dict]:
+    """Per reservation (active ones in `lending`'s pools): GPUs lent now and to how many teams. A team's lent GPUs in
+    a pool are given to its reservations there in order of start, each up to what it lends."""
+    rows: dict[int, dict] = {}
+    remaining: dict[tuple[int, int], int] = {}
+    for reservation in sorted(reservations, key=lambda r: (r.starts_at, r.pk)):
+        pool = lending.get(reservation.pool_id)
+        if pool is None:
+            continue
+        key = (reservation.team_id, reservation.pool_id)
+        left = remaining.setdefault(key, pool.lent_by_team.get(reservation.team_id, 0))
+        gpus = min(left, reservation.lendable_gpus)
+        remaining[key] = left - gpus
+        rows[reservation.pk] = {
+            "lent_gpus": gpus,
+            "borrowing_teams": pool.borrowers_other_than(reservation.team_id) if gpus else 0,
+        }
+    return rows
