@@ -71,25 +71,27 @@ class PeakSampler:
 
 
 LOAD_SQL = """
-INSERT INTO portal_team (slug, name, description, created_at)
-SELECT 'bench-team-' || n, 'Bench team ' || n, '', now() FROM generate_series(1, %(teams)s) n;
+INSERT INTO portal_team (slug, name, description, queueing_strategy, allow_high_priority, created_at)
+SELECT 'bench-team-' || n, 'Bench team ' || n, '', 'StrictFIFO', false, now() FROM generate_series(1, %(teams)s) n;
 
 INSERT INTO pools_pool (slug, name, kind, gpu_model, node_selector, taints, apply_taints, contracted_gpus,
-                        monthly_price_per_gpu, hourly_price_per_gpu, min_nodes, max_nodes, created_at, updated_at)
+                        monthly_price_per_gpu, hourly_price_per_gpu, lending_price_share, min_nodes, max_nodes,
+                        created_at, updated_at)
 SELECT 'bench-pool-' || n, 'Bench pool ' || n,
        CASE WHEN n <= ceil(%(pools)s * 0.7) THEN 'reserved' WHEN n %% 2 = 0 THEN 'elastic' ELSE 'shared' END,
        'NVIDIA-A800-SXM4-80GB', jsonb_build_object('node-role', 'bench-' || n), '[]'::jsonb, false,
        CASE WHEN n <= ceil(%(pools)s * 0.7) THEN 2048 END,
-       9800.00, (6 + n %% 5 * 3.25)::numeric(12, 4), 0, 256, now(), now()
+       9800.00, (6 + n %% 5 * 3.25)::numeric(12, 4), 0.5, 0, 256, now(), now()
 FROM generate_series(1, %(pools)s) n;
 
 -- Each team reserves in two reserved pools: one for the whole month, one starting or ending mid-month.
-INSERT INTO pools_reservation (team_id, pool_id, gpus, starts_at, ends_at, monthly_price_per_gpu, created_at)
+INSERT INTO pools_reservation (team_id, pool_id, gpus, starts_at, ends_at, monthly_price_per_gpu, lending,
+                               protected_gpus, created_at)
 SELECT t.id, p.id, 1 + (t.id %% 4) * 4,
        CASE WHEN k = 0 THEN %(start)s - interval '40 days'
             ELSE %(start)s + (t.id %% 20) * interval '1 day' + interval '7 hours' END,
        CASE WHEN k = 0 THEN %(end)s + interval '40 days' ELSE %(end)s - (t.id %% 7) * interval '1 day' END,
-       9800.00, now()
+       9800.00, 'idle', 0, now()
 FROM portal_team t
 CROSS JOIN generate_series(0, 1) k
 JOIN LATERAL (

@@ -11,6 +11,7 @@ class LineKind(models.TextChoices):
     RESERVATION_FEE = "reservation_fee", _("Reservation fee")
     OVERAGE = "overage", _("Overage")
     SPILL = "spill", _("Spill")
+    LENDING_CREDIT = "lending_credit", _("Lending credit")
     ADJUSTMENT = "adjustment", _("Adjustment")
 
 

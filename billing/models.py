@@ -86,7 +86,7 @@ GPU_SECONDS = {"max_digits": 24, "decimal_places": 6}
 class DailyUsage(models.Model):
     """Metered GPU-seconds of one team in one pool over one UTC day (a rollup of `UsageInterval`s).
 
-    Guarantees: the four figures are exact (microsecond timestamps make every GPU-second count a Decimal with at
+    Guarantees: the figures are exact (microsecond timestamps make every GPU-second count a Decimal with at
     most six places) and are recomputed for a whole day at once (`billing.services.recompute_days`: delete and
     insert in one transaction), so recomputing a day always gives the same rows, and the sum of a month's days
     equals the month metered from scratch. A (team, pool, day) without usage or reservation has no row.
@@ -99,6 +99,11 @@ class DailyUsage(models.Model):
     in_reservation_gpu_seconds = models.DecimalField(_("used in reservation GPU-seconds (U)"), **GPU_SECONDS)
     overage_gpu_seconds = models.DecimalField(_("overage GPU-seconds (O)"), **GPU_SECONDS)
     spill_gpu_seconds = models.DecimalField(_("spill GPU-seconds (S)"), **GPU_SECONDS)
+    # Lending (reserved pools): the overage O is split into what the pool's unreserved GPUs served and what was
+    # borrowed from other teams' idle reserved GPUs; `lent` is what this team's idle GPUs served to borrowers.
+    lent_gpu_seconds = models.DecimalField(_("lent GPU-seconds"), default=0, **GPU_SECONDS)
+    borrowed_gpu_seconds = models.DecimalField(_("borrowed GPU-seconds"), default=0, **GPU_SECONDS)
+    unreserved_gpu_seconds = models.DecimalField(_("GPU-seconds served by unreserved GPUs"), default=0, **GPU_SECONDS)
     computed_at = models.DateTimeField(_("computed at"))
 
     class Meta:
@@ -113,8 +118,15 @@ class DailyUsage(models.Model):
                 condition=Q(reserved_gpu_seconds__gte=0)
                 & Q(in_reservation_gpu_seconds__gte=0)
                 & Q(overage_gpu_seconds__gte=0)
-                & Q(spill_gpu_seconds__gte=0),
+                & Q(spill_gpu_seconds__gte=0)
+                & Q(lent_gpu_seconds__gte=0)
+                & Q(borrowed_gpu_seconds__gte=0)
+                & Q(unreserved_gpu_seconds__gte=0),
                 name="%(app_label)s_%(class)s_not_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(overage_gpu_seconds=F("borrowed_gpu_seconds") + F("unreserved_gpu_seconds")),
+                name="%(app_label)s_%(class)s_overage_is_borrowed_plus_unreserved",
             ),
             models.CheckConstraint(
                 condition=Q(in_reservation_gpu_seconds__lte=F("reserved_gpu_seconds")),

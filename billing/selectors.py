@@ -19,28 +19,41 @@ from pools.models import Pool
 from portal.models import Team
 
 from . import services
-from .choices import InvoiceStatus
-from .models import DailyUsage, Invoice, MeteredDay
-from .money import hours, ratio, round_half_up, to_cents
+from .choices import InvoiceStatus, LineKind
+from .models import DailyUsage, Invoice, InvoiceLine, MeteredDay
+from .money import hourly_cost, hours, ratio, round_half_up, to_cents
 from .periods import month_bounds, month_of, next_month, seconds
 
 ZERO = Decimal(0)
+# The month figures of any set of daily rollups (one rule for every page, export and API).
+FIGURE_SUMS = {
+    "reserved": Sum("reserved_gpu_seconds"),
+    "in_reservation": Sum("in_reservation_gpu_seconds"),
+    "overage": Sum("overage_gpu_seconds"),
+    "spill": Sum("spill_gpu_seconds"),
+    "lent": Sum("lent_gpu_seconds"),
+    "borrowed": Sum("borrowed_gpu_seconds"),
+    "unreserved": Sum("unreserved_gpu_seconds"),
+}
 
 
 @dataclass
 class Figures:
-    """R, U, O and S of one scope (a pool, a team, a day) in exact GPU-seconds, with the derived figures."""
+    """R, U, O and S of one scope (a pool, a team, a day) in exact GPU-seconds, with the derived figures; and
+    lending: GPU-seconds lent to other teams, and the overage O split into borrowed from lenders + served by the
+    pool's unreserved GPUs."""
 
     reserved: Decimal = ZERO
     in_reservation: Decimal = ZERO
     overage: Decimal = ZERO
     spill: Decimal = ZERO
+    lent: Decimal = ZERO
+    borrowed: Decimal = ZERO
+    unreserved: Decimal = ZERO
 
     def add(self, other: "Figures") -> None:
-        self.reserved += other.reserved
-        self.in_reservation += other.in_reservation
-        self.overage += other.overage
-        self.spill += other.spill
+        for name in FIGURE_SUMS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     @property
     def idle(self) -> Decimal:
@@ -58,6 +71,9 @@ class Figures:
             "overage_gpu_hours": hours(self.overage),
             "spill_gpu_hours": hours(self.spill),
             "idle_gpu_hours": hours(self.idle),
+            "lent_gpu_hours": hours(self.lent),
+            "borrowed_gpu_hours": hours(self.borrowed),
+            "unreserved_gpu_hours": hours(self.unreserved),
             "utilisation": ratio(self.in_reservation, self.reserved),
             "utilisation_percent": percent(ratio(self.in_reservation, self.reserved)),
             "spill_ratio": ratio(self.spill, self.used),
@@ -71,7 +87,7 @@ def percent(value: Decimal | None) -> Decimal | None:
 
 
 def _figures(row) -> Figures:
-    return Figures(row["reserved"], row["in_reservation"], row["overage"], row["spill"])
+    return Figures(**{name: row[name] or ZERO for name in FIGURE_SUMS})
 
 
 def _month_rows(month: date):
@@ -103,15 +119,17 @@ class TeamMonth:
     def is_closed(self) -> bool:
         return self.invoice is not None and self.invoice.is_closed
 
+    @property
+    def credits(self) -> Decimal:
+        """What the team earned by lending this month (its lending credit lines, as a positive amount)."""
+        return -sum((line.amount for line in self.lines if line.kind == LineKind.LENDING_CREDIT), Decimal("0.00"))
+
 
 def team_month(*, team: Team, month: date, now: datetime) -> TeamMonth:
     """Everything the team billing page and exports show for one team and month, from rollups and invoices."""
     rows = _month_rows(month).filter(team=team)
     per_pool = rows.values("pool_id").annotate(
-        reserved=Sum("reserved_gpu_seconds"),
-        in_reservation=Sum("in_reservation_gpu_seconds"),
-        overage=Sum("overage_gpu_seconds"),
-        spill=Sum("spill_gpu_seconds"),
+        **FIGURE_SUMS,
     )
     pools = Pool.objects.in_bulk([row["pool_id"] for row in per_pool])
     totals = Figures()
@@ -124,10 +142,7 @@ def team_month(*, team: Team, month: date, now: datetime) -> TeamMonth:
     per_day = {
         row["day"]: _figures(row)
         for row in rows.values("day").annotate(
-            reserved=Sum("reserved_gpu_seconds"),
-            in_reservation=Sum("in_reservation_gpu_seconds"),
-            overage=Sum("overage_gpu_seconds"),
-            spill=Sum("spill_gpu_seconds"),
+            **FIGURE_SUMS,
         )
     }
     daily = []
@@ -248,19 +263,22 @@ def closed_invoices(team: Team):
 
 
 def usage_rows(*, teams, month: date) -> list[dict]:
-    """Month figures per team and pool for the API: one dict per (team, pool) with rollups in the month."""
+    """Month figures per team and pool for the API: one dict per (team, pool) with rollups in the month. The
+    lending credit is the one invoiced (a closed month's never changes), else lent × the pool's lending price."""
     rows = (
         _month_rows(month)
         .filter(team__in=teams)
         .values("team_id", "team__slug", "pool_id", "pool__slug", "pool__kind")
-        .annotate(
-            reserved=Sum("reserved_gpu_seconds"),
-            in_reservation=Sum("in_reservation_gpu_seconds"),
-            overage=Sum("overage_gpu_seconds"),
-            spill=Sum("spill_gpu_seconds"),
-        )
+        .annotate(**FIGURE_SUMS)
         .order_by("team__slug", "pool__slug")
     )
+    invoiced = {
+        (line["invoice__team_id"], line["pool_id"]): -line["amount"]
+        for line in InvoiceLine.objects.filter(
+            invoice__month=month, invoice__team__in=teams, kind=LineKind.LENDING_CREDIT, adjusts_month__isnull=True
+        ).values("invoice__team_id", "pool_id", "amount")
+    }
+    pools = Pool.objects.in_bulk({row["pool_id"] for row in rows})
     return [
         {
             "team": row["team__slug"],
@@ -268,6 +286,10 @@ def usage_rows(*, teams, month: date) -> list[dict]:
             "pool_kind": row["pool__kind"],
             "month": f"{month:%Y-%m}",
             **_figures(row).as_hours(),
+            "lending_credit": invoiced.get(
+                (row["team_id"], row["pool_id"]),
+                hourly_cost(row["lent"] or ZERO, pools[row["pool_id"]].lending_price_per_gpu),
+            ),
         }
         for row in rows
     ]
@@ -284,10 +306,7 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
         _month_rows(month)
         .values("team_id", "pool_id")
         .annotate(
-            reserved=Sum("reserved_gpu_seconds"),
-            in_reservation=Sum("in_reservation_gpu_seconds"),
-            overage=Sum("overage_gpu_seconds"),
-            spill=Sum("spill_gpu_seconds"),
+            **FIGURE_SUMS,
         )
     )
     by_pool: dict[int, list] = defaultdict(list)
@@ -333,3 +352,33 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
             }
         )
     return report
+
+
+def earned_this_month(*, team: Team, now: datetime) -> dict[int, dict]:
+    """Per reserved pool where `team` lent GPUs this month (UTC), as metered so far: {pool id: {"pool",
+    "lent_gpu_hours", "lending_price", "earned"}}. `earned` is what its invoice's credit line for the pool says
+    (lent GPU-hours × the pool's lending price, to the cent), from the same rollups."""
+    month = month_of(now)
+    rows = (
+        _month_rows(month)
+        .filter(team=team, lent_gpu_seconds__gt=0)
+        .values("pool_id")
+        .annotate(lent=FIGURE_SUMS["lent"])
+    )
+    pools = Pool.objects.in_bulk([row["pool_id"] for row in rows])
+    return {
+        row["pool_id"]: {
+            "pool": pools[row["pool_id"]],
+            "lent_gpu_hours": hours(row["lent"]),
+            "lending_price": pools[row["pool_id"]].lending_price_per_gpu,
+            "earned": hourly_cost(row["lent"], pools[row["pool_id"]].lending_price_per_gpu),
+        }
+        for row in rows
+    }
+
+
+def reservation_earned_this_month(*, reservation, now: datetime) -> Decimal:
+    """What `reservation`'s team earned this month by lending in its pool. A team's reservations in one pool are
+    metered together (its use fills them as one), so they share this figure."""
+    earned = earned_this_month(team=reservation.team, now=now).get(reservation.pool_id)
+    return earned["earned"] if earned else Decimal("0.00")

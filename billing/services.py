@@ -54,10 +54,11 @@ def _lock() -> None:
 
 _INSERT_ROLLUPS = """
 INSERT INTO billing_dailyusage (team_id, pool_id, day, reserved_gpu_seconds, in_reservation_gpu_seconds,
-                                overage_gpu_seconds, spill_gpu_seconds, computed_at)
-SELECT team_id, pool_id, bucket, reserved, in_reservation, overage, spill, %(computed_at)s
+                                overage_gpu_seconds, spill_gpu_seconds, lent_gpu_seconds, borrowed_gpu_seconds,
+                                unreserved_gpu_seconds, computed_at)
+SELECT team_id, pool_id, bucket, reserved, in_reservation, overage, spill, lent, borrowed, unreserved, %(computed_at)s
 FROM ({metering}) metered
-WHERE reserved > 0 OR in_reservation > 0 OR overage > 0 OR spill > 0
+WHERE reserved > 0 OR in_reservation > 0 OR overage > 0 OR spill > 0 OR lent > 0
 """
 
 
@@ -179,7 +180,8 @@ def _described(words: Words | str) -> dict:
 
 
 def month_usage_seconds(*, month: date, team_ids: list[int] | None = None) -> dict[tuple[int, int], dict]:
-    """Σ of the month's daily rollups per (team id, pool id): exact GPU-seconds R, U, O and S."""
+    """Σ of the month's daily rollups per (team id, pool id): exact GPU-seconds R, U, O, S, lent, borrowed and
+    served by unreserved GPUs."""
     first = month
     last = next_month(month) - timedelta(days=1)
     rows = DailyUsage.objects.filter(day__gte=first, day__lte=last)
@@ -190,6 +192,9 @@ def month_usage_seconds(*, month: date, team_ids: list[int] | None = None) -> di
         in_reservation=Sum("in_reservation_gpu_seconds"),
         overage=Sum("overage_gpu_seconds"),
         spill=Sum("spill_gpu_seconds"),
+        lent=Sum("lent_gpu_seconds"),
+        borrowed=Sum("borrowed_gpu_seconds"),
+        unreserved=Sum("unreserved_gpu_seconds"),
     )
     return {(row["team_id"], row["pool_id"]): row for row in totals}
 
@@ -213,8 +218,10 @@ def month_charges(
 ) -> dict[int, list[Charge]]:
     """The charges of `month` per team id, from the rollups and the reservations, counted up to `now`.
 
-    Reservation fees per reservation; overage (reserved pools) and spill (elastic and shared pools) per pool at
-    the pool's hourly price — or, for a key found in `prices` ({(team id, key): unit price}), at that price
+    Reservation fees per reservation; overage (reserved pools, borrowed GPU-hours included: the borrower pays them
+    as any overage) and spill (elastic and shared pools) per pool at the pool's hourly price; a credit (negative
+    amount) per reserved pool for the GPU-hours the team lent, at the pool's lending price — or, for a key found
+    in `prices` ({(team id, key): unit price}), at that price
     (adjustments keep the price the month was invoiced at).
     """
     prices = prices or {}
@@ -253,14 +260,21 @@ def month_charges(
     pools = Pool.objects.in_bulk({pool_id for _team, pool_id in usage})
     for (team_id, pool_id), row in sorted(usage.items(), key=lambda item: (item[0][0], pools[item[0][1]].name)):
         pool = pools[pool_id]
-        for kind, gpu_seconds, label in (
-            (LineKind.OVERAGE, row["overage"], gettext_noop("Overage above the reservation in %(pool)s")),
-            (LineKind.SPILL, row["spill"], gettext_noop("Spill into %(pool)s")),
+        for kind, gpu_seconds, label, default_price, sign in (
+            (
+                LineKind.OVERAGE,
+                row["overage"],
+                gettext_noop("Overage above the reservation in %(pool)s"),
+                pool.hourly_price_per_gpu,
+                1,
+            ),
+            (LineKind.SPILL, row["spill"], gettext_noop("Spill into %(pool)s"), pool.hourly_price_per_gpu, 1),
+            (LineKind.LENDING_CREDIT, row["lent"], wording.LENDING_CREDIT, pool.lending_price_per_gpu, -1),
         ):
             if not gpu_seconds:
                 continue
             key = f"{kind}:pool:{pool_id}"
-            price = prices.get((team_id, key), pool.hourly_price_per_gpu)
+            price = prices.get((team_id, key), default_price)
             charges[team_id].append(
                 Charge(
                     key=key,
@@ -271,7 +285,7 @@ def month_charges(
                     quantity=hours(gpu_seconds),
                     unit=GPU_HOURS,
                     unit_price=price,
-                    amount=hourly_cost(gpu_seconds, price),
+                    amount=sign * hourly_cost(gpu_seconds, price),
                 )
             )
     return dict(charges)

@@ -87,6 +87,7 @@ def _export(team: Team, month) -> dict:
             }
             for line in report.lines
         ],
+        "credits": report.credits,
         "total": report.total,
     }
 
@@ -108,6 +109,9 @@ CSV_COLUMNS = [
     "spill_gpu_hours",
     "idle_gpu_hours",
     "utilisation",
+    "lent_gpu_hours",
+    "borrowed_gpu_hours",
+    "unreserved_gpu_hours",
 ]
 
 
@@ -138,6 +142,7 @@ def team_usage_csv(request, slug: str, month: str):
     writer.writerow(line_columns)
     for line in data["lines"]:
         writer.writerow([line[column] if line[column] is not None else "" for column in line_columns])
+    writer.writerow(["lending credits", "", "", "", "", data["credits"], "", "", ""])
     writer.writerow(["total", "", "", "", "", data["total"], "", "", ""])
     return response
 

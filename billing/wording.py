@@ -15,6 +15,7 @@ from jobs.models import Words
 
 RESERVATION_FEE = gettext_noop("Reservation of %(gpus)s GPUs in %(pool)s, %(start)s → %(end)s")
 CORRECTION = gettext_noop("Correction for %(month)s: %(what)s")
+LENDING_CREDIT = gettext_noop("Credit for idle reserved GPUs lent to other teams in %(pool)s")
 
 STORED_DATETIME = "%Y-%m-%d %H:%M"  # how `start`/`end` are stored (UTC, as the pages show times)
 STORED_MONTH = "%Y-%m"

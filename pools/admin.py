@@ -19,6 +19,7 @@ class PoolAdmin(admin.ModelAdmin):
         "contracted_gpus",
         "monthly_price_per_gpu",
         "hourly_price_per_gpu",
+        "lending_price_share",
         "min_nodes",
         "max_nodes",
     ]

@@ -48,3 +48,12 @@ def lendable_gpus(*, gpus: int, lending: str, protected_gpus: int) -> int:
     if lending == Lending.PROTECT:
         return max(0, gpus - protected_gpus)
     return gpus
+
+
+def lendable_gpus_sql(*, gpus: str, lending: str, protected_gpus: str) -> str:
+    """`lendable_gpus` as a SQL expression over the named columns (metering computes it per row in PostgreSQL;
+    tests/pools check both agree on every setting)."""
+    return (
+        f"(CASE {lending} WHEN '{Lending.NONE.value}' THEN 0"
+        f" WHEN '{Lending.PROTECT.value}' THEN greatest(0, {gpus} - {protected_gpus}) ELSE {gpus} END)"
+    )

@@ -6,10 +6,10 @@ period and never add up to more than the contract at any moment (enforced by `po
 on the pool). Quotas cap how many GPUs a team may use at once in a pool, and the team namespace's limits.
 """
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils.formats import date_format
@@ -27,6 +27,7 @@ LABEL_KEY = RegexValidator(
 )
 LABEL_VALUE = RegexValidator(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 ZERO = Decimal("0")
+DEFAULT_LENDING_PRICE_SHARE = Decimal("0.5")
 
 
 def validate_selector(value) -> None:
@@ -109,6 +110,17 @@ class Pool(models.Model):
     hourly_price_per_gpu = models.DecimalField(
         _("hourly price per GPU"), max_digits=12, decimal_places=4, default=ZERO, validators=[MinValueValidator(ZERO)]
     )
+    lending_price_share = models.DecimalField(
+        _("lending price share"),
+        max_digits=5,
+        decimal_places=4,
+        default=DEFAULT_LENDING_PRICE_SHARE,
+        validators=[MinValueValidator(ZERO), MaxValueValidator(Decimal(1))],
+        help_text=_(
+            "Reserved pools: the share of the hourly price a lender is credited per GPU-hour lent (the platform keeps "
+            "the rest)."
+        ),
+    )
     min_nodes = models.PositiveIntegerField(_("minimum nodes"), default=0)
     max_nodes = models.PositiveIntegerField(_("maximum nodes"), default=0)
     gpus_per_node = models.PositiveIntegerField(
@@ -146,10 +158,22 @@ class Pool(models.Model):
                 condition=Q(monthly_price_per_gpu__gte=0) & Q(hourly_price_per_gpu__gte=0),
                 name="%(app_label)s_%(class)s_prices_not_negative",
             ),
+            models.CheckConstraint(
+                condition=Q(lending_price_share__gte=0) & Q(lending_price_share__lte=1),
+                name="%(app_label)s_%(class)s_lending_share_between_0_and_1",
+            ),
         ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def lending_price_per_gpu(self) -> Decimal:
+        """What a lender is credited per GPU-hour lent: the hourly price × the lending share, to four places (half
+        up) — the unit price of its credit line."""
+        return (self.hourly_price_per_gpu * self.lending_price_share).quantize(
+            Decimal("0.0001"), rounding=ROUND_HALF_UP
+        )
 
     def clean(self) -> None:
         errors = {}

@@ -16,6 +16,18 @@ class UsageSerializer(serializers.Serializer):
     overage_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     spill_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     idle_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    lent_gpu_hours = serializers.DecimalField(
+        max_digits=20, decimal_places=6, help_text=_("Idle reserved GPU-hours lent to other teams (credited).")
+    )
+    borrowed_gpu_hours = serializers.DecimalField(
+        max_digits=20, decimal_places=6, help_text=_("Overage GPU-hours borrowed from other teams' idle reservations.")
+    )
+    unreserved_gpu_hours = serializers.DecimalField(
+        max_digits=20, decimal_places=6, help_text=_("Overage GPU-hours served by the pool's unreserved GPUs.")
+    )
+    lending_credit = serializers.DecimalField(
+        max_digits=14, decimal_places=2, help_text=_("Lent GPU-hours × the pool's lending price.")
+    )
     utilisation = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True)
     spill_ratio = serializers.DecimalField(max_digits=10, decimal_places=4, allow_null=True)
 

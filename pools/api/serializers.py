@@ -50,6 +50,7 @@ class PoolSerializer(FullCleanMixin, serializers.ModelSerializer):
             "contracted_gpus",
             "monthly_price_per_gpu",
             "hourly_price_per_gpu",
+            "lending_price_share",
             "min_nodes",
             "max_nodes",
             "gpus_per_node",
@@ -59,6 +60,7 @@ class PoolSerializer(FullCleanMixin, serializers.ModelSerializer):
         extra_kwargs = {
             "monthly_price_per_gpu": {"min_value": 0},
             "hourly_price_per_gpu": {"min_value": 0},
+            "lending_price_share": {"min_value": 0, "max_value": 1},
         }
 
 

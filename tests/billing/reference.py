@@ -76,3 +76,91 @@ def cents_half_up(value: Fraction) -> Decimal:
     if cents - whole >= Fraction(1, 2):
         whole += 1
     return Decimal(whole) / 100
+
+
+@dataclass(frozen=True)
+class LendingSetting:
+    """One change of a hold's lending setting (the hold's index in the list of holds, from `at` on)."""
+
+    hold: int
+    at: datetime
+    lending: str  # "none" | "idle" | "protect"
+    protected: int
+
+
+def _lendable(hold: Held, index: int, changes: list[LendingSetting], at: datetime) -> int:
+    lending, protected = "idle", 0
+    # the latest change at or before `at`; of changes at the same instant, the one written last
+    applicable = [(change.at, position, change) for position, change in enumerate(changes) if change.hold == index]
+    applicable = [item for item in applicable if item[0] <= at]
+    if applicable:
+        _at, _position, latest = max(applicable, key=lambda item: (item[0], item[1]))
+        lending, protected = latest.lending, latest.protected
+    if lending == "none":
+        return 0
+    if lending == "protect":
+        return max(0, hold.gpus - protected)
+    return hold.gpus
+
+
+def _largest_remainder(total: int, weights: dict[int, int]) -> dict[int, int]:
+    """`total` whole GPUs shared pro rata to `weights`: floors first, then one more each to the largest remainders
+    (ties: the lower team id)."""
+    whole = sum(weights.values())
+    quotas = {team: Fraction(total * weight, whole) for team, weight in weights.items()}
+    shares = {team: int(quota) for team, quota in quotas.items()}  # quotas are not negative: int() floors
+    left = total - sum(shares.values())
+    for team in sorted(quotas, key=lambda team: (-(quotas[team] - shares[team]), team))[:left]:
+        shares[team] += 1
+    return shares
+
+
+def meter_lending(pods, holds, changes, contracted, reserved_pools, start, end, now):
+    """{(team, pool): (lent, borrowed, unreserved)} GPU-seconds over [start, end), per PRODUCT.md's rule:
+
+    at every moment, in each reserved pool, the teams' overage beyond what the unreserved GPUs (contracted − Σ
+    reservations) serve, up to Σ idle lendable GPUs, is borrowed; borrowers share it by overage and lenders by
+    idle lendable GPUs, in whole GPUs (largest remainder). Unreserved = overage − borrowed.
+    """
+    result = {}
+    for pool in reserved_pools:
+        cuts = {start, end}
+        for pod in pods:
+            if pod.pool == pool:
+                cuts |= {pod.started_at, pod.ended_at or now}
+        for index, hold in enumerate(holds):
+            if hold.pool == pool:
+                cuts |= {hold.starts_at, hold.ends_at}
+                cuts |= {change.at for change in changes if change.hold == index}
+        cuts = sorted(moment for moment in cuts if start <= moment <= end)
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            teams = {pod.team for pod in pods if pod.pool == pool} | {hold.team for hold in holds if hold.pool == pool}
+            using = {
+                team: sum(
+                    p.gpus
+                    for p in pods
+                    if p.pool == pool and p.team == team and p.started_at <= a and b <= (p.ended_at or now)
+                )
+                for team in teams
+            }
+            active = [(i, h) for i, h in enumerate(holds) if h.pool == pool and h.starts_at <= a and b <= h.ends_at]
+            holding = {team: sum(h.gpus for _i, h in active if h.team == team) for team in teams}
+            lendable = {team: sum(_lendable(h, i, changes, a) for i, h in active if h.team == team) for team in teams}
+            over = {team: using[team] - holding[team] for team in teams if using[team] > holding[team]}
+            idle = {
+                team: min(holding[team] - using[team], lendable[team])
+                for team in teams
+                if holding[team] > using[team] and lendable[team] > 0
+            }
+            unreserved_gpus = max(0, contracted[pool] - sum(holding.values()))
+            borrowed = min(max(0, sum(over.values()) - unreserved_gpus), sum(idle.values()))
+            borrowed_by = _largest_remainder(borrowed, over) if borrowed else {}
+            lent_by = _largest_remainder(borrowed, idle) if borrowed else {}
+            duration = seconds(b - a)
+            for team in teams:
+                lent, got = lent_by.get(team, 0), borrowed_by.get(team, 0)
+                figures = result.setdefault((team, pool), [Decimal(0)] * 3)
+                figures[0] += lent * duration
+                figures[1] += got * duration
+                figures[2] += (over.get(team, 0) - got) * duration
+    return {key: tuple(figures) for key, figures in result.items() if any(figures)}

@@ -172,6 +172,16 @@ def test_cost_lines_equal_the_reference_to_the_cent(world, pod_rows, hold_rows, 
         charges = services.month_charges(month=MONTH, now=now)
         prices = {pool.pk: pool.hourly_price_per_gpu for pool in pools}
         usage = reference.meter(pods_, holds_, reserved_pools, MONTH_START, until, now)
+        contracted = {pool.pk: pool.contracted_gpus for pool in pools if pool.pk in reserved_pools}
+        lending = reference.meter_lending(pods_, holds_, [], contracted, reserved_pools, MONTH_START, until, now)
+        # the lending price: the hourly price × the pool's share (0.5 by default), to four places, half up
+        lending_prices = {
+            pool.pk: Fraction(
+                int(Fraction(pool.hourly_price_per_gpu) * Fraction(pool.lending_price_share) * 10**4 + Fraction(1, 2)),
+                10**4,
+            )
+            for pool in pools
+        }
         for team in teams:
             expected = sorted(
                 [
@@ -185,6 +195,11 @@ def test_cost_lines_equal_the_reference_to_the_cent(world, pod_rows, hold_rows, 
                     if team_id == team.pk
                     for gpu_seconds in (overage, spill)
                     if gpu_seconds
+                ]
+                + [
+                    -reference.cents_half_up(Fraction(lent) * lending_prices[pool] / 3600)
+                    for (team_id, pool), (lent, _borrowed, _unreserved) in lending.items()
+                    if team_id == team.pk and lent
                 ]
             )
             assert sorted(charge.amount for charge in charges.get(team.pk, [])) == expected

@@ -5,10 +5,11 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.utils import timezone
 
 from pools import services
-from pools.choices import Lending, lendable_gpus
+from pools.choices import Lending, lendable_gpus, lendable_gpus_sql
 from pools.models import LendingChange
 from portal.models import AuditEntry
 from tests.factories import PoolFactory, ReservationFactory
@@ -82,3 +83,16 @@ def test_the_setting_at_a_moment_is_the_latest_change_at_or_before_it(reservatio
     assert services.lending_at(changes, start) == (Lending.IDLE, 0)  # before any change: the default
     assert services.lending_at(changes, start + timedelta(hours=1)) == (Lending.NONE, 0)
     assert services.lending_at(changes, start + timedelta(minutes=150)) == (Lending.PROTECT, 2)
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 4, 8])
+@pytest.mark.parametrize("protected", [0, 1, 3, 8, 9])
+@pytest.mark.parametrize("lending", Lending.values)
+def test_the_sql_lendable_gpus_agree_with_the_python_rule(db, gpus, protected, lending):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT " + lendable_gpus_sql(gpus="g", lending="l", protected_gpus="p") + " FROM (SELECT %s AS g, %s AS l,"
+            " %s AS p) setting",
+            [gpus, lending, protected],
+        )
+        assert cursor.fetchone()[0] == lendable_gpus(gpus=gpus, lending=lending, protected_gpus=protected)
