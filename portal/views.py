@@ -1,3 +1,5 @@
+from decimal import Decimal
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
@@ -12,6 +14,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from billing import selectors as billing_selectors
 from pools import selectors as pool_selectors
 from pools import services as pool_services
 from pools.forms import LendingForm, QuotaRequestForm
@@ -21,6 +24,8 @@ from teamdata import selectors as teamdata_selectors
 from . import preferences, selectors
 from .choices import Role
 from .models import Team
+
+ZERO_MONEY = Decimal("0.00")
 
 
 class LoginView(auth_views.LoginView):
@@ -97,7 +102,10 @@ def _team_page(
     user = request.user
     is_lead = team.memberships.filter(user=user, role=Role.LEAD).exists()
     lending = pool_selectors.team_lending(team, user)
+    # What lending earned this month is money: shown to those who see the team's bill (its leads and admins).
+    earned = billing_selectors.earned_this_month(team=team, now=timezone.now()) if is_lead or user.is_admin else None
     for row in lending:
+        row.earned = None if earned is None else earned.get(row.reservation.pool_id, {}).get("earned", ZERO_MONEY)
         if not row.can_change:
             row.form = None
         elif lending_form is not None and lending_form.reservation.pk == row.reservation.pk:

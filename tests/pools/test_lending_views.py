@@ -178,3 +178,31 @@ def sent_to_kueue(monkeypatch):
     versions = []
     monkeypatch.setattr("pools.tasks.reconcile_kueue.delay", lambda version=None: versions.append(version))
     return versions
+
+
+def test_leads_see_what_lending_earned_this_month_and_researchers_do_not(client, lead, researcher, team, reservation):
+    from decimal import Decimal
+
+    from billing import selectors as billing_selectors
+    from billing.models import DailyUsage
+
+    today = timezone.now()
+    DailyUsage.objects.create(
+        team=team,
+        pool=reservation.pool,
+        day=today.date(),
+        reserved_gpu_seconds=8 * 3600,
+        in_reservation_gpu_seconds=2 * 3600,
+        overage_gpu_seconds=0,
+        spill_gpu_seconds=0,
+        lent_gpu_seconds=6 * 3600,
+        computed_at=today,
+    )
+    earned = billing_selectors.reservation_earned_this_month(reservation=reservation, now=today)
+    assert earned > Decimal("0")  # 6 GPU-hours at the pool's lending price
+    client.force_login(lead)
+    html = client.get(reverse("portal:team_detail", args=["alpha"])).content.decode()
+    assert "Earned this month" in html and f'data-earned="{earned}"' in html
+    client.force_login(researcher)
+    html = client.get(reverse("portal:team_detail", args=["alpha"])).content.decode()
+    assert "Earned this month" not in html and "data-earned" not in html
