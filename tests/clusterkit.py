@@ -124,8 +124,18 @@ def cluster_team(portal_cluster):
     yield from integration_team()
 
 
+def project_now() -> None:
+    """Make Kueue's objects what the portal says now (the projection's own reconcile, run here and waited for): a
+    change's reconcile runs after its commit and may still be on its way when a test submits its next job."""
+    from pools import kueue
+
+    kueue.reconcile()
+
+
 def set_quota(team, pool, gpus):
-    return pool_services.set_quota(team=team, pool=pool, max_gpus=gpus)
+    quota = pool_services.set_quota(team=team, pool=pool, max_gpus=gpus)
+    project_now()
+    return quota
 
 
 def lend_none(pool) -> None:
@@ -136,3 +146,4 @@ def lend_none(pool) -> None:
 
     for reservation in Reservation.objects.filter(pool=pool):
         pool_services.set_lending(reservation=reservation, lending=Lending.NONE)
+    project_now()

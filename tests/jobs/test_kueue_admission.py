@@ -235,9 +235,21 @@ def test_a_higher_priority_job_preempts_a_lower_one_of_the_same_team(cluster_syn
     assert f"Preempted for job #{high.pk} of the same team" in requeued.message
 
 
+def only_current_teams_cluster_queues() -> bool:
+    """No team ClusterQueue is left in the cluster but those of teams that exist now. The queue of an earlier test's
+    team, deleted with it, may still be going (Kueue keeps it while its Workloads do) and lend its GPUs meanwhile."""
+    from portal.models import Team
+
+    wanted = {f"team-{slug}" for slug in Team.objects.values_list("slug", flat=True)}
+    queues = client.custom_objects().list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues")["items"]
+    names = {queue["metadata"]["name"] for queue in queues}
+    return {name for name in names if name.startswith("team-")} <= wanted
+
+
 def test_another_team_never_preempts_a_job_inside_its_own_reservation(cluster_sync, cluster_team, second_team):
     pool = Pool.objects.get(slug="reserved-a800")
     lend_none(pool)  # the intruder could otherwise borrow the demo teams' idle GPUs, and would not need to preempt
+    wait_for(only_current_teams_cluster_queues, timeout=90, what="earlier tests' team ClusterQueues to be gone")
     reserve(cluster_team, "reserved-a800", 8)
     set_quota(cluster_team, pool, 8)
     set_quota(second_team, pool, 8)
