@@ -130,6 +130,11 @@ def raise_queue_wait_alert(team, job_id: int) -> Alert:
     """The worker's evaluation (the Celery task, run eagerly) raises a queue-wait alert about the job Kueue holds
     back: the team's rule fires as soon as a job waits, so the test need not wait half an hour."""
     monitoring_services.set_rule(kind=AlertKind.QUEUE_WAIT, threshold=Decimal(0), for_seconds=0, team=team)
+    # Waits are measured in minutes to two places: a job queued under 0.3 s ago has waited 0.00, not above 0.
+    wait_for(
+        lambda: (timezone.now() - Job.objects.get(pk=job_id).created_at).total_seconds() > 1,
+        what="the job to have waited a second",
+    )
     monitoring_tasks.evaluate_alerts.delay()
     return Alert.objects.get(kind=AlertKind.QUEUE_WAIT, job_id=job_id, state=AlertState.FIRING)
 
