@@ -296,24 +296,14 @@ class Layout:
     elastic_gpus: int
 
 
-def make_portal_rows(teams: int, reserved_nodes: int, elastic_nodes: int) -> tuple[Layout, list]:
-    from django.utils import timezone
-
+def make_bench_pools(reserved_nodes: int, elastic_nodes: int):
+    """The benchmarks' two pools: a reserved A800 pool of `reserved_nodes` eight-GPU nodes (all contracted) that
+    spills to an elastic T4 pool of up to `elastic_nodes`. Returns (elastic, reserved)."""
     from pools import services as pool_services
     from pools.choices import PoolKind
     from pools.models import Pool
-    from portal.choices import Role
-    from portal.models import Membership, Team, User
 
     contract = reserved_nodes * GPUS_PER_NODE
-    layout = Layout(
-        contract=contract,
-        reserved_per_team=int(contract * RESERVED_SHARE) // teams,
-        quota_per_team=contract // teams,
-        elastic_gpus=elastic_nodes * GPUS_PER_NODE,
-    )
-    if layout.reserved_per_team < 1:
-        raise SystemExit(f"{teams} teams cannot each reserve GPUs of a {contract}-GPU pool: add nodes")
     elastic = pool_services.save_pool(
         pool=Pool(
             slug=ELASTIC_POOL,
@@ -344,6 +334,26 @@ def make_portal_rows(teams: int, reserved_nodes: int, elastic_nodes: int) -> tup
         ),
         spill_pools=[elastic],
     )
+    return elastic, reserved
+
+
+def make_portal_rows(teams: int, reserved_nodes: int, elastic_nodes: int) -> tuple[Layout, list]:
+    from django.utils import timezone
+
+    from pools import services as pool_services
+    from portal.choices import Role
+    from portal.models import Membership, Team, User
+
+    contract = reserved_nodes * GPUS_PER_NODE
+    layout = Layout(
+        contract=contract,
+        reserved_per_team=int(contract * RESERVED_SHARE) // teams,
+        quota_per_team=contract // teams,
+        elastic_gpus=elastic_nodes * GPUS_PER_NODE,
+    )
+    if layout.reserved_per_team < 1:
+        raise SystemExit(f"{teams} teams cannot each reserve GPUs of a {contract}-GPU pool: add nodes")
+    elastic, reserved = make_bench_pools(reserved_nodes, elastic_nodes)
     # People and teams in bulk (a password hash per user would cost minutes and measures nothing here).
     users = User.objects.bulk_create(
         [User(username=f"bench-researcher-{index:03d}", password="!") for index in range(teams)]  # noqa: S106

@@ -67,11 +67,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.admission import (  # noqa: E402 - after the path
-    ELASTIC_POOL,
     GPUS_PER_NODE,
     KWOK_DELAY,
     RESERVED_POOL,
     TRIGGERS,
+    make_bench_pools,
     marks,
     percentile,
     start_cluster,
@@ -144,42 +144,11 @@ def make_portal_rows(reserved_nodes: int, elastic_nodes: int, elastic_quota: int
     from django.utils import timezone
 
     from pools import services as pool_services
-    from pools.choices import PoolKind
-    from pools.models import Pool
     from portal.choices import Role
     from portal.models import Membership, Team, User
 
     contract = reserved_nodes * GPUS_PER_NODE
-    elastic = pool_services.save_pool(
-        pool=Pool(
-            slug=ELASTIC_POOL,
-            name="Bench elastic (T4)",
-            kind=PoolKind.ELASTIC,
-            gpu_model="Tesla-T4",
-            node_selector={"node-role": ELASTIC_POOL},
-            taints=[{"key": "workload", "value": ELASTIC_POOL, "effect": "NoSchedule"}],
-            hourly_price_per_gpu=Decimal("1.1"),
-            min_nodes=0,
-            max_nodes=elastic_nodes,
-            gpus_per_node=GPUS_PER_NODE,
-        )
-    )
-    reserved = pool_services.save_pool(
-        pool=Pool(
-            slug=RESERVED_POOL,
-            name="Bench reserved (A800)",
-            kind=PoolKind.RESERVED,
-            gpu_model="NVIDIA-A800-SXM4-80GB",
-            node_selector={"node-role": RESERVED_POOL},
-            taints=[{"key": "workload", "value": RESERVED_POOL, "effect": "NoSchedule"}],
-            contracted_gpus=contract,
-            monthly_price_per_gpu=Decimal("9800"),
-            hourly_price_per_gpu=Decimal("18"),
-            min_nodes=reserved_nodes,
-            max_nodes=reserved_nodes,
-        ),
-        spill_pools=[elastic],
-    )
+    elastic, reserved = make_bench_pools(reserved_nodes, elastic_nodes)
     gpus = [int(contract * share) for share in SHARES]
     gpus[0] += contract - sum(gpus)
     now = timezone.now()
