@@ -34,6 +34,7 @@ class AlertKind(models.TextChoices):
     GPU_MEMORY_HIGH = "gpu_memory_high", _("GPU memory high")
     GPU_TEMPERATURE_HIGH = "gpu_temperature_high", _("GPU temperature high")
     RESERVATION_WASTED = "reservation_wasted", _("Reservation idle while the team spills")
+    RESERVATION_NOT_LENT = "reservation_not_lent", _("Reservation idle, not lent, while others wait")
     CAPACITY_MISSING = "capacity_missing", _("Paid GPUs missing")
 
 

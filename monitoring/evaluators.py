@@ -14,7 +14,9 @@ from billing.models import DailyUsage
 from jobs.choices import JobState
 from jobs.models import Job, Pod, Words
 from pools.choices import PoolKind
+from pools.lending import team_uses
 from pools.models import Pool
+from portal.models import Team
 
 from .choices import AlertKind, Scope
 from .models import GpuReading, TelemetryRun, UtilisationSample
@@ -184,6 +186,47 @@ def reservation_wasted(now: datetime) -> list[Observation]:
     return observations
 
 
+def reservation_not_lent(now: datetime) -> list[Observation]:
+    """Per team and reserved pool: GPUs of its reservations there that its own jobs leave idle and its lending setting
+    keeps from other teams (lend none, or protected), while other teams' jobs wait in that pool (Queued: Kueue has not
+    admitted them). The gate is the waiting; the value is the GPUs held back. A team that lends its idle GPUs holds
+    back none, so its alert resolves at the next evaluation."""
+    pools = {pool.pk: pool for pool in Pool.objects.filter(kind=PoolKind.RESERVED)}
+    waiting: dict[int, dict[int, int]] = {}
+    queued = (
+        Job.objects.filter(state=JobState.QUEUED, pool__in=list(pools))
+        .values("pool", "team")
+        .annotate(gpus=Sum("total_gpus"))
+        .values_list("pool", "team", "gpus")
+    )
+    for pool_id, team_id, gpus in queued:
+        waiting.setdefault(pool_id, {})[team_id] = gpus
+    teams = {pk: (slug, name) for pk, slug, name in Team.objects.values_list("pk", "slug", "name")}
+    observations = []
+    for pool_id, uses in team_uses(list(pools), now=now).items():
+        for use in uses.values():
+            if not use.reserved:
+                continue
+            idle = max(use.reserved - use.used, 0)
+            others = sum(gpus for team_id, gpus in waiting.get(pool_id, {}).items() if team_id != use.team_id)
+            slug, name = teams[use.team_id]
+            observations.append(
+                Observation(
+                    AlertKind.RESERVATION_NOT_LENT,
+                    f"reservation:{slug}/{pools[pool_id].slug}",
+                    Words(
+                        gettext_noop("reservation of team %(team)s in pool %(pool)s"),
+                        {"team": name, "pool": pools[pool_id].name},
+                    ),
+                    float(idle - use.idle_lent),
+                    pool_id=pool_id,
+                    team_id=use.team_id,
+                    gate=others > 0,
+                )
+            )
+    return observations
+
+
 def capacity_missing(now: datetime) -> list[Observation]:
     pools = Pool.objects.filter(kind=PoolKind.RESERVED, contracted_gpus__isnull=False).annotate(
         live=Sum("nodes__gpu_allocatable", filter=Q(nodes__ready=True, nodes__unschedulable=False))
@@ -217,5 +260,6 @@ def observe_all(now: datetime) -> dict[str, list[Observation] | None]:
         AlertKind.FAILURE_RATE: failure_rate(now),
         AlertKind.SPILL_RATIO: spill_ratio(now),
         AlertKind.RESERVATION_WASTED: reservation_wasted(now),
+        AlertKind.RESERVATION_NOT_LENT: reservation_not_lent(now),
         AlertKind.CAPACITY_MISSING: capacity_missing(now),
     }

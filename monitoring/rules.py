@@ -111,6 +111,14 @@ DEFAULT_RULES: dict[str, RuleDefault] = {
         Severity.WARNING,
         gettext_noop("reservation used this month, while the team spills,"),
     ),
+    AlertKind.RESERVATION_NOT_LENT: RuleDefault(
+        Decimal(0),
+        10 * MINUTE,
+        ABOVE,
+        gettext_noop(" GPUs"),
+        Severity.WARNING,
+        gettext_noop("reserved GPUs idle and not lent while other teams' jobs wait"),
+    ),
     AlertKind.CAPACITY_MISSING: RuleDefault(
         Decimal(0),
         5 * MINUTE,

@@ -86,47 +86,61 @@ def split_pool(*, unreserved: int, uses: list[TeamUse]) -> PoolLending:
     )
 
 
-def pool_lending(pool_ids: list[int] | None = None, *, now: datetime | None = None) -> dict[int, PoolLending]:
-    """`PoolLending` per pool (reserved pools only; all of them when `pool_ids` is None). Three queries."""
+def team_uses(pool_ids: list[int] | None = None, *, now: datetime | None = None) -> dict[int, dict[int, TeamUse]]:
+    """Per pool (all of them when `pool_ids` is None) and team: GPUs reserved there now, how many of them it lends, how
+    many its jobs holding quota use. Two queries."""
     from jobs.models import Job
-    from pools.kueue import gpus_per_node_by_pool
 
     from .models import Pool, Reservation
 
     now = now or timezone.now()
     pools = Pool.objects.all() if pool_ids is None else Pool.objects.filter(pk__in=pool_ids)
-    pools = {pool.pk: pool for pool in pools}
-    uses: dict[int, dict[int, dict]] = {pool_id: {} for pool_id in pools}
+    rows: dict[int, dict[int, dict]] = {}
     for reservation in (
         Reservation.objects.filter(pool__in=pools)
         .active_at(now)
         .only("team", "pool", "gpus", "lending", "protected_gpus")
     ):
-        row = uses[reservation.pool_id].setdefault(reservation.team_id, {"reserved": 0, "lendable": 0, "used": 0})
+        row = rows.setdefault(reservation.pool_id, {}).setdefault(
+            reservation.team_id, {"reserved": 0, "lendable": 0, "used": 0}
+        )
         row["reserved"] += reservation.gpus
         row["lendable"] += reservation.lendable_gpus
     held = (
         Job.objects.holding_quota()
         .annotate(in_pool=Case(When(admitted_pool__isnull=False, then=F("admitted_pool")), default=F("pool")))
-        .filter(in_pool__in=list(pools))
+        .filter(in_pool__in=pools.values("pk"))
         .values("in_pool", "team")
         .annotate(total=Sum("total_gpus"))
         .values_list("in_pool", "team", "total")
     )
     for pool_id, team_id, total in held:
-        uses[pool_id].setdefault(team_id, {"reserved": 0, "lendable": 0, "used": 0})["used"] = total
+        rows.setdefault(pool_id, {}).setdefault(team_id, {"reserved": 0, "lendable": 0, "used": 0})["used"] = total
+    return {
+        pool_id: {team_id: TeamUse(team_id=team_id, **row) for team_id, row in teams.items()}
+        for pool_id, teams in rows.items()
+    }
+
+
+def pool_lending(pool_ids: list[int] | None = None, *, now: datetime | None = None) -> dict[int, PoolLending]:
+    """`PoolLending` per pool (reserved pools only; all of them when `pool_ids` is None). Three queries."""
+    from pools.kueue import gpus_per_node_by_pool
+
+    from .models import Pool
+
+    pools = Pool.objects.all() if pool_ids is None else Pool.objects.filter(pk__in=pool_ids)
+    uses = team_uses(pool_ids, now=now)
     per_node = None
     result = {}
-    for pool_id, pool in pools.items():
+    for pool in pools:
+        pool_uses = list(uses.get(pool.pk, {}).values())
         if pool.kind == PoolKind.RESERVED:
-            reserved = sum(row["reserved"] for row in uses[pool_id].values())
+            reserved = sum(use.reserved for use in pool_uses)
             unreserved = max((pool.contracted_gpus or 0) - reserved, 0)
         else:
             per_node = per_node if per_node is not None else gpus_per_node_by_pool()
-            unreserved = pool.max_nodes * per_node.get(pool_id, 0)
-        result[pool_id] = split_pool(
-            unreserved=unreserved, uses=[TeamUse(team_id=team, **row) for team, row in uses[pool_id].items()]
-        )
+            unreserved = pool.max_nodes * per_node.get(pool.pk, 0)
+        result[pool.pk] = split_pool(unreserved=unreserved, uses=pool_uses)
     return result
 
 
