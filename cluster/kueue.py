@@ -21,6 +21,7 @@ Fields the apiserver would default (stopPolicy, preemption.borrowWithinCohort, f
 out, so that an object read back from the cluster equals its rendering unless someone edited it.
 """
 
+import copy
 from dataclasses import dataclass
 
 from .manifests import (
@@ -308,6 +309,30 @@ def render_projection(pools: list[PoolFlavorSpec], teams: list[TeamQueueSpec]) -
     objects += [render_unreserved_cluster_queue(pool) for pool in ordered_pools]
     objects += [render_local_queue(team) for team in ordered_teams]
     return objects
+
+
+def without_lending(cluster_queue: dict) -> dict | None:
+    """A ClusterQueue the portal no longer wants (its team or pool is gone), as it must stay while Kueue still holds it
+    for its last Workloads: the same spec, lending nothing (every `lendingLimit` 0). Kueue keeps a deleted queue in the
+    cohort until its Workloads are gone, and would go on lending its nominal GPUs meanwhile: GPUs that a new
+    reservation or the pool's unreserved queue may already count. None when it already lends nothing."""
+    spec = copy.deepcopy(cluster_queue.get("spec") or {})
+    changed = False
+    for group in spec.get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                if str(resource.get("lendingLimit")) != "0":
+                    resource["lendingLimit"] = "0"
+                    changed = True
+    if not changed:
+        return None
+    metadata = cluster_queue["metadata"]
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": metadata["name"], "labels": dict(metadata.get("labels") or {})},
+        "spec": spec,
+    }
 
 
 def object_key(manifest: dict) -> str:

@@ -230,6 +230,10 @@ def _reconcile_locked(state: KueueProjection) -> dict:
                 if key in wanted:
                     continue
                 metadata = obj["metadata"]
+                quiet = render.without_lending(obj) if kind == "ClusterQueue" else None
+                if quiet is not None:
+                    resources.apply_kueue_object(quiet, obj)
+                    log.info("Kueue projection: %s lends nothing while it goes", key)
                 if metadata.get("deletionTimestamp"):
                     outcome[key] = "deleting"  # Kueue holds it until nothing uses it
                     continue

@@ -1,5 +1,6 @@
 """Unit tests of the pure Kueue rendering: flavors, cluster queues, local queues and priority classes."""
 
+import dataclasses
 import re
 
 from cluster.kueue import (
@@ -16,6 +17,7 @@ from cluster.kueue import (
     render_unreserved_cluster_queue,
     render_workload_priority_classes,
     unreserved_gpus,
+    without_lending,
 )
 from cluster.manifests import render_priority_classes
 
@@ -198,6 +200,31 @@ def test_the_unreserved_queue_lends_everything_and_takes_no_namespace():
     gpu = quotas(flavor)["nvidia.com/gpu"]
     assert (gpu["nominalQuota"], gpu["lendingLimit"], gpu["borrowingLimit"]) == ("4", "4", "0")
     assert quotas(flavor)["cpu"]["nominalQuota"] == quotas(flavor)["memory"]["nominalQuota"] == "0"
+
+
+def test_a_queue_that_goes_lends_nothing_while_kueue_holds_it_and_keeps_everything_else():
+    lender = dataclasses.replace(VISION, shares=(TeamPoolShare(pool="training", reserved=8, quota=10, lendable=6),))
+    listed = render_team_cluster_queue(lender, POOLS)
+    listed["metadata"] |= {"uid": "abc", "resourceVersion": "7", "deletionTimestamp": "2026-12-01T00:00:00Z"}
+    listed["status"] = {"admittedWorkloads": 1}
+    quiet = without_lending(listed)
+    assert quiet["metadata"] == {"name": "team-vision", "labels": listed["metadata"]["labels"]}
+    assert "status" not in quiet
+    for flavor in quiet["spec"]["resourceGroups"][0]["flavors"]:
+        assert {resource["lendingLimit"] for resource in flavor["resources"]} == {"0"}
+    [training] = [f for f in quiet["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "training"]
+    training = quotas(training)["nvidia.com/gpu"]
+    assert (training["nominalQuota"], training["borrowingLimit"]) == ("8", "2")
+    [before] = [f for f in listed["spec"]["resourceGroups"][0]["flavors"] if f["name"] == "training"]
+    assert quotas(before)["nvidia.com/gpu"]["lendingLimit"] == "6"  # the listed object is not changed
+    assert without_lending(quiet) is None  # already quiet: nothing to write
+    unreserved = render_unreserved_cluster_queue(TRAINING)
+    assert (
+        quotas(without_lending(unreserved)["spec"]["resourceGroups"][0]["flavors"][0])["nvidia.com/gpu"]["lendingLimit"]
+        == "0"
+    )
+    del unreserved["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["lendingLimit"]  # absent: lends all
+    assert without_lending(unreserved) is not None
 
 
 def test_a_local_queue_in_the_team_namespace_points_at_the_team_queue():

@@ -411,3 +411,48 @@ def test_a_borrowing_job_never_preempts_another_teams_job(portal_cluster, cluste
     assert quota_reserved(cluster_team.namespace, "low")[0] == "True"
     assert quota_reserved(other_cluster_team.namespace, "high")[0] == "False"
     assert batch.read_namespaced_job("low", cluster_team.namespace).spec.suspend is False
+
+
+def test_a_queue_the_portal_no_longer_wants_lends_nothing_while_kueue_holds_it(portal_cluster):
+    """A team or pool gone: its ClusterQueue is deleted, and while Kueue keeps it (here a finalizer of the test's own
+    stands for its last Workloads) it lends nothing to the cohort."""
+    api = client.custom_objects()
+    name = f"team-gone-{uuid.uuid4().hex[:5]}"
+    gpus = {"name": "nvidia.com/gpu", "nominalQuota": "1", "borrowingLimit": "0", "lendingLimit": "1"}
+    api.create_cluster_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        "clusterqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {
+                "name": name,
+                "labels": {"app.kubernetes.io/managed-by": "reservoir", "reservoir.io/team": name[5:]},
+                "finalizers": ["reservoir.test/hold"],
+            },
+            "spec": {
+                "cohortName": "reservoir",
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["nvidia.com/gpu"],
+                        "flavors": [{"name": "reserved-a800", "resources": [gpus]}],
+                    }
+                ],
+            },
+        },
+    )
+    try:
+        outcome = kueue.reconcile()
+        assert outcome[f"ClusterQueue/{name}"] == "deleted"
+        held = read("ClusterQueue", name)
+        assert held["metadata"].get("deletionTimestamp")
+        [gpu] = held["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+        assert (str(gpu["nominalQuota"]), str(gpu["lendingLimit"])) == ("1", "0")
+        assert kueue.reconcile()[f"ClusterQueue/{name}"] == "deleting"  # and nothing more to write
+    finally:
+        api.patch_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name, {"metadata": {"finalizers": None}}
+        )
+    wait_for(lambda: read("ClusterQueue", name) is None, timeout=30, what="the queue gone")
