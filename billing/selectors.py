@@ -297,7 +297,9 @@ def usage_rows(*, teams, month: date) -> list[dict]:
 
 def pool_month(*, month: date, now: datetime) -> list[dict]:
     """The admin's pool view: per pool, contracted GPU-hours against GPU-hours used across teams (utilisation),
-    idle contracted GPU-hours and what they cost, and per team R, U, O, S, idle and spill ratio."""
+    idle contracted GPU-hours and what they cost, GPU-hours lent and borrowed from lenders and the credits lenders
+    earn (per team, as on their invoices: lent × the pool's lending price, to the cent); and per team R, U, O, S,
+    idle, spill ratio, lent and borrowed."""
     start, end = month_bounds(month)
     until = min(end, now)
     elapsed = seconds(until - start) if until > start else ZERO
@@ -326,6 +328,7 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
                 {
                     "team": teams[team_id],
                     **figures.as_hours(),
+                    "lending_credit": hourly_cost(figures.lent, pool.lending_price_per_gpu) if figures.lent else None,
                     "team_spill_ratio": ratio(team_usage[team_id].spill, team_usage[team_id].used),
                     "team_spill_ratio_percent": percent(ratio(team_usage[team_id].spill, team_usage[team_id].used)),
                 }
@@ -348,6 +351,12 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
                 "utilisation_percent": percent(ratio(used, contracted)) if contracted else None,
                 "idle_gpu_hours": hours(idle) if contracted else None,
                 "idle_cost": idle_cost,
+                "lent_gpu_hours": hours(pool_total.lent),
+                "borrowed_gpu_hours": hours(pool_total.borrowed),
+                "lending_price": pool.lending_price_per_gpu,
+                "lending_credits": sum(
+                    (row["lending_credit"] for row in team_rows if row["lending_credit"]), Decimal("0.00")
+                ),
                 "teams": team_rows,
             }
         )

@@ -137,6 +137,20 @@ def test_exports_and_api_show_lent_borrowed_and_credits(story, client, lead):
         ]
 
 
+def test_the_admins_pool_view_shows_lent_borrowed_and_credits(story, client, platform_admin):
+    refresh(at(5))
+    with time_machine.travel(at(5), tick=False):
+        [row] = [r for r in selectors.pool_month(month=MARCH, now=at(5)) if r["pool"] == story["pool"]]
+        assert (row["lent_gpu_hours"], row["borrowed_gpu_hours"]) == (22, 22)  # Beta 21 + Gamma 1
+        assert (row["lending_price"], row["lending_credits"]) == (Decimal("9.0000"), Decimal("198.00"))
+        teams = {team["team"].slug: team for team in row["teams"]}
+        assert teams["alpha"]["lending_credit"] == Decimal("198.00") and teams["beta"]["lending_credit"] is None
+        assert (teams["beta"]["borrowed_gpu_hours"], teams["gamma"]["borrowed_gpu_hours"]) == (21, 1)
+        client.force_login(platform_admin)
+        page = client.get(reverse("billing:pool_usage"), {"month": "2026-03"}).content.decode()
+    assert "Lent to other teams" in page and "22.00 GPU-h" in page and "198.00" in page and "9.0000" in page
+
+
 def test_lending_none_lends_nothing_and_the_borrower_pays_the_same(story):
     # from March 1 until the protect change at 02:00, and, written after it at the same instant, from 02:00 on
     LendingChange.objects.create(reservation=story["reservation"], lending=Lending.NONE, effective_from=at(1))
