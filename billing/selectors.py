@@ -367,16 +367,20 @@ def earned_this_month(*, team: Team, now: datetime) -> dict[int, dict]:
     """Per reserved pool where `team` lent GPUs this month (UTC), as metered so far: {pool id: {"pool",
     "lent_gpu_hours", "lending_price", "earned"}}. `earned` is what its invoice's credit line for the pool says
     (lent GPU-hours × the pool's lending price, to the cent), from the same rollups."""
-    month = month_of(now)
+    return {pool_id: row for (_team, pool_id), row in earned_this_month_by_team([team.pk], now=now).items()}
+
+
+def earned_this_month_by_team(team_ids, *, now: datetime) -> dict[tuple[int, int], dict]:
+    """`earned_this_month` for several teams at once (two queries): {(team id, pool id): {...}}."""
     rows = (
-        _month_rows(month)
-        .filter(team=team, lent_gpu_seconds__gt=0)
-        .values("pool_id")
+        _month_rows(month_of(now))
+        .filter(team_id__in=team_ids, lent_gpu_seconds__gt=0)
+        .values("team_id", "pool_id")
         .annotate(lent=FIGURE_SUMS["lent"])
     )
-    pools = Pool.objects.in_bulk([row["pool_id"] for row in rows])
+    pools = Pool.objects.in_bulk({row["pool_id"] for row in rows})
     return {
-        row["pool_id"]: {
+        (row["team_id"], row["pool_id"]): {
             "pool": pools[row["pool_id"]],
             "lent_gpu_hours": hours(row["lent"]),
             "lending_price": pools[row["pool_id"]].lending_price_per_gpu,

@@ -252,6 +252,7 @@ class ReservationLending:
     lent_gpus: int = 0
     borrowing_teams: int = 0
     can_change: bool = False
+    earned: Decimal | None = None  # earned by lending this month, for those who see the team's bill (set by views)
 
 
 def reservations_lending(reservations, lending: dict, *, now: datetime, user=None) -> list[ReservationLending]:

@@ -180,7 +180,9 @@ def sent_to_kueue(monkeypatch):
     return versions
 
 
-def test_leads_see_what_lending_earned_this_month_and_researchers_do_not(client, lead, researcher, team, reservation):
+def test_leads_see_what_lending_earned_this_month_on_the_team_page_and_pool_card_and_researchers_do_not(
+    client, lead, researcher, team, reservation
+):
     from decimal import Decimal
 
     from billing import selectors as billing_selectors
@@ -203,6 +205,12 @@ def test_leads_see_what_lending_earned_this_month_and_researchers_do_not(client,
     client.force_login(lead)
     html = client.get(reverse("portal:team_detail", args=["alpha"])).content.decode()
     assert "Earned this month" in html and f'data-earned="{earned}"' in html
+    assert earned == Decimal("54.00")  # 6 GPU-hours × 9.0000 (18.0000 × the default share 0.5)
+    pool_card = client.get(reverse("pools:pool_detail", args=["a800"])).content.decode()
+    assert f'data-earned="{earned}"' in pool_card and "earned this month: 54.00" in pool_card
+    assert f'data-earned="{earned}"' in client.get(reverse("pools:pool_list")).content.decode()
     client.force_login(researcher)
     html = client.get(reverse("portal:team_detail", args=["alpha"])).content.decode()
     assert "Earned this month" not in html and "data-earned" not in html
+    pool_card = client.get(reverse("pools:pool_detail", args=["a800"])).content.decode()
+    assert f'data-reservation="{reservation.pk}"' in pool_card and "data-earned" not in pool_card
