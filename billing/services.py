@@ -85,7 +85,7 @@ def recompute_days(*, days, now: datetime) -> list[date]:
     wanted = sorted({day for day in days if midnight(day) < now})
     sql = _INSERT_ROLLUPS.format(metering=metering.metering_sql(by_day=True))
     with connection.cursor() as cursor:
-        cursor.execute("SET LOCAL work_mem = %s", [metering.METERING_WORK_MEM])
+        metering.prepare_session(cursor)
         for first, last in _contiguous_runs(wanted):
             start, end = midnight(first), min(midnight(last + timedelta(days=1)), now)
             DailyUsage.objects.filter(day__gte=first, day__lte=last).delete()

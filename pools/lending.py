@@ -15,7 +15,7 @@ admitted jobs there):
   that what lenders lend adds up to `from_lenders` exactly.
 
 Kueue itself does not say whose GPUs a borrower holds (the cohort's quota is one pool); the attribution above is
-the portal's, the same rule metering applies hour by hour.
+the portal's: metering applies the same rule with exact (not whole-GPU) shares, rounded per pool and day.
 """
 
 from dataclasses import dataclass, field

@@ -5,7 +5,7 @@ intervals and reservations cover it. Quadratic, and fine for a few dozen rows.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
@@ -103,28 +103,35 @@ def _lendable(hold: Held, index: int, changes: list[LendingSetting], at: datetim
     return hold.gpus
 
 
-def _largest_remainder(total: int, weights: dict[int, int]) -> dict[int, int]:
-    """`total` whole GPUs shared pro rata to `weights`: floors first, then one more each to the largest remainders
-    (ties: the lower team id)."""
-    whole = sum(weights.values())
-    quotas = {team: Fraction(total * weight, whole) for team, weight in weights.items()}
-    shares = {team: int(quota) for team, quota in quotas.items()}  # quotas are not negative: int() floors
-    left = total - sum(shares.values())
-    for team in sorted(quotas, key=lambda team: (-(quotas[team] - shares[team]), team))[:left]:
-        shares[team] += 1
-    return shares
+MICRO = Fraction(1, 1_000_000)
+
+
+def _round_day(total: Decimal, exact: dict[int, Fraction]) -> dict[int, Decimal]:
+    """A pool's day: the teams' exact parts (Fractions adding up to `total`) in whole GPU-microseconds, floors first,
+    then one microsecond more each to the largest remainders (ties: the lower team id), adding up to `total`."""
+    floors = {team: Fraction(int(part / MICRO)) * MICRO for team, part in exact.items()}  # parts ≥ 0: int() floors
+    left = int((Fraction(total) - sum(floors.values())) / MICRO)
+    for team in sorted(exact, key=lambda team: (-(exact[team] - floors[team]), team))[:left]:
+        floors[team] += MICRO
+    return {team: Decimal(part.numerator) / Decimal(part.denominator) for team, part in floors.items()}
 
 
 def meter_lending(pods, holds, changes, contracted, reserved_pools, start, end, now):
     """{(team, pool): (lent, borrowed, unreserved)} GPU-seconds over [start, end), per PRODUCT.md's rule:
 
     at every moment, in each reserved pool, the teams' overage beyond what the unreserved GPUs (contracted − Σ
-    reservations) serve, up to Σ idle lendable GPUs, is borrowed; borrowers share it by overage and lenders by
-    idle lendable GPUs, in whole GPUs (largest remainder). Unreserved = overage − borrowed.
+    reservations) serve, up to Σ idle lendable GPUs, is borrowed (B GPUs); borrowers share B pro rata to their
+    overage and lenders pro rata to their idle lendable GPUs, exactly (Fractions). Per pool and UTC day the parts are
+    rounded to the GPU-microsecond by largest remainder so that they add up to Σ B × seconds. Unreserved = overage −
+    borrowed.
     """
     result = {}
     for pool in reserved_pools:
         cuts = {start, end}
+        day = datetime.combine(start.date(), time(), tzinfo=UTC) + timedelta(days=1)
+        while day < end:
+            cuts.add(day)
+            day += timedelta(days=1)
         for pod in pods:
             if pod.pool == pool:
                 cuts |= {pod.started_at, pod.ended_at or now}
@@ -133,8 +140,11 @@ def meter_lending(pods, holds, changes, contracted, reserved_pools, start, end, 
                 cuts |= {hold.starts_at, hold.ends_at}
                 cuts |= {change.at for change in changes if change.hold == index}
         cuts = sorted(moment for moment in cuts if start <= moment <= end)
+        teams = {pod.team for pod in pods if pod.pool == pool} | {hold.team for hold in holds if hold.pool == pool}
+        # per UTC day: exact parts per side and team, and Σ B × seconds
+        days: dict = {}
+        overage: dict[int, Decimal] = {}
         for a, b in zip(cuts, cuts[1:], strict=False):
-            teams = {pod.team for pod in pods if pod.pool == pool} | {hold.team for hold in holds if hold.pool == pool}
             using = {
                 team: sum(
                     p.gpus
@@ -154,13 +164,26 @@ def meter_lending(pods, holds, changes, contracted, reserved_pools, start, end, 
             }
             unreserved_gpus = max(0, contracted[pool] - sum(holding.values()))
             borrowed = min(max(0, sum(over.values()) - unreserved_gpus), sum(idle.values()))
-            borrowed_by = _largest_remainder(borrowed, over) if borrowed else {}
-            lent_by = _largest_remainder(borrowed, idle) if borrowed else {}
             duration = seconds(b - a)
-            for team in teams:
-                lent, got = lent_by.get(team, 0), borrowed_by.get(team, 0)
-                figures = result.setdefault((team, pool), [Decimal(0)] * 3)
-                figures[0] += lent * duration
-                figures[1] += got * duration
-                figures[2] += (over.get(team, 0) - got) * duration
-    return {key: tuple(figures) for key, figures in result.items() if any(figures)}
+            for team, gpus in over.items():
+                overage[team] = overage.get(team, Decimal(0)) + gpus * duration
+            if not borrowed or not duration:
+                continue
+            figures = days.setdefault(a.astimezone(UTC).date(), {"total": Decimal(0), "lent": {}, "borrowed": {}})
+            figures["total"] += borrowed * duration
+            for side, weights in (("borrowed", over), ("lent", idle)):
+                whole = sum(weights.values())
+                for team, weight in weights.items():
+                    part = Fraction(borrowed * weight, whole) * Fraction(duration)
+                    figures[side][team] = figures[side].get(team, Fraction(0)) + part
+        totals = {team: [Decimal(0), Decimal(0)] for team in teams}
+        for figures in days.values():
+            for column, side in ((0, "lent"), (1, "borrowed")):
+                for team, part in _round_day(figures["total"], figures[side]).items():
+                    totals[team][column] += part
+        for team in teams:
+            lent, got = totals[team]
+            figures = (lent, got, overage.get(team, Decimal(0)) - got)
+            if any(figures):
+                result[(team, pool)] = figures
+    return result

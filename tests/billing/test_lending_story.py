@@ -4,11 +4,13 @@ Pool A800: 12 GPUs contracted, 18.0000 per GPU-hour, lending share 0.5 → lendi
 GPUs for all of March and uses 2 on March 3, 00:00-04:00. Beta (no reservation) uses 10 GPUs 00:00-04:00, Gamma
 (no reservation) 3 GPUs 00:00-01:00. Alpha's lead keeps 3 GPUs protected from 02:00. Unreserved GPUs: 12 − 8 = 4.
 
-  00-01  overage 13, lenders idle min(8 − 2, 8) = 6 → borrowed min(13 − 4, 6) = 6: Beta 6×10/13 = 4.6 → 4 + 1
-         (largest remainder), Gamma 6×3/13 = 1.4 → 1; unreserved Beta 5, Gamma 2; Alpha lends 6
+  00-01  overage 13, lenders idle min(8 − 2, 8) = 6 → borrowed min(13 − 4, 6) = 6, shared pro rata: Beta 6×10/13 =
+         60/13, Gamma 18/13 GPUs; unreserved Beta 10 − 60/13, Gamma 3 − 18/13; Alpha lends 6
   01-02  overage 10, idle 6 → borrowed 6: Beta 6 (unreserved 4); Alpha lends 6
   02-04  protect 3: lendable 5, idle min(6, 5) = 5 → borrowed 5 an hour: Beta 5 (unreserved 5); Alpha lends 5
-  Alpha lent 6 + 6 + 2×5 = 22 GPU-h; Beta borrowed 5 + 6 + 10 = 21 of its overage 40; Gamma 1 of 3. Σ 22 = 22.
+  Alpha lent 6 + 6 + 2×5 = 22 GPU-h = 79,200 GPU-s; Beta borrowed 60/13 + 6 + 10 = 268/13 GPU-h = 74,215.384615…
+  GPU-s and Gamma 18/13 GPU-h = 4,984.615384… GPU-s. Rounded to the GPU-microsecond by largest remainder (Gamma's
+  .615… µs beats Beta's .384… µs for the one left): Beta 74,215.384615, Gamma 4,984.615385; Σ 79,200 = 79,200.
 Money: Alpha is credited 22 × 9.0000 = 198.00; Beta pays 40 × 18 = 720.00 and Gamma 3 × 18 = 54.00 as overage.
 """
 
@@ -67,8 +69,13 @@ def test_the_story_meters_to_the_hand_computation(story):
     day = {row.team_id: row for row in DailyUsage.objects.filter(day=at(3).date())}
     alpha, beta, gamma = (day[story[name].pk] for name in ("alpha", "beta", "gamma"))
     assert [gpu_hours(alpha, f) for f in ("in_reservation", "lent", "borrowed", "overage")] == [8, 22, 0, 0]
-    assert [gpu_hours(beta, f) for f in ("overage", "borrowed", "unreserved", "lent")] == [40, 21, 19, 0]
-    assert [gpu_hours(gamma, f) for f in ("overage", "borrowed", "unreserved", "lent")] == [3, 1, 2, 0]
+    assert [getattr(beta, f"{f}_gpu_seconds") for f in ("overage", "borrowed", "unreserved", "lent")] == [
+        Decimal(144_000), Decimal("74215.384615"), Decimal("69784.615385"), 0
+    ]  # fmt: skip
+    assert [getattr(gamma, f"{f}_gpu_seconds") for f in ("overage", "borrowed", "unreserved", "lent")] == [
+        Decimal(10_800), Decimal("4984.615385"), Decimal("5815.384615"), 0
+    ]  # fmt: skip
+    assert beta.borrowed_gpu_seconds + gamma.borrowed_gpu_seconds == alpha.lent_gpu_seconds == 79_200
     # no other day has lending
     assert not DailyUsage.objects.exclude(day=at(3).date()).filter(lent_gpu_seconds__gt=0).exists()
 
@@ -107,7 +114,7 @@ def test_credits_and_charges_on_the_invoices_and_frozen_at_close(story, platform
         Decimal("9.0000"),
         Decimal("54.00"),
     )
-    # Beta still pays all its overage: only who served it changed (4 more GPU-hours from unreserved GPUs)
+    # Beta still pays all its overage: only who served it changed (6 more GPU-hours from unreserved GPUs)
     assert not Invoice.objects.filter(team=story["beta"], month=APRIL, lines__adjusts_month=MARCH).exists()
 
 
@@ -133,7 +140,7 @@ def test_exports_and_api_show_lent_borrowed_and_credits(story, client, lead):
         client.force_login(beta_lead)
         api = client.get("/api/v1/usage/beta/", {"month": "2026-03"}).json()
         assert [(r["borrowed_gpu_hours"], r["unreserved_gpu_hours"], r["overage_gpu_hours"]) for r in api] == [
-            ("21.000000", "19.000000", "40.000000")
+            ("20.615385", "19.384615", "40.000000")
         ]
 
 
@@ -145,7 +152,10 @@ def test_the_admins_pool_view_shows_lent_borrowed_and_credits(story, client, pla
         assert (row["lending_price"], row["lending_credits"]) == (Decimal("9.0000"), Decimal("198.00"))
         teams = {team["team"].slug: team for team in row["teams"]}
         assert teams["alpha"]["lending_credit"] == Decimal("198.00") and teams["beta"]["lending_credit"] is None
-        assert (teams["beta"]["borrowed_gpu_hours"], teams["gamma"]["borrowed_gpu_hours"]) == (21, 1)
+        assert teams["beta"]["borrowed_gpu_hours"] + teams["gamma"]["borrowed_gpu_hours"] == 22
+        assert (teams["beta"]["borrowed_gpu_hours"], teams["gamma"]["borrowed_gpu_hours"]) == (
+            Decimal("20.615385"), Decimal("1.384615")
+        )  # fmt: skip
         client.force_login(platform_admin)
         page = client.get(reverse("billing:pool_usage"), {"month": "2026-03"}).content.decode()
     assert "Lent to other teams" in page and "22.00 GPU-h" in page and "198.00" in page and "9.0000" in page
