@@ -49,8 +49,10 @@ Reports per replay (the last line printed is a JSON summary):
 - ``lending``: Σ lent GPU-seconds (what the lenders are credited for) vs Σ borrowed GPU-seconds (what the borrowers
   are charged for, inside their overage) over the replay window, exact Decimals from `meter`; ``equal`` is their
   exact equality. After both replays, the month's charges (`billing.services.month_charges`, after
-  `refresh_usage`): Σ lending credit lines vs Σ borrowed GPU-hours × the pool's lending price (to the cent), and
-  what the borrowers pay for those hours at the hourly price.
+  `refresh_usage`): each lender's credit line vs its own lent GPU-hours × the pool's lending price (to the cent, as
+  billing computes a line), Σ lending credit lines vs Σ borrowed GPU-hours × that price (lines are rounded one by
+  one, so these two may differ by up to half a cent per line), and what the borrowers pay for those hours at the
+  hourly price.
 
 Targets (issue 12): utilisation +25 points or more (lending on − lending off), queue wait p95 halved, reclaim p99
 < 60 s, 0 lender pods preempted inside their reservation, Σ lent = Σ borrowed exactly.
@@ -490,7 +492,8 @@ def measure(run: dict, label: str, day: float, teams, reserved, elastic) -> dict
 
 
 def money(reserved) -> dict:
-    """The month's invoice figures after both replays: Σ lending credit lines vs the borrowed GPU-hours."""
+    """The month's invoice figures after both replays: each lender's lending credit line vs its own lent GPU-hours
+    at the lending price (to the cent, as the line is computed), and Σ credit lines vs the borrowed GPU-hours."""
     from django.utils import timezone
 
     from billing import services as billing_services
@@ -503,14 +506,24 @@ def money(reserved) -> dict:
     billing_services.refresh_usage(now=now)
     month = now.date().replace(day=1)
     charges = billing_services.month_charges(month=month, now=now)
-    credits = sum(
-        (c.amount for lines in charges.values() for c in lines if c.kind == LineKind.LENDING_CREDIT), Decimal(0)
-    )
+    price = reserved.lending_price_per_gpu
     start, _end = month_bounds(month)
     rows = [row for row in meter(start=start, end=now, now=now) if row.pool_id == reserved.pk]
     borrowed = sum((row.borrowed for row in rows), Decimal(0))
     lent = sum((row.lent for row in rows), Decimal(0))
-    price = reserved.lending_price_per_gpu
+    lent_by_team: dict[int, Decimal] = {}
+    for row in rows:
+        lent_by_team[row.team_id] = lent_by_team.get(row.team_id, Decimal(0)) + row.lent
+    lines = {
+        team_id: sum((c.amount for c in team_lines if c.kind == LineKind.LENDING_CREDIT), Decimal(0))
+        for team_id, team_lines in charges.items()
+    }
+    per_line = {
+        str(team_id): {"credit_line": str(lines.get(team_id, Decimal(0))), "lent_gpu_seconds": str(gpu_seconds)}
+        for team_id, gpu_seconds in sorted(lent_by_team.items())
+        if gpu_seconds or lines.get(team_id)
+    }
+    credits = sum(lines.values(), Decimal(0))
     return {
         "month": month.isoformat(),
         "lending_credit_lines": str(credits),
@@ -519,6 +532,13 @@ def money(reserved) -> dict:
         "borrowed_at_lending_price": str(-hourly_cost(borrowed, price)),
         "borrowed_at_hourly_price_paid_by_borrowers": str(hourly_cost(borrowed, reserved.hourly_price_per_gpu)),
         "lending_price_per_gpu_hour": str(price),
+        "per_lender": per_line,
+        # Each line is its own team's lent GPU-hours × the price, rounded to the cent: what the invoice must say.
+        "each_credit_line_equals_its_lent_at_lending_price": all(
+            lines.get(team_id, Decimal(0)) == -hourly_cost(gpu_seconds, price)
+            for team_id, gpu_seconds in lent_by_team.items()
+        ),
+        # Σ of lines rounded one by one vs the rounded Σ: may differ by up to half a cent per line.
         "credits_equal_borrowed_at_lending_price": credits == -hourly_cost(borrowed, price),
     }
 
@@ -705,7 +725,8 @@ def main() -> int:
         "lent_equals_borrowed": on["lending"]["equal"]
         and off["lending"]["equal"]
         and Decimal(on["lending"]["lent_gpu_seconds"]) > 0
-        and invoice["credits_equal_borrowed_at_lending_price"],
+        and Decimal(invoice["lent_gpu_seconds"]) == Decimal(invoice["borrowed_gpu_seconds"])
+        and invoice["each_credit_line_equals_its_lent_at_lending_price"],
     }
     print(json.dumps(summary))
     return 0
