@@ -11,18 +11,31 @@ What runs, each as it runs in production (the machinery of bench/admission.py, r
   `jobs.services.submit_job` at their time in the trace, each pod "running" its run time on KWOK
   (`pod-complete.stage.kwok.x-k8s.io/delay`).
 
-The trace: `--jobs` jobs of 1, 2 or 4 GPUs per replay, shared among the teams in proportion to their reservations;
-a "day" lasts `--day-seconds`; team k's day peak is the k-th third of it (three quarters of its jobs are submitted
-then, the rest at random in the other two thirds); each job runs a third of a day × U(0.6, 1.0); `--soft-share` of
-the jobs are soft (may spill into the elastic pool). The replays: first every reservation lends nothing
-(`pools.services.set_lending(lending="none")`), then every reservation lends its idle GPUs (the default, `idle`);
-between them the cluster drains (every job of the first replay finished).
+The trace (``--trace shifts``, the default) follows seed 000: reservations about 30 % used while their teams queue
+and spill; 30 % → 65 %+ once idle GPUs are shared. Three teams work in three shifts (time zones): team k's working
+day is the k-th third of the compressed day (`--day-seconds`), its night the other two thirds. During its day a
+team offers `--peak-factor` × its reservation of GPU load: jobs at uniformly random moments of its day until their
+GPU·s reach factor × reservation × the day's length (that many GPUs busy on average, were there room); at night
+`--night-load` × its reservation (near idle), the same way. Jobs are of 1, 2 or 4 GPUs (weights 40/35/25) and run
+a sixth of a day × U(0.6, 1.0); `--soft-share` of them are soft (may spill into the elastic pool). Without lending
+a team's own use is then about a third of its reservation (its day's share of the day), plus whatever of its day's
+backlog it runs in its own night; with lending, a team's excess by day runs on the reservations of the two teams
+at night: with the default factor 2 and reservations 16/8/8, at most the whole pool in team A's day and half of it
+in B's and C's (≈ 67 % over the day, seed 000's 65 %+). The number of jobs follows from the load (`--jobs` is not
+used). ``--trace uniform`` is the earlier trace: `--jobs` jobs shared among the teams in proportion to their
+reservations, three quarters of a team's jobs in its third of the day and the rest at random in the other two
+thirds, each running a third of a day × U(0.6, 1.0) (its baseline utilisation was 50–68 %).
+The replays: first every reservation lends nothing (`pools.services.set_lending(lending="none")`), then every
+reservation lends its idle GPUs (the default, `idle`); between them the cluster drains (every job of the first
+replay finished).
 
 Reports per replay (the last line printed is a JSON summary):
 - ``utilisation``: the reserved pool's reserved GPUs in use by anyone over the day window [first submission, + one
   day), from the portal's own metering (`billing.metering.meter`, i.e. the UsageInterval rows the sync wrote):
   (Σ in_reservation + Σ lent) / Σ reserved; beside it the owners' own use alone, Σ in_reservation / Σ reserved
-  (the U/R of the billing page) and each team's U/R;
+  (the U/R of the billing page) and each team's U/R. Work that runs after the window does not count: a backlog
+  queued in team C's day (the last shift) that drains after it, or a job submitted late in the day (``trace``
+  says how many GPU·s run past the day even if no job ever waited);
 - ``queue_wait_s`` p50/p95: submit call → the job's first Running state written by the sync (a database trigger in
   the benchmark's own database notes the moment), over the jobs that ran; ``never_ran`` the others;
 - ``spill_gpu_hours``: metered GPU-hours in the elastic pool over the replay window (first submission → last job
@@ -36,15 +49,19 @@ Reports per replay (the last line printed is a JSON summary):
 - ``lending``: Σ lent GPU-seconds (what the lenders are credited for) vs Σ borrowed GPU-seconds (what the borrowers
   are charged for, inside their overage) over the replay window, exact Decimals from `meter`; ``equal`` is their
   exact equality. After both replays, the month's charges (`billing.services.month_charges`, after
-  `refresh_usage`): Σ lending credit lines vs Σ borrowed GPU-hours × the pool's lending price (to the cent), and
-  what the borrowers pay for those hours at the hourly price.
+  `refresh_usage`): each lender's credit line vs its own lent GPU-hours × the pool's lending price (to the cent, as
+  billing computes a line), Σ lending credit lines vs Σ borrowed GPU-hours × that price (lines are rounded one by
+  one, so these two may differ by up to half a cent per line), and what the borrowers pay for those hours at the
+  hourly price.
 
 Targets (issue 12): utilisation +25 points or more (lending on − lending off), queue wait p95 halved, reclaim p99
 < 60 s, 0 lender pods preempted inside their reservation, Σ lent = Σ borrowed exactly.
 
-Usage: ``python bench/exchange.py [--day-seconds 150] [--jobs 36] [--seed 7] ...`` (``--help`` lists all). Uses its
-own cluster state directory (.state/devcluster-bench-exchange) and database (`<DATABASE_URL name>_exchangebench`,
-dropped and made afresh each run); REDIS_URL's database is purged of queued tasks: give it one of its own.
+Usage: ``python bench/exchange.py [--peak-factor 2] [--day-seconds 150] [--seed 7] ...`` (``--help`` lists all).
+Uses its own cluster state directory (.state/devcluster-bench-exchange) and database
+(`<DATABASE_URL name>_exchangebench`, dropped and made afresh each run); REDIS_URL's database is purged of queued
+tasks: give it one of its own. Stop its cluster, if left running with ``--keep``: ``python -c "from pathlib import
+Path; from devcluster import launcher; launcher.Cluster(Path('.state/devcluster-bench-exchange')).down()"``.
 """
 
 from __future__ import annotations
@@ -114,6 +131,7 @@ class TraceJob:
 
 
 def make_trace(jobs: int, day: float, soft_share: float, seed: int) -> list[TraceJob]:
+    """The earlier trace (``--trace uniform``): `jobs` jobs, three quarters of a team's in its third of the day."""
     chooser = random.Random(seed)
     third = day / 3
     trace = []
@@ -137,6 +155,73 @@ def make_trace(jobs: int, day: float, soft_share: float, seed: int) -> list[Trac
     return sorted(trace, key=lambda job: (job.at, job.index))
 
 
+RUN_SPAN = (0.6, 1.0)  # a job's run time, as a share of a sixth of the day
+
+
+def make_shift_trace(
+    reservations: list[int], day: float, peak_factor: float, night_load: float, soft_share: float, seed: int
+) -> list[TraceJob]:
+    """Seed 000's day (``--trace shifts``): team k works in the k-th third of the day. In each stretch of a team's
+    day or night it submits jobs, at uniformly random moments of the stretch, until their GPU·s reach the stretch's
+    load × its reservation × its length (`peak_factor` by day, `night_load` at night): the load is what the trace
+    offers, the randomness is only in when, how big and how long."""
+    chooser = random.Random(seed)
+    third = day / 3
+    run_base = day / 6
+    trace = []
+    for team, reserved in enumerate(reservations):
+        for start, end, load in (
+            (0.0, team * third, night_load),
+            (team * third, (team + 1) * third, peak_factor),
+            ((team + 1) * third, day, night_load),
+        ):
+            wanted = load * reserved * (end - start)
+            offered = 0
+            while offered < wanted:
+                job = TraceJob(
+                    index=0,
+                    team=team,
+                    at=round(chooser.uniform(start, end), 2),
+                    gpus=chooser.choices([g for g, _ in SIZES], [w for _, w in SIZES])[0],
+                    run_seconds=max(3, round(run_base * chooser.uniform(*RUN_SPAN))),
+                    soft=chooser.random() < soft_share,
+                )
+                offered += job.gpus * job.run_seconds
+                trace.append(job)
+    trace.sort(key=lambda job: (job.at, job.team))
+    return [TraceJob(index, j.team, j.at, j.gpus, j.run_seconds, j.soft) for index, j in enumerate(trace)]
+
+
+def reservation_sizes(reserved_nodes: int) -> list[int]:
+    """The teams' reservations: SHARES of the reserved pool, the rounding remainder to the first team."""
+    contract = reserved_nodes * GPUS_PER_NODE
+    gpus = [int(contract * share) for share in SHARES]
+    gpus[0] += contract - sum(gpus)
+    return gpus
+
+
+def trace_summary(trace: list[TraceJob], day: float, reservations: list[int]) -> dict:
+    """What the trace offers: GPU·s per team by its day and by its night, and what is submitted to run past the
+    day (work that cannot count in the utilisation window, whatever the scheduling)."""
+    third = day / 3
+    teams = []
+    for team, reserved in enumerate(reservations):
+        jobs = [job for job in trace if job.team == team]
+        by_day = sum(j.gpus * j.run_seconds for j in jobs if team * third <= j.at < (team + 1) * third)
+        total = sum(j.gpus * j.run_seconds for j in jobs)
+        teams.append(
+            {
+                "jobs": len(jobs),
+                "reserved_gpus": reserved,
+                "day_gpu_seconds": by_day,
+                "night_gpu_seconds": total - by_day,
+                "day_load_over_reservation": round(by_day / (reserved * third), 2) if reserved else None,
+            }
+        )
+    past = sum(max(0.0, job.at + job.run_seconds - day) * job.gpus for job in trace)
+    return {"teams": teams, "gpu_seconds_after_window_even_without_waiting": round(past, 1)}
+
+
 # === The portal's rows =============================================================================================
 
 
@@ -149,8 +234,7 @@ def make_portal_rows(reserved_nodes: int, elastic_nodes: int, elastic_quota: int
 
     contract = reserved_nodes * GPUS_PER_NODE
     elastic, reserved = make_bench_pools(reserved_nodes, elastic_nodes)
-    gpus = [int(contract * share) for share in SHARES]
-    gpus[0] += contract - sum(gpus)
+    gpus = reservation_sizes(reserved_nodes)
     now = timezone.now()
     teams = []
     for index, reserved_gpus in enumerate(gpus):
@@ -408,7 +492,8 @@ def measure(run: dict, label: str, day: float, teams, reserved, elastic) -> dict
 
 
 def money(reserved) -> dict:
-    """The month's invoice figures after both replays: Σ lending credit lines vs the borrowed GPU-hours."""
+    """The month's invoice figures after both replays: each lender's lending credit line vs its own lent GPU-hours
+    at the lending price (to the cent, as the line is computed), and Σ credit lines vs the borrowed GPU-hours."""
     from django.utils import timezone
 
     from billing import services as billing_services
@@ -421,14 +506,24 @@ def money(reserved) -> dict:
     billing_services.refresh_usage(now=now)
     month = now.date().replace(day=1)
     charges = billing_services.month_charges(month=month, now=now)
-    credits = sum(
-        (c.amount for lines in charges.values() for c in lines if c.kind == LineKind.LENDING_CREDIT), Decimal(0)
-    )
+    price = reserved.lending_price_per_gpu
     start, _end = month_bounds(month)
     rows = [row for row in meter(start=start, end=now, now=now) if row.pool_id == reserved.pk]
     borrowed = sum((row.borrowed for row in rows), Decimal(0))
     lent = sum((row.lent for row in rows), Decimal(0))
-    price = reserved.lending_price_per_gpu
+    lent_by_team: dict[int, Decimal] = {}
+    for row in rows:
+        lent_by_team[row.team_id] = lent_by_team.get(row.team_id, Decimal(0)) + row.lent
+    lines = {
+        team_id: sum((c.amount for c in team_lines if c.kind == LineKind.LENDING_CREDIT), Decimal(0))
+        for team_id, team_lines in charges.items()
+    }
+    per_line = {
+        str(team_id): {"credit_line": str(lines.get(team_id, Decimal(0))), "lent_gpu_seconds": str(gpu_seconds)}
+        for team_id, gpu_seconds in sorted(lent_by_team.items())
+        if gpu_seconds or lines.get(team_id)
+    }
+    credits = sum(lines.values(), Decimal(0))
     return {
         "month": month.isoformat(),
         "lending_credit_lines": str(credits),
@@ -437,6 +532,13 @@ def money(reserved) -> dict:
         "borrowed_at_lending_price": str(-hourly_cost(borrowed, price)),
         "borrowed_at_hourly_price_paid_by_borrowers": str(hourly_cost(borrowed, reserved.hourly_price_per_gpu)),
         "lending_price_per_gpu_hour": str(price),
+        "per_lender": per_line,
+        # Each line is its own team's lent GPU-hours × the price, rounded to the cent: what the invoice must say.
+        "each_credit_line_equals_its_lent_at_lending_price": all(
+            lines.get(team_id, Decimal(0)) == -hourly_cost(gpu_seconds, price)
+            for team_id, gpu_seconds in lent_by_team.items()
+        ),
+        # Σ of lines rounded one by one vs the rounded Σ: may differ by up to half a cent per line.
         "credits_equal_borrowed_at_lending_price": credits == -hourly_cost(borrowed, price),
     }
 
@@ -449,7 +551,19 @@ def main() -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     parser.add_argument("--day-seconds", type=float, default=150, help="one compressed day")
-    parser.add_argument("--jobs", type=int, default=36, help="jobs per replay")
+    parser.add_argument(
+        "--trace", choices=("shifts", "uniform"), default="shifts", help="seed 000's shifts, or the earlier trace"
+    )
+    parser.add_argument(
+        "--peak-factor",
+        type=float,
+        default=2.0,
+        help="shifts: a team's GPU load in its working day, as a multiple of its reservation",
+    )
+    parser.add_argument(
+        "--night-load", type=float, default=0.1, help="shifts: a team's GPU load at night, × its reservation"
+    )
+    parser.add_argument("--jobs", type=int, default=36, help="uniform: jobs per replay")
     parser.add_argument("--soft-share", type=float, default=0.5, help="share of soft jobs (may spill to elastic)")
     parser.add_argument("--reserved-nodes", type=int, default=4, help="eight-GPU nodes of the reserved pool")
     parser.add_argument("--elastic-nodes", type=int, default=2, help="eight-GPU nodes of the elastic pool")
@@ -523,7 +637,19 @@ def main() -> int:
         wait_workers(celery_app, 1, children)
         log(f"setup done after {time.monotonic() - wall_started:.0f}s")
 
-        trace = make_trace(args.jobs, args.day_seconds, args.soft_share, args.seed)
+        if args.trace == "shifts":
+            trace = make_shift_trace(
+                reservation_sizes(args.reserved_nodes),
+                args.day_seconds,
+                args.peak_factor,
+                args.night_load,
+                args.soft_share,
+                args.seed,
+            )
+        else:
+            trace = make_trace(args.jobs, args.day_seconds, args.soft_share, args.seed)
+        offered = trace_summary(trace, args.day_seconds, reservation_sizes(args.reserved_nodes))
+        log(f"trace: {len(trace)} jobs, {json.dumps(offered)}")
         limits = {}
         for label, lending in (("off", "none"), ("on", "idle")):
             limits[label] = set_all_lending(teams, lending)
@@ -562,11 +688,20 @@ def main() -> int:
             "quota_per_team_reserved": reserved_nodes * GPUS_PER_NODE,
             "elastic_gpus": elastic_nodes * GPUS_PER_NODE,
             "elastic_quota_per_team": args.elastic_quota,
-            "jobs_per_replay": args.jobs,
+            "jobs_per_replay": len(trace),
             "day_seconds": args.day_seconds,
             "soft_share": args.soft_share,
             "seed": args.seed,
             "trace_gpu_seconds": sum(job.gpus * job.run_seconds for job in trace),
+        },
+        "trace": {
+            "kind": args.trace,
+            **(
+                {"peak_factor": args.peak_factor, "night_load": args.night_load}
+                if args.trace == "shifts"
+                else {"jobs": args.jobs}
+            ),
+            **trace_summary(trace, args.day_seconds, [reservation.gpus for _t, _u, reservation in teams]),
         },
         "lending_limits": limits,
         "load_average_1m": {
@@ -590,7 +725,8 @@ def main() -> int:
         "lent_equals_borrowed": on["lending"]["equal"]
         and off["lending"]["equal"]
         and Decimal(on["lending"]["lent_gpu_seconds"]) > 0
-        and invoice["credits_equal_borrowed_at_lending_price"],
+        and Decimal(invoice["lent_gpu_seconds"]) == Decimal(invoice["borrowed_gpu_seconds"])
+        and invoice["each_credit_line_equals_its_lent_at_lending_price"],
     }
     print(json.dumps(summary))
     return 0

@@ -178,9 +178,16 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
     v0.17 let later jobs pass a blocked head of a StrictFIFO queue — seen on the local cluster — and strict order
     is the default promise.)
 
-    Flavor fungibility: `whenCanBorrow: MayStopSearch` admits a job in the first flavor its placement allows
-    even when that means borrowing there (a soft job's home pool first, its quota above the reservation too), and
-    `whenCanPreempt: TryNextFlavor` looks at the next allowed flavor (its spill pools) before preempting in it."""
+    Flavor fungibility: a job stops at the first flavor its placement allows where it fits, by borrowing
+    (`whenCanBorrow: MayStopSearch`: a soft job's home pool first, its quota above the reservation too) or by
+    preempting (`whenCanPreempt: MayStopSearch`). So a soft job that fits in its team's reservation once Kueue
+    preempts there stays in its home pool: a lender whose reserved GPUs are lent out reclaims them instead of
+    spilling to a paid elastic pool while they serve another team (with `TryNextFlavor` it spilled, seen on the
+    local cluster), and, within the team, a soft job preempts the team's lower-priority jobs in the reservation as a
+    strict one does. It spills only where Kueue finds nothing to preempt (Kueue v0.17 simulates the preemption
+    first, `flavorassigner.fitsResourceQuota`: no candidates means try the next flavor), e.g. a reservation full of
+    the team's own jobs of the same or a higher priority, or GPUs beyond the reservation that are all in use (a job
+    that has to borrow never preempts)."""
     cpu = cpu_quantity(team.cpu_millicores)
     memory = memory_quantity(team.memory_mib)
     flavors = []
@@ -248,7 +255,7 @@ def _cluster_queue(
         "queueingStrategy": queueing_strategy,
         "resourceGroups": [{"coveredResources": list(COVERED_RESOURCES), "flavors": flavors}],
         "preemption": preemption,
-        "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"},
+        "flavorFungibility": {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "MayStopSearch"},
         "stopPolicy": "None",
     }
     return {

@@ -166,7 +166,7 @@ def test_a_team_queue_takes_only_its_namespace_and_preempts_across_teams_only_to
         "borrowWithinCohort": {"policy": "Never"},
         "withinClusterQueue": "LowerPriority",
     }
-    assert spec["flavorFungibility"] == {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "TryNextFlavor"}
+    assert spec["flavorFungibility"] == {"whenCanBorrow": "MayStopSearch", "whenCanPreempt": "MayStopSearch"}
     assert spec["stopPolicy"] == "None"
 
 

@@ -1,7 +1,9 @@
 """Lending on the real local cluster with real Kueue: a reservation's idle GPUs are borrowed by another team beyond
 the pool's unreserved ones; the lender takes them back by submitting (the borrower is preempted and requeued, saying
-for whom), and the story's metering, from the intervals the sync wrote, equals a hand computation, with the credit on
-the lender's draft invoice; protected GPUs are never lent; lending none leaves borrowers the unreserved GPUs only.
+for whom), with a soft job too (it reclaims instead of spilling to the elastic pool), and the story's metering, from
+the intervals the sync wrote, equals a hand computation, with the credit on the lender's draft invoice; protected GPUs
+are never lent; lending none leaves borrowers the unreserved GPUs only. Within a team, a soft job preempts the team's
+lower-priority job in the reservation, and spills when there is nothing to preempt.
 
 The demo pool reserved-a800 has 32 contracted GPUs (4 KWOK nodes of 8), 24 of them reserved by the demo teams, whose
 reservations are set to lend none here so that the only lender is the test's. The lender reserves 4: 4 GPUs are
@@ -22,14 +24,14 @@ from billing.models import UsageInterval
 from billing.money import hourly_cost
 from cluster import client
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
-from jobs.choices import JobState
+from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, Workload
 from jobs.selectors import borrowed_gpus
 from pools import services as pool_services
 from pools.choices import Lending
 from pools.lending import pool_lending
 from pools.models import Pool, Reservation
-from tests.clusterkit import integration_team, set_quota, wait_for
+from tests.clusterkit import integration_team, lend_none, set_quota, wait_for
 from tests.jobs.test_kueue_admission import reserve, submit, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -175,3 +177,56 @@ def test_a_borrower_never_gets_gpus_the_lender_does_not_lend(
     assert "Waiting for its team's quota" in one_more.pending_reason
     # The lender's own jobs still have all 4 GPUs, protected or not.
     wait_state(submit(lender, "reserved-a800", gpus=4, name="own"), JobState.RUNNING, timeout=90)
+
+
+def test_a_lenders_soft_job_takes_its_lent_gpus_back_rather_than_spilling(cluster_sync, cluster_team, borrower, a800):
+    """A soft job (home pool first, may spill) of a lender whose reservation is lent out reclaims it: it does not
+    go to the elastic pool, where its team would pay for GPUs while its own reserved ones serve another team."""
+    lender = cluster_team
+    reserve(lender, "reserved-a800", 4)
+    set_quota(lender, a800, 4)
+    set_quota(lender, Pool.objects.get(slug="elastic"), 8)  # room to spill, were it allowed to
+    set_quota(borrower, a800, 8)
+    wait_for(lambda: lending_limit(lender) == "4", what="the lender's lendingLimit in Kueue")
+    borrowing = wait_state(submit(borrower, "reserved-a800", gpus=8, name="borrowing"), JobState.RUNNING)
+    assert borrowed_gpus([borrowing]) == {borrowing.pk: 8}
+
+    own = submit(lender, "reserved-a800", gpus=4, name="own-soft", placement=Placement.SOFT)
+    own = wait_state(own, JobState.RUNNING, timeout=90)
+    assert own.admitted_pool.slug == "reserved-a800", [w.flavors for w in own.workloads.all()]
+    assert own.pods.get().pool.slug == "reserved-a800"
+    borrowing = Job.objects.get(pk=borrowing.pk)
+    assert borrowing.preemptions == 1
+    assert (
+        f"{lender.name} reclaimed GPUs of its reservation"
+        in borrowing.events.filter(to_state=JobState.QUEUED).last().message
+    )
+
+
+def test_a_soft_job_still_spills_when_its_reservation_is_full_of_its_own_jobs(cluster_sync, cluster_team, a800):
+    """Stopping at the home pool when preemption could make room (the rule above) holds only where Kueue finds a job to
+    preempt: a reservation full of the team's own jobs of the same priority has none, so the soft job spills."""
+    lend_none(a800)
+    reserve(cluster_team, "reserved-a800", 4)
+    set_quota(cluster_team, a800, 4)
+    set_quota(cluster_team, Pool.objects.get(slug="elastic"), 8)
+    wait_state(submit(cluster_team, "reserved-a800", gpus=4, name="filler"), JobState.RUNNING)
+    soft = wait_state(
+        submit(cluster_team, "reserved-a800", gpus=2, name="soft", placement=Placement.SOFT), JobState.RUNNING
+    )
+    assert soft.admitted_pool.slug == "elastic"
+
+
+def test_a_soft_job_preempts_its_own_teams_lower_priority_job_in_the_reservation(cluster_sync, cluster_team, a800):
+    """Within a team, a soft job that fits in the reservation by preempting a lower-priority job of the same team
+    does so (as a strict job does) instead of spilling to paid elastic GPUs."""
+    lend_none(a800)
+    reserve(cluster_team, "reserved-a800", 4)
+    set_quota(cluster_team, a800, 4)
+    set_quota(cluster_team, Pool.objects.get(slug="elastic"), 8)
+    low = wait_state(submit(cluster_team, "reserved-a800", gpus=4, name="low", priority=Priority.LOW), JobState.RUNNING)
+    soft = submit(cluster_team, "reserved-a800", gpus=4, name="soft", placement=Placement.SOFT)
+    soft = wait_state(soft, JobState.RUNNING, timeout=90)
+    assert soft.admitted_pool.slug == "reserved-a800"
+    low = wait_state(low, JobState.QUEUED)
+    assert low.preemptions == 1
