@@ -24,11 +24,12 @@ used), lendable); the changes of those (LAG) summed per pool give, on every pool
 Σ idle lendable and Σ reserved. On a pool segment the overage the unreserved GPUs (contracted − Σ reserved) do
 not cover, up to Σ idle lendable, is borrowed: B GPUs, shared exactly pro rata — a borrower's part is B × its
 overage / Σ overage, a lender's B × its idle lendable / Σ idle lendable — so at every moment Σ lent = Σ borrowed =
-B. Those parts are rational; they are summed per team and UTC day (running sums per pool of B / Σ × seconds, to 40
-places, read at both ends of each team segment: linear in the segments, where pairing every team segment with every
-pool segment it covers was quadratic per pool), and each day's parts are rounded to the microsecond GPU-second by
-largest remainder (ties: lower team id) so that per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the
-last Decimal digit. Days are the rounding unit in both modes (midnights are always change points), so the days of a
+B. Those parts are rational; they are summed per team and UTC day — running sums per pool, in time order, of
+B / Σ overage × seconds and B / Σ idle lendable × seconds (24 decimal places), read at each team event and at its next
+one (two sorts and window passes, linear; pairing every team segment with every pool segment it covers was quadratic
+per pool) — and each day's parts are rounded to the GPU-microsecond by largest remainder (remainders compared to 15
+places; ties: lower team id), so that per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the last
+Decimal digit. Days are the rounding unit in both modes (midnights are always change points), so the days of a
 month add up exactly to the month metered in one go.
 """
 
@@ -98,21 +99,32 @@ events AS (
     UNION ALL SELECT team_id, pool_id, e, 0, 0, -gpus FROM lendable
     {day_boundaries}
 ),
-changes AS (
-    SELECT team_id, pool_id, t, sum(used_delta)::int AS used_delta, sum(reserved_delta)::int AS reserved_delta,
-           sum(lendable_delta)::int AS lendable_delta
-    FROM events
-    GROUP BY team_id, pool_id, t
-),
+-- The levels of every team and pool at each of its events; for lending (reserved pools), its overage and idle
+-- lendable GPUs there and their changes since its previous event. Several events at one instant are peers of the
+-- sums' (default, RANGE) frame, so all of them carry the levels after the instant: only the first has a change (LAG),
+-- only one has a next instant after it (LEAD; the others' segments are empty), whatever order the ties come in.
 levels AS (
-    SELECT c.team_id, c.pool_id, c.t, p.kind = 'reserved' AS in_reserved_pool, p.contracted_gpus,
-           (sum(c.used_delta) OVER w)::int AS used_gpus,
-           (sum(c.reserved_delta) OVER w)::int AS reserved_gpus,
-           (sum(c.lendable_delta) OVER w)::int AS lendable_gpus,
-           lead(c.t) OVER w AS t_next
-    FROM changes c
-    JOIN pools_pool p ON p.id = c.pool_id
-    WINDOW w AS (PARTITION BY c.team_id, c.pool_id ORDER BY c.t)
+    SELECT team_id, pool_id, t, in_reserved_pool, contracted_gpus, used_gpus, reserved_gpus, t_next,
+           over_gpus, lend_gpus,
+           over_gpus - lag(over_gpus, 1, 0) OVER w AS over_delta,
+           lend_gpus - lag(lend_gpus, 1, 0) OVER w AS lend_delta,
+           reserved_gpus - lag(reserved_gpus, 1, 0) OVER w AS reserved_delta
+    FROM (
+        SELECT team_id, pool_id, t, in_reserved_pool, contracted_gpus, used_gpus, reserved_gpus, t_next,
+               greatest(used_gpus - reserved_gpus, 0) AS over_gpus,
+               least(greatest(reserved_gpus - used_gpus, 0), lendable_gpus) AS lend_gpus
+        FROM (
+            SELECT e.team_id, e.pool_id, e.t, p.kind = 'reserved' AS in_reserved_pool, p.contracted_gpus,
+                   (sum(e.used_delta) OVER w)::int AS used_gpus,
+                   (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
+                   (sum(e.lendable_delta) OVER w)::int AS lendable_gpus,
+                   lead(e.t) OVER w AS t_next
+            FROM events e
+            JOIN pools_pool p ON p.id = e.pool_id
+            WINDOW w AS (PARTITION BY e.team_id, e.pool_id ORDER BY e.t)
+        ) summed
+    ) leveled
+    WINDOW w AS (PARTITION BY team_id, pool_id ORDER BY t)
 ),
 segments AS (
     SELECT team_id, pool_id, t, in_reserved_pool, used_gpus, reserved_gpus,
@@ -131,72 +143,71 @@ metered AS (
     FROM segments
     GROUP BY team_id, pool_id, bucket
 ),
--- Lending, reserved pools only. A team's overage (GPUs above its reservation) and its idle lendable GPUs
--- (min(reserved − used, lendable)) at each of its change points; their changes summed per pool give the pool's
--- levels at every instant anything in the pool changes.
-team_lending AS (
-    SELECT team_id, pool_id, t, t_next, reserved_gpus, contracted_gpus,
-           greatest(used_gpus - reserved_gpus, 0) AS over_gpus,
-           least(greatest(reserved_gpus - used_gpus, 0), lendable_gpus) AS lend_gpus
-    FROM levels
-    WHERE in_reserved_pool
+-- Lending, reserved pools only. The teams' events of a pool in time order (one sort): running sums of the changes
+-- of their overage, idle lendable and reserved GPUs give the pool's levels after each instant (the RANGE frame makes
+-- all events of one instant peers, so they all carry the levels after it); the last event of each instant (in the
+-- sort's order: LEAD gives it the pool's next instant, and its peers the instant itself) stands for the pool segment
+-- that starts there.
+pool_events AS (
+    SELECT team_id, pool_id, t, over_gpus, lend_gpus, pool_over, pool_lend,
+           CASE WHEN borrowed_gpus > 0 THEN borrowed_gpus * seconds END AS borrowed_gpu_seconds
+    FROM (
+        SELECT team_id, pool_id, t, over_gpus, lend_gpus,
+               CASE WHEN pool_t_next > t THEN extract(epoch FROM pool_t_next - t) END AS seconds,
+               least(greatest(pool_over - greatest(coalesce(contracted_gpus, 0) - pool_reserved, 0), 0), pool_lend)
+                   AS borrowed_gpus,
+               pool_over, pool_lend
+        FROM (
+            SELECT team_id, pool_id, t, contracted_gpus, over_gpus, lend_gpus,
+                   (sum(over_delta) OVER wp)::int AS pool_over,
+                   (sum(lend_delta) OVER wp)::int AS pool_lend,
+                   (sum(reserved_delta) OVER wp)::int AS pool_reserved,
+                   lead(t) OVER wp AS pool_t_next
+            FROM levels
+            WHERE in_reserved_pool
+            WINDOW wp AS (PARTITION BY pool_id ORDER BY t)
+        ) pooled
+    ) borrowing
 ),
-team_changes AS (
-    SELECT pool_id, t, contracted_gpus,
-           over_gpus - lag(over_gpus, 1, 0) OVER wt AS over_delta,
-           lend_gpus - lag(lend_gpus, 1, 0) OVER wt AS lend_delta,
-           reserved_gpus - lag(reserved_gpus, 1, 0) OVER wt AS reserved_delta
-    FROM team_lending
-    WINDOW wt AS (PARTITION BY team_id, pool_id ORDER BY t)
-),
-pool_levels AS (
-    SELECT pool_id, t, contracted_gpus,
-           (sum(sum(over_delta)::int) OVER wp)::int AS over_gpus,
-           (sum(sum(lend_delta)::int) OVER wp)::int AS lend_gpus,
-           (sum(sum(reserved_delta)::int) OVER wp)::int AS reserved_gpus,
-           lead(t) OVER wp AS t_next
-    FROM team_changes
-    GROUP BY pool_id, t, contracted_gpus
-    WINDOW wp AS (PARTITION BY pool_id ORDER BY t)
-),
--- Per pool segment: the overage the unreserved GPUs (contracted − Σ reservations) do not cover, up to what the
--- lenders lend idle, is borrowed from lenders (B GPUs); then, as running sums in time order, the borrowed GPU-seconds
--- per GPU of overage (B / Σ overage × seconds) and per idle lendable GPU (B / Σ idle lendable × seconds), to 40
--- decimal places. A borrower's exact share of a stretch [t, t') where its overage is constant is its overage × the
--- difference of the first sum at t' and at t; a lender's, its idle lendable GPUs × that of the second.
-pool_borrowing AS (
-    SELECT pool_id, t, t_next, over_gpus, lend_gpus,
-           CASE WHEN t_next > t THEN extract(epoch FROM t_next - t) ELSE 0 END AS seconds,
-           least(greatest(over_gpus - greatest(coalesce(contracted_gpus, 0) - reserved_gpus, 0), 0), lend_gpus)
-               AS borrowed_gpus
-    FROM pool_levels
-),
-pool_segments AS (
-    SELECT pool_id, t, t_next, seconds, borrowed_gpus,
-           coalesce(sum(CASE WHEN borrowed_gpus > 0 THEN (borrowed_gpus * seconds)::numeric(60, 40) / over_gpus END)
-                    OVER wp, 0) AS per_over,
-           coalesce(sum(CASE WHEN borrowed_gpus > 0 THEN (borrowed_gpus * seconds)::numeric(60, 40) / lend_gpus END)
-                    OVER wp, 0) AS per_lend
-    FROM pool_borrowing
-    WINDOW wp AS (PARTITION BY pool_id ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+-- Per pool segment the overage the unreserved GPUs (contracted − Σ reservations) do not cover, up to what the lenders
+-- lend idle, is borrowed from lenders (B GPUs). As running sums over the pool's segments before each instant: the
+-- borrowed GPU-seconds per GPU of overage (B / Σ overage × seconds) and per idle lendable GPU (B / Σ idle lendable ×
+-- seconds), to 24 decimal places. A borrower's exact share of a stretch [t, t') where its overage is constant is its
+-- overage × the difference of the first sum at t' and at t; a lender's, its idle lendable GPUs × that of the second.
+pool_sums AS (
+    SELECT team_id, pool_id, t, over_gpus, lend_gpus,
+           -- Σ up to and including the instant, less the instant's own segment (only one of its events has one)
+           coalesce(sum(over_rate) OVER upto, 0) - coalesce(max(over_rate) OVER instant, 0) AS per_over,
+           coalesce(sum(lend_rate) OVER upto, 0) - coalesce(max(lend_rate) OVER instant, 0) AS per_lend
+    FROM (
+        SELECT team_id, pool_id, t, over_gpus, lend_gpus,
+               borrowed_gpu_seconds::numeric(40, 24) / pool_over AS over_rate,
+               borrowed_gpu_seconds::numeric(40, 24) / pool_lend AS lend_rate
+        FROM pool_events
+    ) rates
+    WINDOW upto AS (PARTITION BY pool_id ORDER BY t), instant AS (PARTITION BY pool_id, t)
 ),
 -- Each borrower's and lender's exact share per UTC day (a team's segments never cross midnight: midnights are change
--- points of every team), joined to the running sums by their two ends: linear in the segments.
+-- points of every team): the running sums at its event and at its next one (a second sort, by team).
+team_segments AS (
+    SELECT team_id, pool_id, t, over_gpus, lend_gpus, per_over, per_lend,
+           lead(t) OVER wt AS t_next, lead(per_over) OVER wt AS next_per_over, lead(per_lend) OVER wt AS next_per_lend
+    FROM pool_sums
+    WINDOW wt AS (PARTITION BY team_id, pool_id ORDER BY t)
+),
 team_day AS (
-    SELECT tl.team_id, tl.pool_id, (tl.t AT TIME ZONE 'UTC')::date AS day, tl.over_gpus > 0 AS is_borrower,
-           sum(CASE WHEN tl.over_gpus > 0 THEN tl.over_gpus * (last.per_over - first.per_over)
-                    ELSE tl.lend_gpus * (last.per_lend - first.per_lend) END) AS exact
-    FROM team_lending tl
-    JOIN pool_segments first ON first.pool_id = tl.pool_id AND first.t = tl.t
-    JOIN pool_segments last ON last.pool_id = tl.pool_id AND last.t = tl.t_next
-    WHERE tl.t_next > tl.t AND (tl.over_gpus > 0 OR tl.lend_gpus > 0)
-    GROUP BY tl.team_id, tl.pool_id, day, is_borrower
+    SELECT team_id, pool_id, (t AT TIME ZONE 'UTC')::date AS day, over_gpus > 0 AS is_borrower,
+           sum(CASE WHEN over_gpus > 0 THEN over_gpus * (next_per_over - per_over)
+                    ELSE lend_gpus * (next_per_lend - per_lend) END) AS exact
+    FROM team_segments
+    WHERE t_next > t AND (over_gpus > 0 OR lend_gpus > 0)
+    GROUP BY team_id, pool_id, day, is_borrower
 ),
 -- What lenders lent and borrowers borrowed per pool and day, exact: Σ B × seconds.
 pool_day AS (
-    SELECT pool_id, (t AT TIME ZONE 'UTC')::date AS day, sum(borrowed_gpus * seconds) AS total
-    FROM pool_borrowing
-    WHERE borrowed_gpus > 0 AND seconds > 0
+    SELECT pool_id, (t AT TIME ZONE 'UTC')::date AS day, sum(borrowed_gpu_seconds) AS total
+    FROM pool_events
+    WHERE borrowed_gpu_seconds > 0
     GROUP BY pool_id, day
 ),
 -- The exact shares in GPU-microseconds: each its floor, and the microseconds left (total − Σ floors, fewer than the
@@ -204,7 +215,7 @@ pool_day AS (
 -- the total to the last digit.
 floored AS (
     SELECT td.team_id, td.pool_id, td.day, td.is_borrower, pd.total,
-           trunc(td.exact, 6) AS floor_share, round(td.exact - trunc(td.exact, 6), 20) AS remainder
+           trunc(td.exact, 6) AS floor_share, round(td.exact - trunc(td.exact, 6), 15) AS remainder
     FROM team_day td
     JOIN pool_day pd ON pd.pool_id = td.pool_id AND pd.day = td.day
 ),
