@@ -85,13 +85,29 @@ def percentile(values: list[float], fraction: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
-def spread(values: list[float]) -> dict:
+def spread(values: list[float], tail: float = 0.99) -> dict:
+    """p50, the `tail` percentile (named p99 for 0.99, p95 for 0.95), max and the number of samples."""
     return {
         "p50": _round(percentile(values, 0.5)),
-        "p99": _round(percentile(values, 0.99)),
+        f"p{round(tail * 100)}": _round(percentile(values, tail)),
         "max": _round(max(values) if values else None),
         "samples": len(values),
     }
+
+
+def job_spec(name: str, gpus: int, soft: bool, run_seconds: int):
+    """A benchmark job: soft or strict placement, its pod "running" `run_seconds` on KWOK."""
+    from jobs.choices import Placement
+    from jobs.specs import JobSpec
+
+    return JobSpec(
+        name=name,
+        image="registry.example.com/bench/train:1.0",
+        gpus=gpus,
+        command=["python", "train.py"],
+        placement=Placement.SOFT if soft else Placement.STRICT,
+        pod_annotations={KWOK_DELAY: f"{run_seconds}s"},
+    )
 
 
 def _round(value: float | None, digits: int = 1) -> float | None:
@@ -517,22 +533,13 @@ def submit_all(submissions: list[Submission], team_users: list, run_seconds: int
     from django.db import connection
 
     from jobs import services
-    from jobs.choices import Placement
-    from jobs.specs import JobSpec
     from pools.models import Pool
 
     pool = Pool.objects.get(slug=RESERVED_POOL)
 
     def submit(submission: Submission) -> None:
         team, user = team_users[submission.team_index]
-        spec = JobSpec(
-            name=f"bench-{submission.index:05d}",
-            image="registry.example.com/bench/train:1.0",
-            gpus=submission.gpus,
-            command=["python", "train.py"],
-            placement=Placement.SOFT if submission.soft else Placement.STRICT,
-            pod_annotations={KWOK_DELAY: f"{run_seconds}s"},
-        )
+        spec = job_spec(f"bench-{submission.index:05d}", submission.gpus, submission.soft, run_seconds)
         submission.started = time.time()
         try:
             submission.job_id = services.submit_job(team=team, pool=pool, user=user, spec=spec).pk

@@ -85,12 +85,12 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench.admission import (  # noqa: E402 - after the path
     GPUS_PER_NODE,
-    KWOK_DELAY,
     RESERVED_POOL,
     TRIGGERS,
+    job_spec,
     make_bench_pools,
     marks,
-    percentile,
+    spread,
     start_cluster,
     wait_listed,
     wait_queues_active,
@@ -355,9 +355,8 @@ def replay(trace, teams, reserved, elastic, label: str, timeout: float) -> dict:
     from django.db import connection
 
     from jobs import services
-    from jobs.choices import FINAL_STATES, Placement
+    from jobs.choices import FINAL_STATES
     from jobs.models import Job
-    from jobs.specs import JobSpec
 
     reservation_gpus = {team.pk: reservation.gpus for team, _user, reservation in teams}
     watch = Watch(reserved_pool_id=reserved.pk)
@@ -379,14 +378,7 @@ def replay(trace, teams, reserved, elastic, label: str, timeout: float) -> dict:
             )
             fits = watch.held.get(team.pk, 0) + job.gpus <= reservation_gpus[team.pk]
         item.reclaim = others_borrow and fits
-        spec = JobSpec(
-            name=f"{label}-{job.index:03d}",
-            image="registry.example.com/bench/train:1.0",
-            gpus=job.gpus,
-            command=["python", "train.py"],
-            placement=Placement.SOFT if job.soft else Placement.STRICT,
-            pod_annotations={KWOK_DELAY: f"{job.run_seconds}s"},
-        )
+        spec = job_spec(f"{label}-{job.index:03d}", job.gpus, job.soft, job.run_seconds)
         item.started = time.time()
         try:
             item.job_id = services.submit_job(team=team, pool=reserved, user=user, spec=spec).pk
@@ -465,21 +457,9 @@ def measure(run: dict, label: str, day: float, teams, reserved, elastic) -> dict
             },
             "reserved_gpu_hours": _r(reserved_s / 3600, 3),
         },
-        "queue_wait_s": {
-            "p50": _r(percentile(waits, 0.5)),
-            "p95": _r(percentile(waits, 0.95)),
-            "max": _r(max(waits) if waits else None),
-            "samples": len(waits),
-            "never_ran": len(ids) - len(waits),
-        },
+        "queue_wait_s": {**spread(waits, tail=0.95), "never_ran": len(ids) - len(waits)},
         "spill_gpu_hours": _r(spill / 3600, 4),
-        "reclaim_s": {
-            "p50": _r(percentile(reclaims, 0.5)),
-            "p99": _r(percentile(reclaims, 0.99)),
-            "max": _r(max(reclaims) if reclaims else None),
-            "samples": len(reclaims),
-            "never_ran": reclaim_never,
-        },
+        "reclaim_s": {**spread(reclaims), "never_ran": reclaim_never},
         "preemptions": len(preempted),
         "lender_pods_preempted_inside_reservation": sum(1 for p in preempted if not p["held_borrowed_gpus"]),
         "lending": {

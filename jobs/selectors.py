@@ -537,36 +537,17 @@ def reclaim_waits(waiting: list[tuple[int, int, int, str]]) -> dict[tuple[int, i
     the GPUs it needs are its own, lent out). Answers, per such (team, pool), about how long the reclaim takes: the
     longest grace period of the other teams' jobs on borrowed GPUs in the pool (their pods stop within it; 0 when
     none is known). Five queries at most, none when no job waits on a preemption."""
-    from django.db.models import Case, When
-
-    from pools.models import Reservation
+    from pools.lending import team_uses
 
     candidates = [(t, p, g) for t, p, g, message in waiting if message and reasons.waits_on_preemption(message)]
     if not candidates:
         return {}
-    teams, pools = {t for t, _, _ in candidates}, {p for _, p, _ in candidates}
-    reserved: dict[tuple[int, int], int] = {}
-    for team_id, pool_id, gpus in (
-        Reservation.objects.filter(team__in=teams, pool__in=pools)
-        .active_at(timezone.now())
-        .values_list("team", "pool", "gpus")
-    ):
-        reserved[(team_id, pool_id)] = reserved.get((team_id, pool_id), 0) + gpus
-    held = {
-        (team_id, pool_id): total
-        for team_id, pool_id, total in Job.objects.holding_quota()
-        .annotate(in_pool=Case(When(admitted_pool__isnull=False, then=F("admitted_pool")), default=F("pool")))
-        .filter(team__in=teams, in_pool__in=pools)
-        .values("team", "in_pool")
-        .annotate(total=Sum("total_gpus"))
-        .values_list("team", "in_pool", "total")
-    }
-    reclaiming = {
-        (team_id, pool_id)
-        for team_id, pool_id, gpus in candidates
-        if reserved.get((team_id, pool_id), 0)
-        and held.get((team_id, pool_id), 0) + gpus <= reserved[(team_id, pool_id)]
-    }
+    uses = team_uses(list({p for _, p, _ in candidates}))
+    reclaiming = set()
+    for team_id, pool_id, gpus in candidates:
+        use = uses.get(pool_id, {}).get(team_id)
+        if use is not None and use.reserved and use.used + gpus <= use.reserved:
+            reclaiming.add((team_id, pool_id))
     if not reclaiming:
         return {}
     running = list(

@@ -2,16 +2,16 @@
 the service raises come back beside the field they name, and what was typed stays in the form."""
 
 from django import forms
-from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
+from portal.forms import ServiceErrorsMixin
 from portal.models import Team
 
 from .choices import Lending
 from .models import Pool, Quota
 
 
-class QuotaRequestForm(forms.Form):
+class QuotaRequestForm(ServiceErrorsMixin, forms.Form):
     pool = forms.ModelChoiceField(queryset=Pool.objects.none(), to_field_name="slug", label=_("Pool"))
     max_gpus = forms.IntegerField(
         label=_("GPUs at once"),
@@ -41,16 +41,8 @@ class QuotaRequestForm(forms.Form):
             }
         )
 
-    def add_service_errors(self, error: ValidationError) -> None:
-        """Place a service's ValidationError beside the fields it names (the rest above the form)."""
-        if not hasattr(error, "error_dict"):
-            self.add_error(None, error)
-            return
-        for field, messages in error.message_dict.items():
-            self.add_error(field if field in self.fields else None, messages)
 
-
-class LendingForm(forms.Form):
+class LendingForm(ServiceErrorsMixin, forms.Form):
     """A reservation's lending setting, on the team page (one form per reservation, its fields prefixed by the
     reservation's id). The rules are `pools.services.set_lending`'s."""
 
@@ -71,11 +63,3 @@ class LendingForm(forms.Form):
         )
         super().__init__(*args, **kwargs)
         self.reservation = reservation
-
-    def add_service_errors(self, error: ValidationError) -> None:
-        """Place a service's ValidationError beside the fields it names (the rest above the form)."""
-        if not hasattr(error, "error_dict"):
-            self.add_error(None, error)
-            return
-        for field, messages in error.message_dict.items():
-            self.add_error(field if field in self.fields else None, messages)

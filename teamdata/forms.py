@@ -6,18 +6,10 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
+from portal.forms import ServiceErrorsMixin
+
 from .choices import AccessMode, SecretKind, VolumeSource
 from .models import MAX_VOLUME_GIB
-
-
-class ServiceErrorsMixin:
-    def add_service_errors(self, error: ValidationError) -> None:
-        """Place a service's ValidationError beside the fields it names (the rest above the form)."""
-        if not hasattr(error, "error_dict"):
-            self.add_error(None, error)
-            return
-        for field, messages in error.message_dict.items():
-            self.add_error(field if field in self.fields else None, messages)
 
 
 class VolumeForm(ServiceErrorsMixin, forms.Form):
