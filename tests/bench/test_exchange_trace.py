@@ -43,4 +43,4 @@ def test_the_shift_trace_is_the_same_for_the_same_seed_and_in_time_order():
 def test_the_earlier_uniform_trace_is_still_reachable_and_unchanged():
     trace = make_trace(36, DAY, 0.5, 7)
     assert len(trace) == 36
-    assert sum(job.gpus * job.run_seconds for job in trace) == 3025  # the README's earlier runs
+    assert sum(job.gpus * job.run_seconds for job in trace) == 3025  # docs/benchmarks.md's earlier runs

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management import call_command
 
 PO = Path(settings.BASE_DIR) / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
-# The options the catalogue is made with (README, "Translations").
+# The options the catalogue is made with (docs/translations.md, "Translations").
 MAKEMESSAGES = {
     "locale": ["zh_Hans"],
     "no_location": True,
@@ -46,5 +46,6 @@ def test_no_message_of_the_source_is_missing_from_the_catalogue(tmp_path, monkey
     assert PO.read_bytes() == before
     statistics = _statistics(copy)
     assert "untranslated" not in statistics and "fuzzy" not in statistics, (
-        f"{statistics}: run `manage.py makemessages -l zh_Hans --no-location --no-obsolete` (README) and translate"
+        f"{statistics}: run `manage.py makemessages -l zh_Hans --no-location --no-obsolete` (docs/translations.md)"
+        " and translate"
     )
