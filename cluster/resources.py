@@ -315,6 +315,25 @@ def delete_kueue_object(kind: str, name: str, namespace: str | None = None) -> b
     return True
 
 
+def annotate_kueue_object(kind: str, name: str, annotations: dict[str, str], namespace: str | None = None) -> bool:
+    """Set annotations on the object (a merge patch that touches nothing else); False when it is gone."""
+    plural, namespaced = KINDS[kind]
+    api = client.custom_objects()
+    body = {"metadata": {"annotations": annotations}}
+    try:
+        if namespaced:
+            with_retries(
+                lambda: api.patch_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name, body)
+            )
+        else:
+            with_retries(lambda: api.patch_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name, body))
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True
+
+
 def apply_kueue_object(manifest: dict, existing: dict | None = None) -> ApplyResult:
     """Make the cluster hold `manifest`: create it when missing, replace it when the part the portal decides
     differs (`kueue_compared`), leave it when equal. `existing` is the object as listed, when the caller has it.

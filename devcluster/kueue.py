@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import http.client
+import os
 import re
 import time
 from collections.abc import Callable
@@ -54,6 +55,8 @@ DEFAULT_PODS_READY_TIMEOUT = "5m"
 REQUEUE_BACKOFF_BASE_SECONDS = 60
 REQUEUE_BACKOFF_MAX_SECONDS = 3600
 FIELD_MANAGER = "reservoir-devcluster"
+# Kueue's log verbosity (zap's level: 0 = info, 2 = admission decisions); unset keeps Kueue's default.
+LOG_LEVEL_VARIABLE = "RESERVOIR_KUEUE_LOG_LEVEL"
 # How long Kueue must stay up after its first ready answer before its webhooks are registered.
 STEADY_SECONDS = 1.0
 WEBHOOK_API = "/apis/admissionregistration.k8s.io/v1"
@@ -375,6 +378,11 @@ class Kueue:
             f"--kubeconfig={self.cluster.kubeconfig_path}",
             f"--feature-gates={FEATURE_GATES}",
         ]
+        log_level = os.environ.get(LOG_LEVEL_VARIABLE, "").strip()
+        if log_level:
+            # 2 records Kueue's admission decisions ("Workload successfully admitted and assigned flavors", why a
+            # workload was not admitted): the test cluster runs at 2, so a failed cluster test's log says why.
+            argv.append(f"--zap-log-level={int(log_level)}")
         record = self.cluster._spawn(
             NAME, argv, ports["webhook_port"], f"http://127.0.0.1:{ports['health_port']}/readyz"
         )

@@ -102,6 +102,8 @@ def _start_cluster() -> KubeCluster:
                 raise RuntimeError(f"Kueue is not usable on the cluster of KUBECONFIG={configured}: {kueue_problem}")
             return KubeCluster(Path(configured))
         _report(f"KUBECONFIG={configured} does not answer ({problem}); starting the test cluster instead")
+    # Kueue records its admission decisions in the test cluster's log (logs/kueue.log), for failed tests to show.
+    os.environ.setdefault(kueue.LOG_LEVEL_VARIABLE, "2")
     cluster = launcher.Cluster(TEST_STATE_DIR, progress=_report)
     started = cluster.up()
     component = next(c for c in cluster.status(count_nodes=False).components if c.name == kueue.NAME)

@@ -47,6 +47,10 @@ from .models import KueueProjection, NamespaceLimits, Node, Pool, Quota, Reserva
 
 log = logging.getLogger(__name__)
 
+# A ClusterQueue still being deleted this long after it was asked to go is nudged (see `_nudge_if_stuck`).
+STUCK_DELETING_SECONDS = 30
+NUDGE_ANNOTATION = "reservoir.io/deletion-nudged-at"
+
 # First key of the PostgreSQL advisory lock that lets one Kueue reconcile run at a time (second key: 0).
 RECONCILE_LOCK = 7_340_002
 
@@ -236,6 +240,8 @@ def _reconcile_locked(state: KueueProjection) -> dict:
                     log.info("Kueue projection: %s lends nothing while it goes", key)
                 if metadata.get("deletionTimestamp"):
                     outcome[key] = "deleting"  # Kueue holds it until nothing uses it
+                    if kind == "ClusterQueue":
+                        _nudge_if_stuck(obj, now)
                     continue
                 resources.delete_kueue_object(kind, metadata["name"], metadata.get("namespace"))
                 log.info("Kueue projection: deleted %s (no pool or team wants it any more)", key)
@@ -255,6 +261,23 @@ def _reconcile_locked(state: KueueProjection) -> dict:
         rendered_at=now, last_error="", last_checked_at=finished, applied_digests=digests
     )
     return outcome
+
+
+def _nudge_if_stuck(cluster_queue: dict, now: datetime) -> None:
+    """Kueue v0.17.0 can keep a deleted ClusterQueue for good: when an admission fails because its Workload went
+    meanwhile (a namespace being deleted takes Workloads and LocalQueue together), Kueue drops the Workload from its
+    cache but does not look at the queue again, so the queue's finalizer stays although nothing uses it any more
+    (kueue#10759, fixed after v0.17.0). Any change of the object makes Kueue look again: a queue still deleting
+    `STUCK_DELETING_SECONDS` after it was deleted gets an annotation with the time, once per reconcile (every
+    minute), until it is gone. A queue that still holds Workloads keeps its finalizer: Kueue decides, as always."""
+    from django.utils.dateparse import parse_datetime
+
+    metadata = cluster_queue["metadata"]
+    deleted_at = parse_datetime(metadata["deletionTimestamp"])
+    if deleted_at is None or (now - deleted_at).total_seconds() < STUCK_DELETING_SECONDS:
+        return
+    resources.annotate_kueue_object("ClusterQueue", metadata["name"], {NUDGE_ANNOTATION: now.isoformat()})
+    log.info("Kueue projection: ClusterQueue %s deleting since %s: nudged", metadata["name"], deleted_at)
 
 
 def _record_failure(state: KueueProjection, errors: list[str], digests: dict) -> None:

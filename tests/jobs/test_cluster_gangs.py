@@ -24,7 +24,7 @@ from jobs.choices import JobState
 from jobs.models import Job, Pod
 from jobs.specs import JobSpec
 from pools.models import Pool, Reservation
-from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -41,16 +41,6 @@ def submit(team, *, gpus, nodes=1, runs_for="10m", name=None):
         pod_annotations={KWOK_DELAY: runs_for},
     )
     return services.submit_job(team=team, pool=Pool.objects.get(slug=POOL), user=team.researcher, spec=spec)
-
-
-def wait_state(job, state, timeout=90):
-    try:
-        wait_for(lambda: job_state(job.pk) == state, timeout=timeout, what=f"job #{job.pk} to be {state}")
-    except AssertionError as error:
-        job = Job.objects.get(pk=job.pk)
-        said = [(w.admitted, w.message, w.evicted_reason) for w in job.workloads.all()]
-        raise AssertionError(f"{error}; it is {job.state}: {job.pending_reason!r}; Kueue: {said}") from None
-    return Job.objects.get(pk=job.pk)
 
 
 def gang_pods(job):

@@ -21,7 +21,7 @@ from jobs.specs import JobSpec
 from jobs.spill import spill_due_jobs
 from jobs.tasks import submit_job_to_cluster
 from pools.models import Pool
-from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -37,11 +37,6 @@ def submit(team, pool_slug, *, gpus, runs_for="10m", name=None, **kwargs):
         **kwargs,
     )
     return services.submit_job(team=team, pool=pool, user=team.researcher, spec=spec)
-
-
-def wait_state(job, state, timeout=90):
-    wait_for(lambda: job_state(job.pk) == state, timeout=timeout, what=f"job #{job.pk} to be {state}")
-    return Job.objects.get(pk=job.pk)
 
 
 def fill_training_nodes(namespace: str) -> None:

@@ -29,7 +29,7 @@ from jobs.spill import spill_due_jobs
 from pools import services as pool_services
 from pools.models import Pool
 from portal.choices import Role
-from tests.clusterkit import KWOK_DELAY, integration_team, job_state, lend_none, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, integration_team, job_state, lend_none, set_quota, wait_for, wait_state
 from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -46,16 +46,6 @@ def submit(team, pool_slug, *, gpus, runs_for="10m", name=None, user=None, **kwa
     )
     pool = Pool.objects.get(slug=pool_slug)
     return services.submit_job(team=team, pool=pool, user=user or team.researcher, spec=spec)
-
-
-def wait_state(job, state, timeout=60):
-    try:
-        wait_for(lambda: job_state(job.pk) == state, timeout=timeout, what=f"job #{job.pk} to be {state}")
-    except AssertionError as error:
-        job = Job.objects.get(pk=job.pk)
-        said = [(w.admitted, w.flavors, w.message, w.evicted_reason) for w in job.workloads.all()]
-        raise AssertionError(f"{error}; it is {job.state}: {job.pending_reason!r}; Kueue: {said}") from None
-    return Job.objects.get(pk=job.pk)
 
 
 def workloads(namespace: str) -> list[dict]:

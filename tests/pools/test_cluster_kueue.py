@@ -456,3 +456,45 @@ def test_a_queue_the_portal_no_longer_wants_lends_nothing_while_kueue_holds_it(p
             KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name, {"metadata": {"finalizers": None}}
         )
     wait_for(lambda: read("ClusterQueue", name) is None, timeout=30, what="the queue gone")
+
+
+def test_a_queue_kueue_keeps_deleting_is_nudged_until_it_goes(portal_cluster):
+    """Kueue v0.17.0 may keep a deleted ClusterQueue's finalizer although nothing uses it any more (an admission that
+    failed because its Workload went with its namespace: kueue#10759); any change of the object makes Kueue look at
+    it again. The reconcile leaves a queue alone while it has been deleting for less than
+    `STUCK_DELETING_SECONDS`, then writes the time into an annotation at each reconcile until the queue is gone.
+    (A finalizer of the test's own stands for Kueue's here: Kueue's race cannot be timed from a test.)"""
+    import time_machine
+
+    api = client.custom_objects()
+    name = f"team-stuck-{uuid.uuid4().hex[:5]}"
+    api.create_cluster_custom_object(
+        KUEUE_GROUP,
+        KUEUE_VERSION,
+        "clusterqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {
+                "name": name,
+                "labels": {"app.kubernetes.io/managed-by": "reservoir", "reservoir.io/team": name[5:]},
+                "finalizers": ["reservoir.test/hold"],
+            },
+            "spec": {"cohortName": "reservoir", "resourceGroups": []},
+        },
+    )
+    try:
+        assert kueue.reconcile()[f"ClusterQueue/{name}"] == "deleted"
+        assert kueue.reconcile()[f"ClusterQueue/{name}"] == "deleting"
+        annotations = read("ClusterQueue", name)["metadata"].get("annotations") or {}
+        assert kueue.NUDGE_ANNOTATION not in annotations  # deleted a moment ago: Kueue is given its time
+        later = timezone.now() + timedelta(seconds=kueue.STUCK_DELETING_SECONDS + 1)
+        with time_machine.travel(later, tick=False):
+            assert kueue.reconcile()[f"ClusterQueue/{name}"] == "deleting"
+        nudged = read("ClusterQueue", name)["metadata"]["annotations"][kueue.NUDGE_ANNOTATION]
+        assert nudged == later.isoformat()
+    finally:
+        api.patch_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", name, {"metadata": {"finalizers": None}}
+        )
+    wait_for(lambda: read("ClusterQueue", name) is None, timeout=30, what="the queue gone")
