@@ -122,8 +122,7 @@ def reconcile(team: Team) -> dict:
     rendering can never be written after a newer one while the newer version is marked applied.
 
     Returns what was done per object ("created", "corrected", "unchanged" or "deleted"; NetworkPolicies as
-    `NetworkPolicy/<name>`). Raises ClusterError on failure
-    (after recording it on the TeamNamespace row)."""
+    `NetworkPolicy/<name>`). Raises ClusterError on failure (after recording it on the TeamNamespace row)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s, %s)", [RECONCILE_LOCK, team.pk])
     try:
