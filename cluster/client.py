@@ -59,3 +59,11 @@ def scheduling() -> client.SchedulingV1Api:
 
 def custom_objects() -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api_client())
+
+
+def networking() -> client.NetworkingV1Api:
+    return client.NetworkingV1Api(api_client())
+
+
+def storage() -> client.StorageV1Api:
+    return client.StorageV1Api(api_client())

@@ -1,5 +1,6 @@
 """Pure rendering of the objects the portal owns in a cluster: a job's batch/v1 Job, and a team namespace with
-its ResourceQuota and LimitRange (seed 003). No I/O and no Django models: plain data in, plain dicts out.
+its ResourceQuota, LimitRange (seed 003) and NetworkPolicies. No I/O and no Django models: plain data in, plain
+dicts out.
 
 Placement (PRODUCT.md):
 - strict: required node affinity to the home pool's labels, and the home pool's tolerations only;
@@ -22,6 +23,8 @@ LABEL_TEAM = "reservoir.io/team"
 LABEL_POOL = "reservoir.io/pool"
 LABEL_JOB_ID = "reservoir.io/job-id"
 LABEL_ANTI_AFFINITY = "reservoir.io/anti-affinity-group"
+# Carried by the pods of a multi-node job: they listen on the rendezvous port (see `render_network_policies`).
+LABEL_GANG = "reservoir.io/gang"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "reservoir"
 EBCLOUD_NODE_POOL = "scheduling.eks.ebcloud.com/node-pool"
@@ -41,6 +44,9 @@ PRIORITY_VALUES = {"reservoir-low": 1000, "reservoir-normal": 5000, "reservoir-h
 # (jobs/sync.py). A pod that finishes and is deleted while nobody watches is still there, terminated, at the next
 # list, so its GPU time ends at its own finish time, never at the time the portal happened to look.
 USAGE_FINALIZER = "reservoir.io/usage"
+# The port of a gang's rendezvous (torchrun's TCPStore on pod 0), and the per-job token its pods are given.
+RENDEZVOUS_PORT = 29500
+RENDEZVOUS_TOKEN_ENV = "RESERVOIR_RENDEZVOUS_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,8 @@ class JobManifestSpec:
     image_pull_secrets: tuple[str, ...] = ()
     secret_env: tuple = ()  # of team_data.SecretEnv
     nodes: int = 1  # pods of `gpus` GPUs each, one per node: above 1, an Indexed Job (see `gang_job`)
-    rendezvous_port: int = 29500
+    rendezvous_port: int = RENDEZVOUS_PORT
+    rendezvous_token: str = ""  # a gang's per-job secret (jobs.manifests.rendezvous_token), as RENDEZVOUS_TOKEN_ENV
 
 
 def cpu_quantity(millicores: int) -> str:
@@ -272,6 +279,9 @@ def render_job(spec: JobManifestSpec) -> dict:
 # MASTER_ADDR / MASTER_PORT (pod 0 and the rendezvous port), NNODES = N, NODE_RANK = the completion index,
 # NPROC_PER_NODE = G, WORLD_SIZE = N × G (worker processes in all, one per GPU); the PET_* copies are torchrun's own
 # environment names for its options, so `torchrun train.py` needs no arguments. They win over a user's values.
+# The pods carry LABEL_GANG: in the team namespace only the pods of the same job reach their rendezvous port (the
+# NetworkPolicies below). RESERVOIR_RENDEZVOUS_TOKEN is a secret of this job alone, for launchers that can check
+# one (torchrun's TCPStore cannot: it accepts any connection, so for it the NetworkPolicy is the whole guard).
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
@@ -295,6 +305,8 @@ def rendezvous_env(spec: JobManifestSpec) -> list[dict]:
         "WORLD_SIZE": str(spec.nodes * spec.gpus),
     }
     plain.update({f"PET_{name}": plain[name] for name in ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NPROC_PER_NODE")})
+    if spec.rendezvous_token:
+        plain[RENDEZVOUS_TOKEN_ENV] = spec.rendezvous_token
     index = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}
     env = [{"name": name, "value": value} for name, value in sorted(plain.items())]
     env += [{"name": "NODE_RANK", "valueFrom": index}, {"name": "PET_NODE_RANK", "valueFrom": index}]
@@ -314,6 +326,7 @@ def gang_job(spec: JobManifestSpec, job: dict) -> dict:
     job_spec = job["spec"]
     job_spec.update({"completionMode": "Indexed", "parallelism": spec.nodes, "completions": spec.nodes})
     pod_spec = job_spec["template"]["spec"]
+    job_spec["template"]["metadata"]["labels"][LABEL_GANG] = "true"
     pod_spec["subdomain"] = gang_service_name(spec)  # one pod per node: `affinity_for`
     container = pod_spec["containers"][0]
     ours = rendezvous_env(spec)
@@ -364,6 +377,12 @@ class NamespaceSpec:
     container_default_memory_mib: int
     container_default_request_cpu_millicores: int
     container_default_request_memory_mib: int
+    max_volumes: int = 10
+    max_volume_storage_gib: int = 10 * 1024
+    # Storage classes team claims may use, each capped at the team's total; and the classes of the cluster they may
+    # not use, capped at nothing (so claims made around the portal keep to the same classes).
+    storage_classes: tuple[str, ...] = ()
+    closed_storage_classes: tuple[str, ...] = ()
 
 
 def _owned_metadata(name: str, spec: NamespaceSpec, namespace: str | None = None) -> dict:
@@ -391,21 +410,33 @@ def render_namespace(spec: NamespaceSpec) -> dict:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
+def storage_class_key(storage_class: str, resource: str) -> str:
+    """A ResourceQuota key of one storage class, e.g. `fast.storageclass.storage.k8s.io/requests.storage`."""
+    return f"{storage_class}.storageclass.storage.k8s.io/{resource}"
+
+
 def render_resource_quota(spec: NamespaceSpec) -> dict:
-    """Seed 003's ResourceQuota. Extended resources take only the `requests.` form in a quota (GPUs are never
-    overcommitted, so requests equal limits)."""
+    """Seed 003's ResourceQuota, with the team's storage caps. Extended resources take only the `requests.` form in
+    a quota (GPUs are never overcommitted, so requests equal limits)."""
+    storage = f"{spec.max_volume_storage_gib}Gi"
+    hard = {
+        f"requests.{GPU_RESOURCE}": str(spec.gpus),
+        "requests.cpu": cpu_quantity(spec.requests_cpu_millicores),
+        "requests.memory": memory_quantity(spec.requests_memory_mib),
+        "pods": str(spec.max_pods),
+        "requests.storage": storage,
+        "persistentvolumeclaims": str(spec.max_volumes),
+    }
+    for name in sorted(spec.storage_classes):
+        hard[storage_class_key(name, "requests.storage")] = storage
+    for name in sorted(spec.closed_storage_classes):
+        hard[storage_class_key(name, "requests.storage")] = "0"
+        hard[storage_class_key(name, "persistentvolumeclaims")] = "0"
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
         "metadata": _owned_metadata(RESOURCE_QUOTA_NAME, spec, spec.namespace),
-        "spec": {
-            "hard": {
-                f"requests.{GPU_RESOURCE}": str(spec.gpus),
-                "requests.cpu": cpu_quantity(spec.requests_cpu_millicores),
-                "requests.memory": memory_quantity(spec.requests_memory_mib),
-                "pods": str(spec.max_pods),
-            }
-        },
+        "spec": {"hard": hard},
     }
 
 
@@ -442,6 +473,130 @@ def render_limit_range(spec: NamespaceSpec) -> dict:
                     },
                 }
             ]
+        },
+    }
+
+
+# --- network isolation of a team namespace ------------------------------------------------------------------------
+# NetworkPolicies are additive: a pod selected by any policy of a direction accepts only what one of them allows. So:
+# - `reservoir-isolation` selects every pod of the namespace that is not a gang's and lets in traffic from the
+#   namespace itself and from the namespaces the platform names (e.g. a metrics scraper's);
+# - `reservoir-gang-isolation` selects the pods of gangs (LABEL_GANG) and lets in the same peers on every port but
+#   the rendezvous port;
+# - `rsv-<id>-rendezvous`, one per gang, lets the pods of that job (its LABEL_JOB_ID) reach its pods' rendezvous port.
+# Other teams' pods reach nothing in the namespace. Egress stays open unless the platform closes it: then the pods
+# reach their own namespace, the cluster's DNS and the CIDRs the platform lists. A missing per-job policy leaves the
+# rendezvous port closed, never open.
+NETWORK_POLICY_NAME = "reservoir-isolation"
+GANG_NETWORK_POLICY_NAME = "reservoir-gang-isolation"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the apiserver on every namespace
+MAX_PORT = 65535
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """A team namespace's network isolation (platform settings)."""
+
+    namespace: str
+    team_slug: str
+    ingress_namespaces: tuple[str, ...] = ()  # namespaces whose pods may also reach the team's (e.g. monitoring)
+    egress_open: bool = True
+    egress_cidrs: tuple[str, ...] = ()  # where pods may connect when egress is not open (besides namespace and DNS)
+    rendezvous_port: int = RENDEZVOUS_PORT
+
+
+def rendezvous_policy_name(job_name: str) -> str:
+    return f"{job_name}-rendezvous"
+
+
+def _network_metadata(name: str, namespace: str, team_slug: str) -> dict:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TEAM: team_slug},
+    }
+
+
+def _ingress_peers(spec: NetworkSpec) -> list[dict]:
+    peers = [{"podSelector": {}}]  # every pod of the policy's own namespace
+    if spec.ingress_namespaces:
+        peers.append(
+            {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": NAMESPACE_NAME_LABEL, "operator": "In", "values": sorted(spec.ingress_namespaces)}
+                    ]
+                }
+            }
+        )
+    return peers
+
+
+def _all_ports_but(port: int) -> list[dict]:
+    ranges = [(1, port - 1), (port + 1, MAX_PORT)]
+    tcp = [{"protocol": "TCP", "port": low, "endPort": high} for low, high in ranges if low <= high]
+    return [*tcp, {"protocol": "UDP"}, {"protocol": "SCTP"}]
+
+
+def _egress(spec: NetworkSpec) -> list[dict]:
+    dns = {
+        "to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: "kube-system"}}}],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+    rules = [{"to": [{"podSelector": {}}]}, dns]
+    if spec.egress_cidrs:
+        rules.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in sorted(spec.egress_cidrs)]})
+    return rules
+
+
+def render_network_policies(spec: NetworkSpec) -> list[dict]:
+    """The namespace's two standing NetworkPolicies (see above)."""
+    policy_types = ["Ingress"] if spec.egress_open else ["Ingress", "Egress"]
+    egress = {} if spec.egress_open else {"egress": _egress(spec)}
+    peers = _ingress_peers(spec)
+    return [
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": _network_metadata(NETWORK_POLICY_NAME, spec.namespace, spec.team_slug),
+            "spec": {
+                "podSelector": {"matchExpressions": [{"key": LABEL_GANG, "operator": "DoesNotExist"}]},
+                "policyTypes": policy_types,
+                "ingress": [{"from": peers}],
+                **egress,
+            },
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": _network_metadata(GANG_NETWORK_POLICY_NAME, spec.namespace, spec.team_slug),
+            "spec": {
+                "podSelector": {"matchExpressions": [{"key": LABEL_GANG, "operator": "Exists"}]},
+                "policyTypes": policy_types,
+                "ingress": [{"from": peers, "ports": _all_ports_but(spec.rendezvous_port)}],
+                **egress,
+            },
+        },
+    ]
+
+
+def render_rendezvous_policy(
+    *, namespace: str, team_slug: str, job_id: int, job_name: str, port: int = RENDEZVOUS_PORT
+) -> dict:
+    """The policy that opens a gang's rendezvous port to the pods of the same job, and only to them."""
+    own = {LABEL_JOB_ID: str(job_id), LABEL_MANAGED_BY: MANAGED_BY}
+    metadata = _network_metadata(rendezvous_policy_name(job_name), namespace, team_slug)
+    metadata["labels"][LABEL_JOB_ID] = str(job_id)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata,
+        "spec": {
+            "podSelector": {"matchLabels": {**own, LABEL_GANG: "true"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": own}}], "ports": [{"protocol": "TCP", "port": port}]}
+            ],
         },
     }
 

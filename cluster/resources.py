@@ -133,6 +133,39 @@ def apply_limit_range(manifest: dict) -> ApplyResult:
     )
 
 
+def apply_network_policy(manifest: dict) -> ApplyResult:
+    """Create or put back a NetworkPolicy the portal owns (its spec compared as a whole)."""
+    api = client.networking()
+    return _apply_namespaced(
+        manifest,
+        read=api.read_namespaced_network_policy,
+        create=api.create_namespaced_network_policy,
+        replace=api.replace_namespaced_network_policy,
+        compare=_spec,
+    )
+
+
+def network_policy_names(namespace: str) -> set[str]:
+    """Names of the NetworkPolicies of the namespace that carry the portal's label."""
+    api = client.networking()
+    result = with_retries(
+        lambda: api.list_namespaced_network_policy(namespace, label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}")
+    )
+    return {item.metadata.name for item in result.items}
+
+
+def delete_network_policy(namespace: str, name: str) -> bool:
+    """Delete a NetworkPolicy; False when it was already gone. (Callers delete only the portal's own.)"""
+    api = client.networking()
+    try:
+        with_retries(lambda: api.delete_namespaced_network_policy(name, namespace))
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True
+
+
 def ensure_priority_classes() -> list[str]:
     """Create the portal's PriorityClasses. One that carries the portal's label but differs from the rendering is
     deleted and created again (its value and preemptionPolicy are immutable); one without the label is somebody
@@ -618,14 +651,44 @@ def delete_secret(namespace: str, name: str) -> bool:
     return True
 
 
-def storage_class_exists(name: str) -> bool:
-    from kubernetes import client as kubernetes_client
+@dataclass(frozen=True)
+class StorageClassFacts:
+    name: str
+    provisioner: str
+    is_default: bool  # the class a claim that names none is given
 
-    storage = kubernetes_client.StorageV1Api(client.api_client())
+    @property
+    def provisions(self) -> bool:
+        """Whether volumes are made for claims (False: only volumes made ahead of time bind)."""
+        return self.provisioner != NO_PROVISIONER
+
+
+NO_PROVISIONER = "kubernetes.io/no-provisioner"
+DEFAULT_CLASS_ANNOTATIONS = (
+    "storageclass.kubernetes.io/is-default-class",
+    "storageclass.beta.kubernetes.io/is-default-class",
+)
+
+
+def _storage_class_facts(item) -> StorageClassFacts:
+    annotations = item.metadata.annotations or {}
+    return StorageClassFacts(
+        name=item.metadata.name,
+        provisioner=item.provisioner or "",
+        is_default=any(annotations.get(key) == "true" for key in DEFAULT_CLASS_ANNOTATIONS),
+    )
+
+
+def storage_classes() -> list[StorageClassFacts]:
+    """Every StorageClass of the cluster."""
+    return [_storage_class_facts(item) for item in with_retries(lambda: client.storage().list_storage_class()).items]
+
+
+def read_storage_class(name: str) -> StorageClassFacts | None:
+    """The class, or None when the cluster has none of that name."""
     try:
-        with_retries(lambda: storage.read_storage_class(name))
+        return _storage_class_facts(with_retries(lambda: client.storage().read_storage_class(name)))
     except Exception as error:
         if _is(404, error):
-            return False
+            return None
         raise
-    return True

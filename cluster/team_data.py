@@ -46,12 +46,26 @@ def _metadata(name: str, namespace: str, team_slug: str) -> dict:
 
 
 def render_claim(
-    *, name: str, namespace: str, team_slug: str, size_gib: int, access_mode: str, storage_class: str
+    *,
+    name: str,
+    namespace: str,
+    team_slug: str,
+    size_gib: int,
+    access_mode: str,
+    storage_class: str,
+    assigned_volumes_only: bool = False,
 ) -> dict:
-    """A PersistentVolumeClaim the portal creates for a team. An empty storage class means the cluster's default."""
+    """A PersistentVolumeClaim the portal creates for a team. An empty storage class means the cluster's default.
+
+    `assigned_volumes_only` (for a class whose volumes are made ahead of time, without a provisioner): the claim
+    binds only a PersistentVolume labelled with the team (`reservoir.io/team: <slug>`), one an admin assigned to it,
+    never another team's or an unassigned one. (A provisioner refuses a claim with a selector, so a class that
+    provisions volumes gets none: its volumes are made for the claim.)"""
     spec = {"accessModes": [access_mode], "resources": {"requests": {"storage": f"{size_gib}Gi"}}}
     if storage_class:
         spec["storageClassName"] = storage_class
+    if assigned_volumes_only:
+        spec["selector"] = {"matchLabels": {LABEL_TEAM: team_slug}}
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",

@@ -492,7 +492,8 @@ class Cluster:
 
     def apply_storage(self, topology: topology_module.Topology) -> int:
         """Create the topology's StorageClass and PersistentVolumes that are missing (existing ones, bound or not,
-        are left as they are). Returns how many were created."""
+        are left as they are, but for their labels: a volume assigned to a team since it was made gets the label).
+        Returns how many were created."""
         api = self.api()
         created = 0
         for manifest in topology.storage_manifests():
@@ -502,6 +503,15 @@ class Cluster:
                 else "/api/v1/persistentvolumes"
             )
             code, body = api.request("POST", path, manifest)
+            if code == 409 and manifest["kind"] == "PersistentVolume":
+                labels = {"metadata": {"labels": manifest["metadata"]["labels"]}}
+                code, body = api.request(
+                    "PATCH",
+                    f"{path}/{manifest['metadata']['name']}",
+                    labels,
+                    content_type="application/merge-patch+json",
+                )
+                code = 409 if code == 200 else code
             if code not in (201, 409):
                 raise ClusterError(
                     f"cannot create {manifest['kind']} {manifest['metadata']['name']}: HTTP {code}: {body}"

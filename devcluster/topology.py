@@ -104,6 +104,7 @@ class Volume:
     name: str
     capacity: str
     access_modes: tuple[str, ...] = ("ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany")
+    labels: tuple[tuple[str, str], ...] = ()  # e.g. (("reservoir.io/team", "llm"),): the team it is assigned to
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,10 @@ class Storage:
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolume",
-                "metadata": {"name": volume.name, "labels": {"reservoir.dev/devcluster-volume": "true"}},
+                "metadata": {
+                    "name": volume.name,
+                    "labels": {"reservoir.dev/devcluster-volume": "true", **dict(volume.labels)},
+                },
                 "spec": {
                     "capacity": {"storage": volume.capacity},
                     "accessModes": list(volume.access_modes),
@@ -310,7 +314,10 @@ def _storage(raw: Any, source: str) -> Storage | None:
         if not isinstance(item, Mapping) or not item.get("name") or not item.get("capacity"):
             raise TopologyError(f"{where}.volumes[{index}]: needs a name and a capacity")
         modes = tuple(str(mode) for mode in item.get("accessModes") or Volume.access_modes)
-        volumes.append(Volume(name=str(item["name"]), capacity=str(item["capacity"]), access_modes=modes))
+        labels = tuple(sorted(_labels(item.get("labels"), f"{where}.volumes[{index}]").items()))
+        volumes.append(
+            Volume(name=str(item["name"]), capacity=str(item["capacity"]), access_modes=modes, labels=labels)
+        )
     names = [volume.name for volume in volumes]
     if len(set(names)) != len(names):
         raise TopologyError(f"{where}: volume names must be unique")

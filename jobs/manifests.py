@@ -1,9 +1,13 @@
 """From a Job row to the inputs of cluster.manifests (the rendering itself is pure and lives there)."""
 
+import hashlib
+import hmac
+
 from django.conf import settings
 
-from cluster.manifests import JobManifestSpec, PoolTarget, render_gang_service, render_job
+from cluster.manifests import JobManifestSpec, PoolTarget, render_gang_service, render_job, render_rendezvous_policy
 from cluster.team_data import SecretEnv, VolumeMount
+from teamdata.selectors import read_only_volume_names
 
 from .choices import Placement
 from .models import Job
@@ -42,16 +46,35 @@ def manifest_spec(job: Job, *, soft: bool | None = None, suspend: bool = True) -
         suspend=suspend,
         **team_data_fields(job),
         nodes=job.nodes,
+        rendezvous_token=(rendezvous_token(job.pk) if job.pk else "<per-job token>") if job.is_gang else "",
         backoff_limit=job.retries,
     )
 
 
+def rendezvous_token(job_id: int) -> str:
+    """The per-job secret of a multi-node job's rendezvous (cluster.manifests.RENDEZVOUS_TOKEN_ENV): an HMAC of
+    the job id under the portal's SECRET_KEY, so it is never stored, is the same on every render of the job (a
+    retried submission), and tells nothing of another job's."""
+    message = f"reservoir.rendezvous:{job_id}".encode()
+    return hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).hexdigest()
+
+
 def team_data_fields(job: Job) -> dict:
     """The manifest inputs of the job's team data: team volumes are claims and team secrets are Secrets of the
-    same names in the team namespace, so no lookup is needed."""
+    same names in the team namespace. A volume its lead made read-only for researchers is mounted read-only in a
+    researcher's job even if the job row says otherwise (it was submitted before the volume was marked)."""
+    forced = (
+        read_only_volume_names(team=job.team, user=job.submitted_by, names={item["name"] for item in job.volumes})
+        if job.volumes
+        else set()
+    )
     return {
         "volumes": tuple(
-            VolumeMount(claim_name=item["name"], mount_path=item["mount_path"], read_only=item.get("read_only", True))
+            VolumeMount(
+                claim_name=item["name"],
+                mount_path=item["mount_path"],
+                read_only=item.get("read_only", True) or item["name"] in forced,
+            )
             for item in job.volumes
         ),
         "shm_gib": job.shm_gib,
@@ -69,3 +92,12 @@ def render(job: Job, **kwargs) -> dict:
 def render_service(job: Job, *, owner_uid: str | None = None) -> dict | None:
     """The headless Service of a multi-node job (None for a one-node job: it needs none)."""
     return render_gang_service(manifest_spec(job), owner_uid=owner_uid) if job.is_gang else None
+
+
+def render_network_policy(job: Job) -> dict | None:
+    """The NetworkPolicy that opens a multi-node job's rendezvous port to its own pods (None for a one-node job)."""
+    if not job.is_gang:
+        return None
+    return render_rendezvous_policy(
+        namespace=job.team.namespace, team_slug=job.team.slug, job_id=job.pk, job_name=job.job_name
+    )

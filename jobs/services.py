@@ -10,7 +10,7 @@ deliver Workload and pod events does not matter.
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -24,7 +24,7 @@ from pools.models import NamespaceLimits, Node, Pool, Quota
 from portal import audit, outbox
 from portal.choices import Role
 from portal.models import Team
-from teamdata.selectors import check_job_references
+from teamdata.selectors import check_job_references, with_enforced_read_only
 
 from . import policy
 from .choices import ACTIVE_STATES, TRANSITIONS, JobState, Placement
@@ -127,6 +127,8 @@ def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from:
     policy.check_submission(team=team, user=user, spec=spec)
     check_fits_limits(team=team, pool=pool, spec=spec)
     check_job_references(team=team, spec=spec)
+    # A volume its lead made read-only for researchers is mounted read-only in a researcher's job, whatever it asked.
+    spec = replace(spec, volumes=with_enforced_read_only(team=team, user=user, volumes=spec.volumes))
     job = Job(team=team, pool=pool, submitted_by=user, resubmitted_from=resubmitted_from, **spec.as_model_fields())
     job.full_clean()
     job.save()

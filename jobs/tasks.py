@@ -14,6 +14,7 @@ from django.utils.translation import gettext_noop
 
 from cluster import resources
 from cluster.errors import ClusterError, describe
+from cluster.manifests import rendezvous_policy_name
 from portal.celery import ClusterTask
 
 from . import services
@@ -63,6 +64,16 @@ def _ensure_gang_service(job: Job) -> None:
         resources.create_service(render_service(job, owner_uid=uid))
 
 
+def _ensure_rendezvous_policy(job: Job) -> None:
+    """A multi-node job's NetworkPolicy (its rendezvous port open to its own pods), before its pods can exist. The
+    namespace reconcile puts it back if edited and deletes it once the job is over (pools/namespaces.py)."""
+    from .manifests import render_network_policy
+
+    policy = render_network_policy(job)
+    if policy is not None:
+        resources.apply_network_policy(policy)
+
+
 @shared_task(base=SubmitTask, name="jobs.submit_job", bind=True)
 def submit_job_to_cluster(self, job_id: int) -> str:
     job = _unsent(job_id)
@@ -73,6 +84,7 @@ def submit_job_to_cluster(self, job_id: int) -> str:
     attempt = self.request.retries + 1
     try:
         _ensure_namespace(job)
+        _ensure_rendezvous_policy(job)
         created = resources.create_job(render(job))
         _ensure_gang_service(job)
     except ClusterError as error:
@@ -106,6 +118,7 @@ def delete_job_from_cluster(self, job_id: int) -> str:
     if job.is_gang:
         # Owned by the Job, so the garbage collector would delete it too; deleted here so that it goes now.
         resources.delete_service(job.team.namespace, job.job_name)
+        resources.delete_network_policy(job.team.namespace, rendezvous_policy_name(job.job_name))
     return "already gone" if gone else "deleted"
 
 

@@ -1,7 +1,8 @@
 """Seed 003's operating artefacts, generated from the portal's rows (`manage.py export_manifests`): node label and
-taint commands per pool, each team's Namespace, ResourceQuota and LimitRange (the same renderers the portal
-applies with), the Cluster Autoscaler node groups, the DCGM exporter DaemonSet, and the alert rules as a
-PrometheusRule. Pure renderers over querysets; the command writes the files."""
+taint commands per pool, each team's Namespace, ResourceQuota, LimitRange and standing NetworkPolicies (the same
+renderers the portal applies with; the quota without per-class keys, which need the cluster's storage classes),
+the Cluster Autoscaler node groups, the DCGM exporter DaemonSet, and the alert rules as a PrometheusRule. Pure
+renderers over querysets; the command writes the files."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import shlex
 
 import yaml
 
-from cluster.manifests import render_limit_range, render_namespace, render_resource_quota
+from cluster.manifests import render_limit_range, render_namespace, render_network_policies, render_resource_quota
 from pools.models import Pool
-from pools.namespaces import desired_spec
+from pools.namespaces import desired_spec, network_spec
 from portal.models import Team
 
 from .choices import AlertKind
@@ -52,7 +53,8 @@ def node_commands(pools) -> str:
 
 def team_namespace(team: Team) -> str:
     spec = desired_spec(team)
-    return dump_all([render_namespace(spec), render_resource_quota(spec), render_limit_range(spec)])
+    policies = render_network_policies(network_spec(team))
+    return dump_all([render_namespace(spec), render_resource_quota(spec), render_limit_range(spec), *policies])
 
 
 def autoscaler_config(pools) -> str:

@@ -108,7 +108,15 @@ class QuotaAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 @admin.register(NamespaceLimits)
 class NamespaceLimitsAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    list_display = ["team", "requests_cpu_millicores", "requests_memory_mib", "max_pods", "container_max_gpus"]
+    list_display = [
+        "team",
+        "requests_cpu_millicores",
+        "requests_memory_mib",
+        "max_pods",
+        "container_max_gpus",
+        "max_volumes",
+        "max_volume_storage_gib",
+    ]
     list_select_related = ["team"]
 
     def save_model(self, request, obj, form, change):

@@ -367,7 +367,8 @@ class Quota(models.Model):
 
 
 class NamespaceLimits(models.Model):
-    """The team namespace's ResourceQuota and LimitRange of seed 003 (GPU totals come from the team's Quotas).
+    """The team namespace's ResourceQuota and LimitRange of seed 003 (GPU totals come from the team's Quotas), and
+    the caps on its volumes: checked when a volume is registered, and written into the ResourceQuota.
 
     CPU is in millicores and memory in MiB so that the values are exact integers.
     """
@@ -385,6 +386,14 @@ class NamespaceLimits(models.Model):
     container_default_memory_mib = models.PositiveIntegerField(_("default memory limit (MiB)"), default=8 * 1024)
     container_default_request_cpu_millicores = models.PositiveIntegerField(_("default CPU request"), default=1_000)
     container_default_request_memory_mib = models.PositiveIntegerField(_("default memory request (MiB)"), default=4096)
+    max_volumes = models.PositiveIntegerField(
+        _("volumes, max"), default=10, help_text=_("Team volumes, and claims of the namespace, at most.")
+    )
+    max_volume_storage_gib = models.PositiveIntegerField(
+        _("volume storage, max (GiB)"),
+        default=10 * 1024,
+        help_text=_("Total size the team's volumes and the namespace's claims may request."),
+    )
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:

@@ -1,15 +1,30 @@
-"""Team namespaces: render the desired ResourceQuota and LimitRange from the portal's rows, and put them in the
-cluster. A hand edit in the cluster is put back and written to the audit log."""
+"""Team namespaces: render the desired ResourceQuota, LimitRange and NetworkPolicies from the portal's rows and
+settings, and put them in the cluster. A hand edit in the cluster is put back and written to the audit log.
+
+The NetworkPolicies (cluster/manifests.py) are the namespace's two standing ones and one per multi-node job that
+should be in the cluster (its rendezvous port, open to the pods of that job only); the portal's policies of jobs
+that are over are deleted. The ResourceQuota caps the namespace's claims at the team's volume limits, and closes the
+cluster's storage classes that team volumes may not use (`teamdata.selectors.storage_class_allowed`)."""
 
 import logging
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import F, Sum
 from django.utils import timezone
 
 from cluster import resources
 from cluster.errors import ClusterError
-from cluster.manifests import NamespaceSpec, render_limit_range, render_namespace, render_resource_quota
+from cluster.manifests import (
+    NamespaceSpec,
+    NetworkSpec,
+    render_limit_range,
+    render_namespace,
+    render_network_policies,
+    render_rendezvous_policy,
+    render_resource_quota,
+    rendezvous_policy_name,
+)
 from portal import audit, outbox
 from portal.models import Team
 
@@ -17,16 +32,72 @@ from .models import NamespaceLimits, Quota, TeamNamespace
 
 log = logging.getLogger(__name__)
 
+# NamespaceSpec's fields that do not come from the team's NamespaceLimits row.
+NOT_LIMITS = ("namespace", "team_slug", "gpus", "storage_classes", "closed_storage_classes")
 
-def desired_spec(team: Team) -> NamespaceSpec:
+
+def desired_spec(team: Team, *, cluster_storage_classes=()) -> NamespaceSpec:
+    """The namespace's quota and limits. `cluster_storage_classes` (StorageClassFacts of the cluster) are sorted
+    into the classes team volumes may use and those they may not; without them, no class is named."""
+    from teamdata.selectors import storage_class_allowed
+
     limits = NamespaceLimits.objects.filter(team=team).first() or NamespaceLimits(team=team)
     gpus = Quota.objects.filter(team=team).aggregate(total=Sum("max_gpus"))["total"] or 0
-    fields = {
-        name: getattr(limits, name)
-        for name in NamespaceSpec.__dataclass_fields__
-        if name not in ("namespace", "team_slug", "gpus")
-    }
-    return NamespaceSpec(namespace=team.namespace, team_slug=team.slug, gpus=gpus, **fields)
+    fields = {name: getattr(limits, name) for name in NamespaceSpec.__dataclass_fields__ if name not in NOT_LIMITS}
+    allowed = tuple(sorted(c.name for c in cluster_storage_classes if c.is_default or storage_class_allowed(c.name)))
+    closed = tuple(sorted(c.name for c in cluster_storage_classes if c.name not in allowed))
+    return NamespaceSpec(
+        namespace=team.namespace,
+        team_slug=team.slug,
+        gpus=gpus,
+        storage_classes=allowed,
+        closed_storage_classes=closed,
+        **fields,
+    )
+
+
+def network_spec(team: Team) -> NetworkSpec:
+    return NetworkSpec(
+        namespace=team.namespace,
+        team_slug=team.slug,
+        ingress_namespaces=tuple(settings.NETWORK_INGRESS_NAMESPACES),
+        egress_open=settings.NETWORK_EGRESS_OPEN,
+        egress_cidrs=tuple(settings.NETWORK_EGRESS_CIDRS),
+    )
+
+
+def _gang_ids(team: Team) -> list[int]:
+    """The team's multi-node jobs that should be in the cluster (`Job.objects.expected_in_cluster`)."""
+    from jobs.models import Job
+
+    return list(
+        Job.objects.expected_in_cluster().filter(team=team, nodes__gt=1).order_by("pk").values_list("pk", flat=True)
+    )
+
+
+def desired_network_policies(team: Team) -> list[dict]:
+    """The namespace's standing NetworkPolicies, and one per multi-node job of the team in the cluster."""
+    from jobs.models import job_name_for
+
+    per_job = [
+        render_rendezvous_policy(
+            namespace=team.namespace, team_slug=team.slug, job_id=job_id, job_name=job_name_for(job_id)
+        )
+        for job_id in _gang_ids(team)
+    ]
+    return [*render_network_policies(network_spec(team)), *per_job]
+
+
+def _stale_policies(team: Team, wanted: set[str]) -> list[str]:
+    """The portal's NetworkPolicies of the namespace that are no longer wanted: those of jobs that are over. The
+    jobs are read again after the list, so a gang submitted meanwhile (its policy made by its submit task after
+    its commit) keeps its policy."""
+    from jobs.models import job_name_for
+
+    stale = resources.network_policy_names(team.namespace) - wanted
+    if stale:
+        stale -= {rendezvous_policy_name(job_name_for(job_id)) for job_id in _gang_ids(team)}
+    return sorted(stale)
 
 
 def mark_changed(team: Team) -> None:
@@ -44,14 +115,14 @@ RECONCILE_LOCK = 7_340_001
 
 
 def reconcile(team: Team) -> dict:
-    """Make the cluster hold the team's namespace, ResourceQuota and LimitRange as the portal says.
+    """Make the cluster hold the team's namespace, ResourceQuota, LimitRange and NetworkPolicies as the portal says.
 
     Reconciles of one team run one at a time (a session advisory lock, which quota writes never wait for), and
     each reads the desired version before the rows it renders: when two admins change the team at once, an older
     rendering can never be written after a newer one while the newer version is marked applied.
 
-    Returns what was done per object ("created", "corrected" or "unchanged"). Raises ClusterError on failure
-    (after recording it on the TeamNamespace row)."""
+    Returns what was done per object ("created", "corrected", "unchanged" or "deleted"; NetworkPolicies as
+    `NetworkPolicy/<name>`). Raises ClusterError on failure (after recording it on the TeamNamespace row)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s, %s)", [RECONCILE_LOCK, team.pk])
     try:
@@ -64,24 +135,30 @@ def reconcile(team: Team) -> dict:
 def _reconcile_locked(team: Team) -> dict:
     state, _ = TeamNamespace.objects.get_or_create(team=team)
     version = state.desired_version
-    spec = desired_spec(team)
     outcome = {}
     applied = dict(state.applied_spec or {})
     try:
+        spec = desired_spec(team, cluster_storage_classes=resources.storage_classes())
+        policies = desired_network_policies(team)
         resources.ensure_priority_classes()
-        for kind, manifest, apply in (
-            ("Namespace", render_namespace(spec), resources.ensure_namespace),
-            ("ResourceQuota", render_resource_quota(spec), resources.apply_resource_quota),
-            ("LimitRange", render_limit_range(spec), resources.apply_limit_range),
-        ):
+        objects = [
+            ("Namespace", "Namespace", render_namespace(spec), resources.ensure_namespace),
+            ("ResourceQuota", "ResourceQuota", render_resource_quota(spec), resources.apply_resource_quota),
+            ("LimitRange", "LimitRange", render_limit_range(spec), resources.apply_limit_range),
+        ]
+        objects += [
+            (f"NetworkPolicy/{policy['metadata']['name']}", "NetworkPolicy", policy, resources.apply_network_policy)
+            for policy in policies
+        ]
+        for key, kind, manifest, apply in objects:
             result = apply(manifest)
-            outcome[kind] = "created" if result.created else "corrected" if result.corrected else "unchanged"
+            outcome[key] = "created" if result.created else "corrected" if result.corrected else "unchanged"
             # Drift is a difference from what the portal itself last wrote; a change of the portal's own rows is
-            # an update, not a hand edit.
-            last = applied.get(kind)
+            # an update, not a hand edit. (A deleted object is created again, and so put back, without an entry.)
+            last = applied.get(key)
             if result.corrected and last is not None and result.before != last:
                 log.warning(
-                    "team %s: %s in %s was edited in the cluster and was put back", team.slug, kind, spec.namespace
+                    "team %s: %s in %s was edited in the cluster and was put back", team.slug, key, spec.namespace
                 )
                 audit.record(
                     actor=None,
@@ -90,7 +167,11 @@ def _reconcile_locked(team: Team) -> dict:
                     before=result.before,
                     after=result.after,
                 )
-            applied[kind] = result.after
+            applied[key] = result.after
+        for name in _stale_policies(team, {policy["metadata"]["name"] for policy in policies}):
+            resources.delete_network_policy(spec.namespace, name)
+            applied.pop(f"NetworkPolicy/{name}", None)
+            outcome[f"NetworkPolicy/{name}"] = "deleted"
     except ClusterError as error:
         TeamNamespace.objects.filter(pk=state.pk).update(last_error=str(error), last_checked_at=timezone.now())
         raise

@@ -8,7 +8,17 @@ from .models import TeamSecret, TeamVolume
 
 @admin.register(TeamVolume)
 class TeamVolumeAdmin(admin.ModelAdmin):
-    list_display = ("name", "team", "source", "size_gib", "access_mode", "storage_class", "state", "state_changed_at")
+    list_display = (
+        "name",
+        "team",
+        "source",
+        "size_gib",
+        "access_mode",
+        "storage_class",
+        "read_only_for_researchers",
+        "state",
+        "state_changed_at",
+    )
     list_filter = ("state", "source", "team")
     search_fields = ("name", "team__slug")
 

@@ -33,6 +33,11 @@ class VolumeForm(ServiceErrorsMixin, forms.Form):
         max_length=253,
         help_text=_("For a new claim; empty: the cluster's default class."),
     )
+    read_only_for_researchers = forms.BooleanField(
+        label=_("Read-only for researchers"),
+        required=False,
+        help_text=_("Researchers' jobs mount it read-only, whatever they ask; leads and admins may still write."),
+    )
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("label_suffix", "")

@@ -65,6 +65,11 @@ class TeamVolume(models.Model):
         validators=[STORAGE_CLASS_VALIDATOR],
         help_text=_("For a new claim; empty: the cluster's default class."),
     )
+    read_only_for_researchers = models.BooleanField(
+        _("read-only for researchers"),
+        default=False,
+        help_text=_("Researchers' jobs mount it read-only, whatever they ask; leads and admins may still write."),
+    )
     state = models.CharField(_("state"), max_length=20, choices=VolumeState.choices, default=VolumeState.PENDING)
     state_reason = models.TextField(_("reason"), blank=True)
     state_changed_at = models.DateTimeField(_("state changed"), default=timezone.now)

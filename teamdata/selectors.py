@@ -1,6 +1,8 @@
-"""Reads of a team's volumes and secrets: what a page lists, and the one check that a job refers only to its own
-team's volumes and secrets."""
+"""Reads of a team's volumes and secrets: what a page lists, the one check that a job refers only to its own
+team's volumes and secrets, the one rule of which volumes a user's job may write, and of which storage classes new
+volumes may use."""
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
@@ -83,3 +85,33 @@ def check_job_references(*, team: Team, spec) -> None:
         errors["secret_env"] = " ".join(env_problems)
     if errors:
         raise ValidationError(errors)
+
+
+def storage_class_allowed(name: str) -> bool:
+    """Whether new team volumes may name storage class `name` (settings.VOLUME_STORAGE_CLASSES: exact names or
+    prefixes ending in "*"). The empty name, the cluster's default class, is always allowed."""
+    if not name:
+        return True
+    return any(
+        name.startswith(entry[:-1]) if entry.endswith("*") else name == entry
+        for entry in settings.VOLUME_STORAGE_CLASSES
+    )
+
+
+def read_only_volume_names(*, team: Team, user, names) -> set[str]:
+    """Which of the team's volumes `names` a job of `user` must mount read-only whatever it asks: those a lead
+    marked read-only for researchers, unless `user` leads the team or is a platform admin (no user: read-only)."""
+    marked = set(
+        TeamVolume.objects.filter(team=team, name__in=list(names), read_only_for_researchers=True).values_list(
+            "name", flat=True
+        )
+    )
+    if marked and user is not None and Team.objects.led_by(user).filter(pk=team.pk).exists():
+        return set()
+    return marked
+
+
+def with_enforced_read_only(*, team: Team, user, volumes: list[dict]) -> list[dict]:
+    """A job's volume mounts (`[{"name", "mount_path", "read_only"}]`) with `read_only_volume_names` forced on."""
+    forced = read_only_volume_names(team=team, user=user, names={item.get("name") for item in volumes})
+    return [{**item, "read_only": True} if item.get("name") in forced else item for item in volumes]

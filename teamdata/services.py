@@ -13,8 +13,10 @@ Secret, saving it again replaces that Secret (it carries the portal's label), so
 
 import logging
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -27,6 +29,7 @@ from portal.models import Team
 
 from .choices import SecretKind, VolumeSource, VolumeState
 from .models import TeamSecret, TeamVolume
+from .selectors import storage_class_allowed
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,39 @@ def ensure_namespace(team: Team) -> None:
 # --- volumes ---------------------------------------------------------------------------------------------------
 
 
+def _check_volume_limits(*, team: Team, volume: TeamVolume) -> dict:
+    """The team's caps (its NamespaceLimits: number of volumes, total GiB of the claims the portal creates) and the
+    storage class allowlist, for a volume about to be registered. The caller holds the team's row lock."""
+    from pools.models import NamespaceLimits
+
+    limits = NamespaceLimits.objects.filter(team=team).first() or NamespaceLimits(team=team)
+    registered = TeamVolume.objects.filter(team=team)
+    errors = {}
+    count = registered.count()
+    if count + 1 > limits.max_volumes:
+        errors["name"] = _("%(team)s may have at most %(max)d volumes and has %(count)d: remove one first.") % {
+            "team": team.name,
+            "max": limits.max_volumes,
+            "count": count,
+        }
+    if volume.source == VolumeSource.CREATED and volume.size_gib:
+        used = registered.aggregate(total=Sum("size_gib"))["total"] or 0
+        left = max(limits.max_volume_storage_gib - used, 0)
+        if volume.size_gib > left:
+            errors["size_gib"] = _(
+                "%(team)s's volumes may request %(max)d GiB in all; %(left)d GiB are left, not %(size)d."
+            ) % {"team": team.name, "max": limits.max_volume_storage_gib, "left": left, "size": volume.size_gib}
+    if volume.source == VolumeSource.CREATED and not storage_class_allowed(volume.storage_class):
+        allowed = ", ".join(settings.VOLUME_STORAGE_CLASSES)
+        errors["storage_class"] = (
+            _("Storage class %(name)s is not open to team volumes; use one of: %(allowed)s.")
+            % {"name": volume.storage_class, "allowed": allowed}
+            if allowed
+            else _("Team volumes use the cluster's default storage class: leave the class empty.")
+        )
+    return errors
+
+
 @transaction.atomic
 def register_volume(
     *,
@@ -64,11 +100,19 @@ def register_volume(
     size_gib: int | None = None,
     access_mode: str = "",
     storage_class: str = "",
+    read_only_for_researchers: bool = False,
 ) -> TeamVolume:
-    """Register a claim for the team's jobs: an existing one of the namespace, or a new one the portal creates.
-    Saved Pending; the claim is created (if new) and its state recorded by `teamdata.ensure_volume`."""
+    """Register a claim for the team's jobs: an existing one of the namespace, or a new one the portal creates,
+    within the team's volume caps and the storage class allowlist. Saved Pending; the claim is created (if new) and
+    its state recorded by `teamdata.ensure_volume`.
+
+    Registrations of one team are taken one at a time (the team's row lock), so two at once can neither both pass
+    a cap nor both take a name: the second is told, beside the field, what the first left it."""
     check_may_manage(user=user, team=team)
-    volume = TeamVolume(team=team, name=name, source=source, created_by=user)
+    Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
+    volume = TeamVolume(
+        team=team, name=name, source=source, created_by=user, read_only_for_researchers=read_only_for_researchers
+    )
     if source == VolumeSource.CREATED:
         volume.size_gib, volume.storage_class = size_gib, storage_class
         if access_mode:
@@ -76,14 +120,32 @@ def register_volume(
     volume.state_reason = _("waiting for the cluster")
     if TeamVolume.objects.filter(team=team, name=name).exists():
         raise ValidationError(
-            {"name": _("%(team)s already has a volume named %(name)s.") % {"team": team, "name": name}}
+            {"name": _("%(team)s already has a volume named %(name)s.") % {"team": team.name, "name": name}}
         )
     volume.full_clean()
+    errors = _check_volume_limits(team=team, volume=volume)
+    if errors:
+        raise ValidationError(errors)
     volume.save()
     audit.record(actor=user, action="volume.register", instance=volume, before=None, after=audit.snapshot(volume))
     from .tasks import ensure_volume
 
     outbox.send(ensure_volume, volume.pk)
+    return volume
+
+
+@transaction.atomic
+def set_read_only_for_researchers(*, volume: TeamVolume, user, read_only: bool) -> TeamVolume:
+    """Mark a volume read-only for researchers (their jobs mount it read-only whatever they ask; jobs not yet
+    started are rendered so too), or let them write again. Leads and admins only; audited."""
+    check_may_manage(user=user, team=volume.team)
+    volume = TeamVolume.objects.select_for_update().get(pk=volume.pk)
+    if volume.read_only_for_researchers == read_only:
+        return volume
+    before = audit.snapshot(volume)
+    volume.read_only_for_researchers = read_only
+    volume.save(update_fields=["read_only_for_researchers"])
+    audit.record(actor=user, action="volume.access", instance=volume, before=before, after=audit.snapshot(volume))
     return volume
 
 
@@ -135,20 +197,30 @@ def record_claim(*, volume_id: int, claim, warning: str = "", missing_reason: st
     return changed
 
 
+def _storage_class_of(volume: TeamVolume):
+    """The cluster's facts of the class a new claim is made in (its own, or the cluster's default when it names
+    none), or why there is none. The claim names it explicitly: a claim without a class in a cluster without a
+    default class would bind any volume made without a class."""
+    if volume.storage_class:
+        found = resources.read_storage_class(volume.storage_class)
+        return found or _("the cluster has no storage class %(name)s") % {"name": volume.storage_class}
+    default = next((item for item in resources.storage_classes() if item.is_default), None)
+    return default or _("the cluster has no default storage class: register the volume with a storage class")
+
+
 def ensure_volume(volume: TeamVolume) -> str:
     """Make the volume's claim exist (a new one is created, carrying the portal's label) and record its state.
-    Idempotent: the claim's name is the volume's, and an existing claim counts as created. Raises ClusterError
-    on a cluster failure (the task retries transient ones)."""
+    A new claim of a class without a provisioner binds only a volume an admin assigned to the team (labelled
+    `reservoir.io/team: <slug>`, cluster.team_data.render_claim), never a volume made ahead of time for another
+    team or for nobody. Idempotent: the claim's name is the volume's, and an existing claim counts as created.
+    Raises ClusterError on a cluster failure (the task retries transient ones)."""
     from cluster.team_data import render_claim
 
     namespace = volume.team.namespace
     if volume.source == VolumeSource.CREATED:
-        if volume.storage_class and not resources.storage_class_exists(volume.storage_class):
-            record_claim(
-                volume_id=volume.pk,
-                claim=None,
-                missing_reason=_("the cluster has no storage class %(name)s") % {"name": volume.storage_class},
-            )
+        storage_class = _storage_class_of(volume)
+        if isinstance(storage_class, str):
+            record_claim(volume_id=volume.pk, claim=None, missing_reason=storage_class)
             return "no such class"
         ensure_namespace(volume.team)
         manifest = render_claim(
@@ -157,7 +229,8 @@ def ensure_volume(volume: TeamVolume) -> str:
             team_slug=volume.team.slug,
             size_gib=volume.size_gib,
             access_mode=volume.access_mode,
-            storage_class=volume.storage_class,
+            storage_class=storage_class.name,
+            assigned_volumes_only=not storage_class.provisions,
         )
         try:
             resources.create_claim(manifest)

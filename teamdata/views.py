@@ -34,6 +34,7 @@ def volume_create(request, slug: str):
                 size_gib=data["size_gib"],
                 access_mode=data["access_mode"],
                 storage_class=data["storage_class"],
+                read_only_for_researchers=data["read_only_for_researchers"],
             )
         except ValidationError as error:
             form.add_service_errors(error)
@@ -57,6 +58,23 @@ def volume_delete(request, slug: str, pk: int):
     messages.success(
         request, _("Volume %(name)s removed from the portal; the claim stays in the namespace.") % {"name": volume.name}
     )
+    return redirect(f"{team_url(team)}#team-data")
+
+
+@login_required
+@require_POST
+def volume_access(request, slug: str, pk: int):
+    """Mark a volume read-only for researchers (`read_only=1`) or let them write again (`read_only=0`)."""
+    team = _led_team(request, slug)
+    volume = get_object_or_404(TeamVolume.objects.managed_by(request.user).filter(team=team), pk=pk)
+    read_only = request.POST.get("read_only") == "1"
+    services.set_read_only_for_researchers(volume=volume, user=request.user, read_only=read_only)
+    text = (
+        _("Volume %(name)s is read-only for researchers: their jobs mount it read-only.")
+        if read_only
+        else _("Researchers may write to volume %(name)s again.")
+    )
+    messages.success(request, text % {"name": volume.name})
     return redirect(f"{team_url(team)}#team-data")
 
 

@@ -256,6 +256,15 @@ KUBECONFIG = env("KUBECONFIG", default="")
 KUBE_WRITE_EBCLOUD_ANNOTATIONS = env.bool("RESERVOIR_EBCLOUD_ANNOTATIONS", default=False)
 # Prefix of the namespace the portal owns for each team.
 TEAM_NAMESPACE_PREFIX = env("RESERVOIR_TEAM_NAMESPACE_PREFIX", default="team-")
+# Team namespaces' NetworkPolicies (cluster/manifests.py): pods accept traffic from their own namespace and from these
+# namespaces (e.g. the one a metrics scraper runs in); other teams reach nothing. Egress is open unless closed: then
+# pods reach their own namespace, the cluster DNS and the CIDRs listed.
+NETWORK_INGRESS_NAMESPACES = env.list("RESERVOIR_NETWORK_INGRESS_NAMESPACES", default=[])
+NETWORK_EGRESS_OPEN = env.bool("RESERVOIR_NETWORK_EGRESS_OPEN", default=True)
+NETWORK_EGRESS_CIDRS = env.list("RESERVOIR_NETWORK_EGRESS_CIDRS", default=[])
+# Storage classes new team volumes may use: exact names, or patterns ending in "*" (prefix match). Empty: none but
+# the cluster's default class (a volume that names no class). The namespace quota closes the cluster's other classes.
+VOLUME_STORAGE_CLASSES = env.list("RESERVOIR_VOLUME_STORAGE_CLASSES", default=[])
 
 # --- What a job spec may ask for (jobs.specs, jobs.policy) ----------------------------------------------------------
 # Pod annotations users may set: exact keys, or patterns ending in "*" (prefix match). Keys under reserved prefixes

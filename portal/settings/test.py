@@ -1,5 +1,5 @@
 from .base import *  # noqa: F403
-from .local_cluster import LOCAL_CLUSTER_ANNOTATIONS
+from .local_cluster import LOCAL_CLUSTER_ANNOTATIONS, LOCAL_CLUSTER_STORAGE_CLASSES
 
 DEBUG = False
 SECRET_KEY = "test-only-not-secret-reservoir"  # noqa: S105
@@ -9,6 +9,8 @@ CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 # Cluster tests drive the local cluster's run time and fake GPU telemetry through pod annotations.
 POD_ANNOTATION_ALLOWLIST = LOCAL_CLUSTER_ANNOTATIONS
+# The demo's class, and the classes cluster tests make for themselves (tests/teamdata).
+VOLUME_STORAGE_CLASSES = [*LOCAL_CLUSTER_STORAGE_CLASSES, "rsv-test-*"]
 # Each test process counts API rates in its own memory (cleared before every test, tests/conftest.py); the limits
 # are set high so that only the tests about them meet them.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

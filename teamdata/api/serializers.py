@@ -41,6 +41,7 @@ class TeamVolumeSerializer(_TeamScoped, serializers.ModelSerializer):
             "size_gib",
             "access_mode",
             "storage_class",
+            "read_only_for_researchers",
             "state",
             "state_reason",
             "state_changed_at",
@@ -51,6 +52,12 @@ class TeamVolumeSerializer(_TeamScoped, serializers.ModelSerializer):
         ]
         read_only_fields = ["id", "state", "state_reason", "state_changed_at", "capacity", "checked_at", "created_at"]
         validators = []  # the unique (team, name) rule is checked once, in the service
+
+
+class VolumeAccessSerializer(serializers.Serializer):
+    read_only_for_researchers = serializers.BooleanField(
+        help_text=_("Researchers' jobs mount the volume read-only, whatever they ask.")
+    )
 
 
 class TeamSecretSerializer(serializers.ModelSerializer):

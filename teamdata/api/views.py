@@ -10,7 +10,13 @@ from rest_framework.response import Response
 from .. import services
 from ..filters import TeamSecretFilterSet, TeamVolumeFilterSet
 from ..models import TeamSecret, TeamVolume
-from .serializers import NewSecretSerializer, SecretValuesSerializer, TeamSecretSerializer, TeamVolumeSerializer
+from .serializers import (
+    NewSecretSerializer,
+    SecretValuesSerializer,
+    TeamSecretSerializer,
+    TeamVolumeSerializer,
+    VolumeAccessSerializer,
+)
 
 
 class _TeamDataViewSet(
@@ -48,7 +54,20 @@ class TeamVolumeViewSet(_TeamDataViewSet):
             size_gib=data.get("size_gib"),
             access_mode=data.get("access_mode", ""),
             storage_class=data.get("storage_class", ""),
+            read_only_for_researchers=data.get("read_only_for_researchers", False),
         )
+
+    @extend_schema(request=VolumeAccessSerializer, responses={200: TeamVolumeSerializer})
+    @action(detail=True, methods=["post"])
+    def access(self, request, pk=None):
+        """Mark the volume read-only for researchers, or let them write again (leads and admins)."""
+        volume = self.get_object()
+        serializer = VolumeAccessSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        volume = services.set_read_only_for_researchers(
+            volume=volume, user=request.user, read_only=serializer.validated_data["read_only_for_researchers"]
+        )
+        return Response(TeamVolumeSerializer(volume, context=self.get_serializer_context()).data)
 
     def perform_destroy(self, instance):
         services.unregister_volume(volume=instance, user=self.request.user)

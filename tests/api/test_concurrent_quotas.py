@@ -79,8 +79,8 @@ def test_an_older_rendering_is_never_written_after_a_newer_one(portal_cluster, c
     calls = {"count": 0}
     real_desired_spec = namespaces.desired_spec
 
-    def desired_spec(team):
-        spec = real_desired_spec(team)
+    def desired_spec(team, **kwargs):
+        spec = real_desired_spec(team, **kwargs)
         calls["count"] += 1
         if calls["count"] == 1:  # A's reconcile: hold the rendered spec until B's change is committed
             rendered_by_a.set()

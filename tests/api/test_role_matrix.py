@@ -236,6 +236,13 @@ MATRIX = [
         {ANON: 401, OUTSIDER: 400, RESEARCHER: 403, LEAD: 201, ADMIN: 201},
     ),
     (
+        "volume read-only for researchers",
+        "post",
+        lambda w: f"/api/v1/volumes/{w['volumes']['alpha'].pk}/access/",
+        lambda w: {"read_only_for_researchers": True},
+        {ANON: 401, OUTSIDER: 404, RESEARCHER: 403, LEAD: 200, ADMIN: 200},
+    ),
+    (
         "volume remove",
         "delete",
         lambda w: f"/api/v1/volumes/{w['volumes']['alpha'].pk}/",

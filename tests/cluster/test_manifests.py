@@ -211,6 +211,8 @@ def test_resource_quota_is_seed_003s():
         "requests.cpu": "32",
         "requests.memory": "128Gi",
         "pods": "20",
+        "requests.storage": "10240Gi",
+        "persistentvolumeclaims": "10",
     }
 
 

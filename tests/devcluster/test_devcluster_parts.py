@@ -40,6 +40,13 @@ def test_demo_topology_is_the_seed_pools():
     assert reserved["nvidia.com/gpu.product"] == "NVIDIA-A800-SXM4-80GB"
 
 
+def test_every_demo_volume_is_assigned_to_a_demo_team():
+    """The portal's claims of local-data bind only volumes labelled with their team: none stands open to all."""
+    volumes = [m for m in topology.load().storage_manifests() if m["kind"] == "PersistentVolume"]
+    teams = {m["metadata"]["name"]: m["metadata"]["labels"].get("reservoir.io/team") for m in volumes}
+    assert teams == {"demo-data-01": "llm", "demo-data-02": "vision", "demo-data-03": "speech", "demo-data-04": "llm"}
+
+
 def test_scaling_keeps_pool_proportions_and_named_nodes():
     scaled = topology.load(scale_nodes=1000)
     assert scaled.node_count == 1000

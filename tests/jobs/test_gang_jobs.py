@@ -119,3 +119,24 @@ def test_a_half_started_gang_is_pending_with_how_many_run_and_running_once_all_d
     services.settle_job(job_id=job.pk)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
+
+
+def test_each_gang_gets_its_own_rendezvous_token_and_the_preview_never_shows_one(team, pool, researcher, settings):
+    from cluster.manifests import RENDEZVOUS_TOKEN_ENV
+    from jobs.manifests import render
+
+    def token(job):
+        env = render(job)["spec"]["template"]["spec"]["containers"][0].get("env", [])
+        return {entry["name"]: entry.get("value") for entry in env}.get(RENDEZVOUS_TOKEN_ENV)
+
+    first = JobFactory(team=team, pool=pool, submitted_by=researcher, gpus=8, nodes=2)
+    second = JobFactory(team=team, pool=pool, submitted_by=researcher, gpus=8, nodes=2)
+    first_token = token(first)
+    assert len(first_token) == 64 and token(Job.objects.get(pk=first.pk)) == first_token  # the same on a retry
+    assert token(second) != first_token
+    assert token(JobFactory(team=team, pool=pool, submitted_by=researcher, gpus=8)) is None  # one node: no rendezvous
+    settings.SECRET_KEY = "another-installation"
+    assert token(first) != first_token  # derived from this installation's secret key
+    QuotaFactory(team=team, pool=pool, max_gpus=24)
+    preview = selectors.manifest_preview(team=team, pool=pool, spec=spec(nodes=2))
+    assert "<per-job token>" in preview and first_token not in preview

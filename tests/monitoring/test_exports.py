@@ -100,7 +100,8 @@ def test_export_manifests_writes_seed_003_artefacts_from_the_portal(tmp_path, te
     assert "kubectl label node gpu-node-01 node-role=inference --overwrite" in commands
     assert "kubectl taint node gpu-node-01 workload=inference:NoSchedule --overwrite" in commands
     namespace = list(yaml.safe_load_all((result / "namespaces" / f"{team.namespace}.yaml").read_text()))
-    assert [doc["kind"] for doc in namespace] == ["Namespace", "ResourceQuota", "LimitRange"]
+    kinds = ["Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "NetworkPolicy"]
+    assert [doc["kind"] for doc in namespace] == kinds
     assert namespace[1]["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
     autoscaler = list(yaml.safe_load_all((result / "cluster-autoscaler.yaml").read_text()))[0]
     assert yaml.safe_load(autoscaler["data"]["nodes"]) == [

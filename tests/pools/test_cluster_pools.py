@@ -30,6 +30,8 @@ def test_quota_changes_reach_the_namespace_and_hand_edits_are_put_back(portal_cl
         "Namespace": "unchanged",
         "ResourceQuota": "unchanged",
         "LimitRange": "unchanged",
+        "NetworkPolicy/reservoir-isolation": "unchanged",
+        "NetworkPolicy/reservoir-gang-isolation": "unchanged",
     }
     # Someone raises the quota by hand with kubectl: the next reconcile puts it back and says so.
     quota.spec.hard["requests.nvidia.com/gpu"] = "99"

@@ -37,34 +37,13 @@ def lead(cluster_team):
     return user
 
 
-@pytest.fixture
-def storage_class(portal_cluster):
-    """A StorageClass of this test with no volumes yet (Immediate binding, no provisioner); it and the volumes the
-    test makes for it are deleted afterwards."""
-    from kubernetes import client as k8s
-
-    name = f"rsv-test-{uuid.uuid4().hex[:8]}"
-    storage = k8s.StorageV1Api(client.api_client())
-    storage.create_storage_class(
-        {
-            "metadata": {"name": name},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "Immediate",
-        }
-    )
-    yield name
-    core = client.core()
-    for volume in core.list_persistent_volume().items:
-        if volume.spec.storage_class_name == name:
-            core.delete_persistent_volume(volume.metadata.name)
-    storage.delete_storage_class(name)
-
-
-def make_volume(storage_class: str, size: str = "5Gi") -> str:
-    name = f"{storage_class}-pv"
+def make_volume(storage_class: str, size: str = "5Gi", *, team: str | None = None, name: str = "") -> str:
+    """A PersistentVolume made ahead of time in `storage_class`; assigned to `team` (its slug) if given."""
+    name = name or f"{storage_class}-pv"
+    labels = {"reservoir.io/team": team} if team else {}
     client.core().create_persistent_volume(
         {
-            "metadata": {"name": name},
+            "metadata": {"name": name, "labels": labels},
             "spec": {
                 "capacity": {"storage": size},
                 "accessModes": ["ReadWriteOnce", "ReadOnlyMany"],
@@ -150,7 +129,7 @@ def test_a_job_on_a_team_volume_waits_for_the_claim_to_bind_then_mounts_it(
     assert pod_of(job).spec.node_name is None
     assert "PersistentVolumeClaim" in Pod.objects.get(job=job).pending_reason, reason
 
-    make_volume(storage_class)
+    make_volume(storage_class, team=team.slug)
     wait_for(
         lambda: (
             client.core().read_namespaced_persistent_volume_claim("datasets", team.namespace).status.phase == "Bound"
@@ -366,11 +345,12 @@ def test_another_teams_secret_or_volume_is_never_reachable(portal_cluster, clust
 
 
 def test_a_new_claim_of_a_storage_class_the_cluster_lacks_is_failed(portal_cluster, cluster_team, lead):
+    missing = "rsv-test-no-such-class"  # allowed to team volumes (tests' settings), and not in the cluster
     volume = services.register_volume(
-        team=cluster_team, user=lead, name="nowhere", source="created", size_gib=1, storage_class="no-such-class"
+        team=cluster_team, user=lead, name="nowhere", source="created", size_gib=1, storage_class=missing
     )
     volume.refresh_from_db()
-    assert volume.state == VolumeState.FAILED and "no storage class no-such-class" in volume.state_reason
+    assert volume.state == VolumeState.FAILED and f"no storage class {missing}" in volume.state_reason
     assert "nowhere" not in {
         claim.metadata.name
         for claim in client.core().list_namespaced_persistent_volume_claim(cluster_team.namespace).items

@@ -1,6 +1,7 @@
 """Register the demo team volume: `llm`'s `datasets`, a 100 GiB ReadOnlyMany claim of the local cluster's
-`local-data` class (devcluster/topologies/demo.yaml makes volumes that bind it). Idempotent: a volume already
-registered is left as it is. The worker creates the claim (teamdata.ensure_volume)."""
+`local-data` class. devcluster/topologies/demo.yaml makes that class's volumes ahead of time and assigns each to a
+demo team (label `reservoir.io/team`): the claim binds one of llm's, never another team's. Idempotent: a volume
+already registered is left as it is. The worker creates the claim (teamdata.ensure_volume)."""
 
 from django.core.management.base import BaseCommand
 
