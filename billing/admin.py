@@ -3,7 +3,7 @@ from django.utils.translation import gettext_lazy as _
 
 from portal import outbox
 
-from . import tasks
+from . import tasks, usage
 from .models import ClosedMonth, DailyUsage, Invoice, InvoiceLine, UsageInterval
 from .periods import format_month
 
@@ -16,8 +16,17 @@ class UsageIntervalAdmin(admin.ModelAdmin):
     list_select_related = ["team", "pool"]
     date_hierarchy = "started_at"
 
+    def has_add_permission(self, request):
+        return False  # recorded from the cluster's pods only (billing.usage.record_usage)
+
     def has_change_permission(self, request, obj=None):
         return False  # written by the cluster sync only
+
+    def delete_model(self, request, obj):
+        usage.delete_usage(intervals=UsageInterval.objects.filter(pk=obj.pk), user=request.user)
+
+    def delete_queryset(self, request, queryset):
+        usage.delete_usage(intervals=queryset, user=request.user)
 
 
 class InvoiceLineInline(admin.TabularInline):

@@ -1,9 +1,10 @@
 """Usage as metered: one row per GPU pod's stay on a node.
 
-`UsageInterval` is written only by `billing.services.record_usage` (the cluster sync calls it) and read by
-metering. A pod's interval is [started_at, ended_at): from when it was bound to a node to when it terminated;
-`ended_at` is NULL while it still holds its GPUs. The pod's UID is unique, so a sync that sees the same pod
-twice (after its own restart, or a relist) updates the one row instead of counting it again.
+`UsageInterval` is written only by `billing.usage` (the cluster sync records them with `record_usage`; a platform
+admin may delete one) and read by metering. A pod's interval is [started_at, ended_at): from when it was bound to
+a node to when it terminated; `ended_at` is NULL while it still holds its GPUs. The pod's UID is unique, so a sync
+that sees the same pod twice (after its own restart, or a relist) updates the one row instead of counting it
+again.
 """
 
 from django.conf import settings
@@ -163,9 +164,10 @@ class MeteredDay(models.Model):
 class StaleDay(models.Model):
     """A day whose rollups no longer match the raw data.
 
-    Rows are written by database triggers (migration 0002) whenever a usage interval or a reservation that covers
-    the day is inserted, changed or deleted, in the same transaction as that change; whoever writes intervals need
-    not know about billing. `billing.services.refresh_usage` takes them and meters those days again.
+    Rows are written by the services that write what metering reads — usage intervals (`billing.usage`),
+    reservations and their lending changes (`pools.services`) — whenever one that covers the day is made, changed
+    or deleted, in the same transaction as that change (which days: `billing.stale_days`).
+    `billing.services.refresh_usage` takes them and meters those days again.
     """
 
     day = models.DateField(_("day"), unique=True)
@@ -221,7 +223,7 @@ class Invoice(models.Model):
 
     A draft while the month is open, rebuilt by every refresh from the rollups; closed when the month is closed.
     Guarantees: one invoice per team and month (so closing twice cannot bill twice), and a closed invoice and its
-    lines never change again — database triggers (migration 0002) refuse any update or delete.
+    lines never change again — database triggers (migration 0003) refuse any update or delete.
     """
 
     team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.PROTECT, related_name="invoices")

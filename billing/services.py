@@ -1,13 +1,13 @@
-"""Writes of billing: usage intervals, daily rollups, draft invoices kept current, month close and adjustments.
+"""Writes of billing: daily rollups, draft invoices kept current, month close and adjustments.
 
-Usage intervals are recorded by `record_usage` (the cluster sync calls it), which takes no lock: its writes only
-mark days stale. Every other write takes one PostgreSQL advisory lock (`_lock`) for its transaction, so a
+Usage intervals are recorded by `billing.usage` (the cluster sync calls it), which takes no lock: its writes only
+mark days stale. Every write here takes one PostgreSQL advisory lock (`_lock`) for its transaction, so a
 periodic refresh and a month close never interleave. The flow:
 
 - `recompute_days` meters whole UTC days again from the raw intervals (delete and insert in one transaction).
-- `refresh_usage` — the periodic task — meters the days database triggers marked stale and the days not yet
-  complete, then `refresh_invoices` rebuilds the drafts of the open months and turns late changes to closed
-  months into adjustment lines on each team's next invoice.
+- `refresh_usage` — the periodic task — meters the days the writers of usage and reservations marked stale
+  (`billing.usage.mark_days_stale`) and the days not yet complete, then `refresh_invoices` rebuilds the drafts of
+  the open months and turns late changes to closed months into adjustment lines on each team's next invoice.
 - `close_month` meters the month once more from scratch, rebuilds its drafts and closes them; a closed month is
   recorded once (`ClosedMonth.month` is unique) so closing twice does nothing.
 """
@@ -25,7 +25,6 @@ from django.db.models import Min, Q, Sum
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from cluster.facts import PodFacts
 from jobs.models import Words
 from pools.models import Pool, Reservation
 from portal import audit
@@ -126,8 +125,8 @@ class RefreshResult:
 def refresh_usage(*, now: datetime, max_days: int = DEFAULT_MAX_DAYS_PER_REFRESH) -> RefreshResult:
     """Bring rollups and invoices up to `now`: the periodic task.
 
-    Meters again (oldest first, at most `max_days` per call so one run stays short) every day a trigger marked
-    stale and every day of the open months that is not complete, then rebuilds the draft invoices and writes
+    Meters again (oldest first, at most `max_days` per call so one run stays short) every day marked stale
+    (`StaleDay`) and every day of the open months that is not complete, then rebuilds the draft invoices and writes
     adjustments for closed months whose days changed. Safe to run at any time and any number of times.
     """
     _lock()
@@ -530,80 +529,3 @@ def _earlier_month_to_close(*, month: date, now: datetime) -> date | None:
 
 def _actor(user):
     return user if user is not None and user.is_authenticated else None
-
-
-# --- usage intervals, as the cluster sync sees GPU pods -----------------------------------------------------------
-
-INTERVAL_FIELDS = ("team_id", "pool_id", "node_name", "job_id", "gpus", "started_at", "ended_at")
-INTERVAL_BATCH = 1000
-
-
-def usage_interval(
-    pod: PodFacts, *, team_id: int | None, pool_id: int | None, job_id: int | None, ended_at: datetime | None = None
-) -> UsageInterval | None:
-    """The interval a pod implies (not saved): [bound to its node, its containers finished) — or `ended_at` when
-    the pod is known gone — holding its GPUs in `pool_id`, the pool of its node. None when nothing is metered:
-    no GPUs, not bound yet, or a node outside every pool."""
-    if pod.gpus <= 0 or not pod.scheduled or pod.bound_at is None or pool_id is None:
-        return None
-    end = ended_at or pod.finished_at
-    if end is not None and end < pod.bound_at:
-        end = pod.bound_at
-    return UsageInterval(
-        pod_uid=pod.uid,
-        namespace=pod.namespace,
-        pod_name=pod.name,
-        team_id=team_id,
-        pool_id=pool_id,
-        node_name=pod.node_name,
-        job_id=job_id,
-        gpus=pod.gpus,
-        started_at=pod.bound_at,
-        ended_at=end,
-    )
-
-
-@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
-def record_usage(*, intervals: list[UsageInterval]) -> int:
-    """Upsert `intervals` by pod UID, writing only the new or changed ones; returns how many were written.
-
-    Guarantees: one row per pod, whoever sees it how often (a relist, a replayed watch, a restarted sync): GPU time
-    is never counted twice. An interval that was closed stays closed at its first end: a replayed event cannot
-    reopen or move it. The days a write changes are marked stale (`StaleDay`) in this same transaction, by the
-    trigger of migration 0003, so the next `refresh_usage` meters them again."""
-    if not intervals:
-        return 0
-    stored = {
-        row[0]: tuple(row[1:])
-        for row in UsageInterval.objects.filter(pod_uid__in=[r.pod_uid for r in intervals]).values_list(
-            "pod_uid", *INTERVAL_FIELDS
-        )
-    }
-    end_index = INTERVAL_FIELDS.index("ended_at")
-    changed = []
-    for row in intervals:
-        before = stored.get(row.pod_uid)
-        if before is not None and before[end_index] is not None:
-            continue
-        if before != tuple(getattr(row, f) for f in INTERVAL_FIELDS):
-            changed.append(row)
-    if changed:
-        UsageInterval.objects.bulk_create(
-            changed,
-            batch_size=INTERVAL_BATCH,
-            update_conflicts=True,
-            unique_fields=["pod_uid"],
-            update_fields=[f.removesuffix("_id") for f in INTERVAL_FIELDS],
-        )
-    return len(changed)
-
-
-@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
-def close_usage_of_vanished_pods(*, present_pod_uids: set[str], at: datetime) -> int:
-    """After a full list of pods: the open intervals of pods not in it vanished while nobody watched; they end at
-    `at`, the earliest moment that can be known. Returns how many were closed (their days are marked stale).
-
-    Pods of portal Jobs never get here with an open interval: they carry the usage finalizer until their end is
-    recorded (jobs/sync.py). What remains are pods of other owners (and pods made before the finalizer existed),
-    whose end the portal cannot know from any record that outlives them."""
-    return UsageInterval.objects.filter(ended_at__isnull=True).exclude(pod_uid__in=present_pod_uids).update(ended_at=at)

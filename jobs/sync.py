@@ -2,7 +2,7 @@
 
 Idea: this module only routes. Each watched object is parsed into facts (`cluster.facts`), attributed (which
 team by namespace, which pool by node, which portal job — if any), and handed to the app whose rows it implies:
-nodes to `pools.services`, pods and job states to `jobs.services`, GPU time to `billing.services`. Each of those
+nodes to `pools.services`, pods and job states to `jobs.services`, GPU time to `billing.usage`. Each of those
 writes is an upsert keyed by the object's name or UID, so seeing the same object twice — after a relist, a
 restart of this process, or a replayed watch — writes the same row again instead of a second one: nothing is
 counted twice. A relist also settles what disappeared while nobody watched: admitted jobs whose Job is gone fail
@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from billing import services as billing
+from billing import usage as billing
 from cluster import resources
 from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, pod_facts
 from pools import services as pools

@@ -94,6 +94,13 @@ class ReservationAdmin(AuditedAdminMixin, admin.ModelAdmin):
             )
             obj.pk = saved.pk
 
+    def delete_model(self, request, obj):
+        services.delete_reservation(reservation=obj, user=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for reservation in queryset:
+            services.delete_reservation(reservation=reservation, user=request.user)
+
 
 @admin.register(Quota)
 class QuotaAdmin(AuditedAdminMixin, admin.ModelAdmin):

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
+from billing import usage as billing_usage
 from cluster.facts import NodeFacts
 from portal import audit
 from portal.models import Team
@@ -83,6 +84,7 @@ def create_reservation(
     reservation.full_clean()
     _check_contract(pool=pool, reservation=reservation)
     reservation.save()
+    billing_usage.mark_reservation_days_stale(after=(reservation.starts_at, reservation.ends_at))
     audit.record(
         actor=user, action="reservation.create", instance=reservation, before=None, after=audit.snapshot(reservation)
     )
@@ -96,10 +98,12 @@ def end_reservation(*, reservation: Reservation, ends_at: datetime, user=None) -
     pool = Pool.objects.select_for_update().get(pk=reservation.pool_id)
     reservation = Reservation.objects.select_for_update().get(pk=reservation.pk)
     before = audit.snapshot(reservation)
+    period_before = (reservation.starts_at, reservation.ends_at)
     reservation.ends_at = ends_at
     reservation.full_clean()
     _check_contract(pool=pool, reservation=reservation)
     reservation.save(update_fields=["ends_at"])
+    billing_usage.mark_reservation_days_stale(before=period_before, after=(reservation.starts_at, ends_at))
     audit.record(
         actor=user,
         action="reservation.change_end",
@@ -109,6 +113,23 @@ def end_reservation(*, reservation: Reservation, ends_at: datetime, user=None) -
     )
     kueue.mark_changed()
     return reservation
+
+
+@transaction.atomic
+def delete_reservation(*, reservation: Reservation, user=None) -> None:
+    """Delete a reservation (a platform admin's correction: it should never have been made) and its lending changes.
+    The days they covered are metered again, so a closed month gets an adjustment on the next invoice."""
+    reservation = Reservation.objects.select_for_update().get(pk=reservation.pk)
+    before = audit.snapshot(reservation)
+    changes = list(reservation.lending_changes.values_list("effective_from", flat=True))
+    for effective_from in changes:
+        billing_usage.mark_lending_days_stale(effective_from=effective_from, reservation_ends_at=reservation.ends_at)
+    billing_usage.mark_reservation_days_stale(before=(reservation.starts_at, reservation.ends_at))
+    pk = reservation.pk
+    reservation.delete()
+    reservation.pk = pk
+    audit.record(actor=user, action="reservation.delete", instance=reservation, before=before, after=None)
+    kueue.mark_changed()
 
 
 def can_set_lending(user, reservation: Reservation) -> bool:
@@ -140,13 +161,18 @@ def set_lending(*, reservation: Reservation, lending: str, protected_gpus: int =
     before = audit.snapshot(reservation)
     reservation.lending, reservation.protected_gpus = lending, protected_gpus
     reservation.save(update_fields=["lending", "protected_gpus"])
-    LendingChange.objects.create(
+    change = LendingChange.objects.create(
         reservation=reservation,
         lending=lending,
         protected_gpus=protected_gpus,
         effective_from=at or timezone.now(),
         changed_by=user,
     )
+    # Marked as for any write of a reservation, whatever field it changes (metering reads the lending changes, not
+    # these fields), and the change's days from its moment on.
+    period = (reservation.starts_at, reservation.ends_at)
+    billing_usage.mark_reservation_days_stale(before=period, after=period)
+    billing_usage.mark_lending_days_stale(effective_from=change.effective_from, reservation_ends_at=reservation.ends_at)
     audit.record(
         actor=user,
         action="reservation.set_lending",

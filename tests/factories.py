@@ -6,6 +6,7 @@ from decimal import Decimal
 import factory
 from django.utils import timezone
 
+from billing import usage
 from jobs.models import Job
 from pools.choices import PoolKind
 from pools.models import Node, Pool, Quota, Reservation
@@ -124,7 +125,8 @@ class PodFactory(factory.django.DjangoModelFactory):
 
 
 class UsageIntervalFactory(factory.django.DjangoModelFactory):
-    """A GPU pod's stay on a node; give `started_at` and `ended_at` (None = still running) explicitly in tests."""
+    """A GPU pod's stay on a node; give `started_at` and `ended_at` (None = still running) explicitly in tests.
+    Written through the service, as every interval is."""
 
     class Meta:
         model = "billing.UsageInterval"
@@ -138,3 +140,11 @@ class UsageIntervalFactory(factory.django.DjangoModelFactory):
     gpus = 1
     started_at = factory.LazyFunction(lambda: timezone.now() - timedelta(hours=1))
     ended_at = None
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        """Recorded as the sync records a pod (`billing.usage.record_usage`): the days it covers are marked stale."""
+        interval = model_class(*args, **kwargs)
+        written = usage.record_usage(intervals=[interval])
+        assert written == 1, f"pod {interval.pod_uid} already has a closed interval"
+        return interval

@@ -10,9 +10,9 @@ from django.core.management import call_command
 from django.db import DatabaseError, transaction
 from django.urls import reverse
 
-from billing import services, tasks
+from billing import services, tasks, usage
 from billing.choices import InvoiceStatus, LineKind
-from billing.models import ClosedMonth, Invoice, InvoiceLine, StaleDay
+from billing.models import ClosedMonth, Invoice, InvoiceLine, StaleDay, UsageInterval
 from portal.models import AuditEntry
 from tests.billing.conftest import at
 
@@ -102,9 +102,11 @@ def test_data_arriving_after_the_close_becomes_an_adjustment_on_the_next_invoice
     assert april.lines.filter(kind=LineKind.ADJUSTMENT).count() == 1
 
     services.close_month(month=APRIL, now=at(1, month=5))
-    # A later correction to March: the pod really ended at 09:00 → half of the 108.00 comes back.
-    late.ended_at = at(30, 9)
-    late.save()
+    # A later correction to March: the pod really ended at 09:00 (an admin deletes the interval, the pod's end is
+    # recorded again) → half of the 108.00 comes back.
+    usage.delete_usage(intervals=UsageInterval.objects.filter(pk=late.pk))
+    late.pk, late.ended_at = None, at(30, 9)
+    usage.record_usage(intervals=[late])
     refresh(at(3, month=5))
     may = Invoice.objects.get(team=team, month=at(1, month=5).date())
     may_adjustments = may.lines.filter(kind=LineKind.ADJUSTMENT, adjusts_month=MARCH)
@@ -160,9 +162,7 @@ def test_refresh_task_is_idempotent(team, reservation, pod):
     assert Invoice.objects.count() == 1
 
 
-def test_a_sync_style_upsert_that_ends_a_pod_marks_only_the_days_after_its_end(team, reserved_pool, pod):
-    from billing.models import UsageInterval
-
+def test_recording_the_end_of_a_running_pod_marks_only_the_days_from_its_end(team, reserved_pool, pod):
     running = pod(at(2, 10), None, gpus=2)
     StaleDay.objects.all().delete()
     ended = UsageInterval(
@@ -176,15 +176,10 @@ def test_a_sync_style_upsert_that_ends_a_pod_marks_only_the_days_after_its_end(t
         started_at=at(2, 10),
         ended_at=at(28, 9),
     )
-    # What jobs/sync does: INSERT … ON CONFLICT (pod_uid) DO UPDATE.
-    UsageInterval.objects.bulk_create(
-        [ended], update_conflicts=True, unique_fields=["pod_uid"], update_fields=["ended_at"]
-    )
+    assert usage.record_usage(intervals=[ended]) == 1  # what jobs/sync does when the pod finishes
     stale = set(StaleDay.objects.values_list("day", flat=True))
     assert at(28).date() in stale
     assert at(27).date() not in stale  # it was running then either way: those days stay valid
     StaleDay.objects.all().delete()
-    UsageInterval.objects.bulk_create(  # a replay that changes nothing marks nothing
-        [ended], update_conflicts=True, unique_fields=["pod_uid"], update_fields=["ended_at"]
-    )
+    assert usage.record_usage(intervals=[ended]) == 0  # a replay changes nothing and marks nothing
     assert not StaleDay.objects.exists()

@@ -102,7 +102,7 @@ def test_credits_and_charges_on_the_invoices_and_frozen_at_close(story, platform
     # closed month stays as invoiced; the difference goes onto April's draft as an adjustment at March's price.
     story["pool"].lending_price_share = Decimal("0.75")
     story["pool"].save()
-    LendingChange.objects.create(reservation=story["reservation"], lending=Lending.NONE, effective_from=at(3, 1))
+    pool_services.set_lending(reservation=story["reservation"], lending=Lending.NONE, at=at(3, 1))
     refresh(at(3, month=4))
     alpha.refresh_from_db()
     assert sorted(alpha.lines.values_list("kind", "quantity", "unit_price", "amount")) == frozen
