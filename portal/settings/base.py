@@ -54,6 +54,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Every page's write throttled like the API's (after authentication and the CSRF check).
+    "portal.throttling.WriteThrottleMiddleware",
     # Last, as django-axes asks: it turns a lockout into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -152,11 +154,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.PortalAutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttles.WriteRateThrottle"],
 }
-# Writes per user (POST/PUT/PATCH/DELETE anywhere in the API) and job submissions per user, as "N/second|minute|
-# hour|day"; empty: unlimited. Read at request time by portal.api.throttles.
-API_THROTTLE_RATES = {
-    "writes": env("RESERVOIR_API_WRITE_RATE", default="120/minute"),
-    "job_submissions": env("RESERVOIR_API_SUBMIT_RATE", default="30/minute"),
+# Writes per user (POST/PUT/PATCH/DELETE anywhere, API and pages alike; per address when signed out) and job
+# submissions per user on top, as "N/second|minute|hour|day"; empty: unlimited. One policy for the API (DRF throttles)
+# and the pages (portal.throttling), counted together; read at request time by portal.api.throttles.
+THROTTLE_RATES = {
+    "writes": env("RESERVOIR_WRITE_RATE", default="120/minute"),
+    "job_submissions": env("RESERVOIR_SUBMIT_RATE", default="30/minute"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Reservoir API",
