@@ -238,6 +238,8 @@ SYSTEM_PATHS = (
     "/var/lib/kubelet",
 )
 MAX_MOUNTS = 16
+MAX_PULL_SECRETS = 16
+MAX_SECRET_ENV = 64
 MAX_SHM_GIB = 1024
 MIN_MEMORY_BESIDE_SHM_MIB = 1024
 
@@ -305,11 +307,19 @@ def _check_secret_refs(spec: JobSpec, errors: dict) -> None:
     names = spec.image_pull_secrets
     if not isinstance(names, list) or not all(isinstance(name, str) and OBJECT_NAME.match(name) for name in names):
         errors["image_pull_secrets"] = _("Image pull secrets are a list of secret names.")
+    elif len(names) > MAX_PULL_SECRETS:
+        errors["image_pull_secrets"] = _("At most %(max)d image pull secrets.") % {"max": MAX_PULL_SECRETS}
     elif len(set(names)) != len(names):
         errors["image_pull_secrets"] = _("An image pull secret is named twice.")
     refs = spec.secret_env
     if not isinstance(refs, dict):
         errors["secret_env"] = _("Environment from secrets maps a variable name to {secret, key}.")
+        return
+    if len(refs) > MAX_SECRET_ENV:
+        errors["secret_env"] = _("At most %(max)d variables from secrets (%(n)d given).") % {
+            "max": MAX_SECRET_ENV,
+            "n": len(refs),
+        }
         return
     problems = []
     for env_name, ref in refs.items():

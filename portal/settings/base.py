@@ -200,6 +200,8 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": [NONE],
     }
 }
+# Error reports (the DEBUG 500 page too) hide the POST parameters and variables views mark as sensitive.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "portal.error_reports.AlwaysSafeExceptionReporterFilter"
 # How long a browser session lasts (seconds; default 12 hours), from the log-in.
 SESSION_COOKIE_AGE = env.int("RESERVOIR_SESSION_AGE_SECONDS", default=12 * 3600)
 # /metrics without RESERVOIR_METRICS_TOKEN: open (development), or refused (production, settings/prod.py).
