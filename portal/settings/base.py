@@ -281,6 +281,12 @@ JOB_ANNOTATIONS_MAX_BYTES = env.int("RESERVOIR_JOB_ANNOTATIONS_MAX_BYTES", defau
 JOB_COMMAND_MAX_BYTES = env.int("RESERVOIR_JOB_COMMAND_MAX_BYTES", default=32 * 1024)
 # Jobs of one team that may wait at once (every state but Running and the final ones); more are refused.
 MAX_WAITING_JOBS_PER_TEAM = env.int("RESERVOIR_MAX_WAITING_JOBS_PER_TEAM", default=200)
+# The longest grace period (seconds between the stop signal and the kill) a job may ask for: a lender whose GPUs are
+# reclaimed waits for the borrowers' pods to stop, so this bounds the reclaim. At most 3600.
+JOB_MAX_GRACE_SECONDS = env.int("RESERVOIR_MAX_GRACE_SECONDS", default=60)
+# Registries jobs may pull images from (hosts, with the port where the registry has one; images without a registry
+# are docker.io's). Empty: any.
+JOB_IMAGE_REGISTRIES = env.list("RESERVOIR_IMAGE_REGISTRIES", default=[])
 
 LOGGING = {
     "version": 1,
