@@ -39,7 +39,7 @@ from .selectors import storage_class_allowed
 log = logging.getLogger(__name__)
 
 MAX_SECRET_BYTES = 512 * 1024  # the apiserver refuses Secrets over 1 MiB; keep well below
-REGISTRY_HOST = r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-zA-Z0-9._/-]*)?$"
+REGISTRY_HOST = r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-zA-Z0-9._/-]*)?\Z"
 
 
 def check_may_manage(*, user, team: Team) -> None:
