@@ -199,8 +199,8 @@ def main() -> None:
             "DJANGO_DEBUG": "0",
             "DJANGO_LOG_LEVEL": "WARNING",
             # The benchmark measures throughput: the API's per-user write limits would cap it at a few a second.
-            "RESERVOIR_API_WRITE_RATE": "",
-            "RESERVOIR_API_SUBMIT_RATE": "",
+            "RESERVOIR_WRITE_RATE": "",
+            "RESERVOIR_SUBMIT_RATE": "",
         }
     )
     import django

@@ -668,8 +668,8 @@ class Bench:
             "PROMETHEUS_URL": "",
             "DJANGO_LOG_LEVEL": "INFO",
             # One user submits the whole burst: the API's per-user rate limits (429) are not what is measured here.
-            "RESERVOIR_API_WRITE_RATE": "",
-            "RESERVOIR_API_SUBMIT_RATE": "",
+            "RESERVOIR_WRITE_RATE": "",
+            "RESERVOIR_SUBMIT_RATE": "",
         }
         os.environ.update({k: env[k] for k in ("DATABASE_URL", "REDIS_URL", "KUBECONFIG", "DJANGO_SETTINGS_MODULE")})
         run = {"cwd": REPO_ROOT, "env": env, "check": True, "stdout": subprocess.DEVNULL}

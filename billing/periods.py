@@ -9,7 +9,7 @@ import re
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-MONTH_PATTERN = re.compile(r"^(?P<year>\d{4})-(?P<month>0[1-9]|1[0-2])$")
+MONTH_PATTERN = re.compile(r"(?P<year>\d{4})-(?P<month>0[1-9]|1[0-2])")  # whole value: fullmatch, never `$`
 # The months that can be named: no usage predates 1970, and the month after the last one must still be a date
 # (Python's dates end in 9999), so every period arithmetic below stays valid.
 FIRST_MONTH = date(1970, 1, 1)
@@ -62,7 +62,7 @@ def overlap_seconds(start: datetime, end: datetime, window_start: datetime, wind
 
 def parse_month(value: str | None) -> date | None:
     """'2026-11' → date(2026, 11, 1); anything else, or a month outside [FIRST_MONTH, LAST_MONTH], → None."""
-    match = MONTH_PATTERN.match(value or "")
+    match = MONTH_PATTERN.fullmatch(value or "")
     if not match:
         return None
     year = int(match["year"])

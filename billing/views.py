@@ -97,7 +97,7 @@ def team_usage_json(request, slug: str, month: str):
     team = _led_team(request, slug)
     data = _export(team, _month_or_404(month))
     response = HttpResponse(json.dumps(data, cls=DjangoJSONEncoder, indent=2), content_type="application/json")
-    response["Content-Disposition"] = f'attachment; filename="{team.slug}-{month}-usage.json"'
+    response["Content-Disposition"] = f'attachment; filename="{team.slug}-{data["month"]}-usage.json"'
     return response
 
 
@@ -121,7 +121,7 @@ def team_usage_csv(request, slug: str, month: str):
     team = _led_team(request, slug)
     data = _export(team, _month_or_404(month))
     response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{team.slug}-{month}-usage.csv"'
+    response["Content-Disposition"] = f'attachment; filename="{team.slug}-{data["month"]}-usage.csv"'
     writer = csv.writer(response)
     writer.writerow(["team", "month", *CSV_COLUMNS])
     for row in data["daily"]:

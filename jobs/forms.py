@@ -11,13 +11,20 @@ from decimal import Decimal
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
 from portal.models import Team
 
 from .choices import Placement, Priority
-from .specs import DEFAULT_TERMINATION_GRACE_SECONDS, MAX_TERMINATION_GRACE_SECONDS, JobSpec
+from .specs import (
+    DEFAULT_TERMINATION_GRACE_SECONDS,
+    MAX_TERMINATION_GRACE_SECONDS,
+    JobSpec,
+    default_grace_seconds,
+    max_grace_seconds,
+)
 
 # Spec field (as raised by validate_spec / check_fits_limits / submit_job) -> form field.
 SPEC_TO_FORM = {
@@ -108,10 +115,6 @@ class JobSubmitForm(forms.Form):
         min_value=0,
         max_value=MAX_TERMINATION_GRACE_SECONDS,
         initial=DEFAULT_TERMINATION_GRACE_SECONDS,
-        help_text=_(
-            "Time the job has to checkpoint between the stop signal and the kill, when it is preempted (e.g. its "
-            "borrowed GPUs are reclaimed), cancelled or out of time."
-        ),
     )
     env = forms.CharField(
         label=_("Environment variables"),
@@ -188,12 +191,26 @@ class JobSubmitForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = Team.objects.visible_to(user).order_by("name")
         self.fields["pool"].queryset = Pool.objects.visible_to(user).order_by("name")
+        self._cap_grace_period()
         allowed = settings.POD_ANNOTATION_ALLOWLIST
         self.fields["pod_annotations"].help_text = (
             _("One key=value per line. Allowed keys: %(keys)s.") % {"keys": ", ".join(allowed)}
             if allowed
             else _("This portal allows no pod annotations.")
         )
+
+    def _cap_grace_period(self) -> None:
+        """The platform's cap on grace periods, read when the form is made (a setting; see jobs.specs)."""
+        field, cap = self.fields["termination_grace_seconds"], max_grace_seconds()
+        field.max_value = cap
+        field.validators = [v for v in field.validators if not isinstance(v, MaxValueValidator)]
+        field.validators.append(MaxValueValidator(cap))
+        field.widget.attrs["max"] = cap
+        field.initial = default_grace_seconds()
+        field.help_text = _(
+            "Time the job has to checkpoint between the stop signal and the kill, when it is preempted (e.g. its "
+            "borrowed GPUs are reclaimed), cancelled or out of time. At most %(cap)d s on this portal."
+        ) % {"cap": cap}
 
     def clean_command(self) -> list[str]:
         try:
@@ -261,7 +278,7 @@ class JobSubmitForm(forms.Form):
             priority=data["priority"],
             max_run_minutes=data["max_run_minutes"],
             termination_grace_seconds=(
-                DEFAULT_TERMINATION_GRACE_SECONDS
+                default_grace_seconds()
                 if data["termination_grace_seconds"] is None
                 else data["termination_grace_seconds"]
             ),
@@ -298,7 +315,7 @@ class JobSubmitForm(forms.Form):
             "spill_after_minutes": spec.get("spill_after_minutes"),
             "priority": spec.get("priority", Priority.NORMAL),
             "max_run_minutes": spec.get("max_run_minutes", 24 * 60),
-            "termination_grace_seconds": spec.get("termination_grace_seconds", DEFAULT_TERMINATION_GRACE_SECONDS),
+            "termination_grace_seconds": spec.get("termination_grace_seconds", default_grace_seconds()),
             "env": _pairs_text(spec.get("env", {})),
             "pod_annotations": _pairs_text(spec.get("pod_annotations", {})),
             "volumes": "\n".join(

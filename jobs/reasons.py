@@ -21,6 +21,7 @@ from django.utils.translation import ngettext, pgettext
 from pools.occupancy import GangFit, Occupancy
 
 from .choices import Placement
+from .specs import max_grace_seconds
 
 _CAUSE = re.compile(r"^(\d+)\s+(.*)$")
 _SCHEDULER_HEAD = re.compile(r"^\d+/(?P<total>\d+) nodes are available(?::\s*(?P<causes>.*))?$", re.DOTALL)
@@ -297,17 +298,25 @@ def waits_on_preemption(message: str) -> bool:
 
 def reclaim_hint(seconds: int) -> str:
     """The pending view's word for a lender's job whose GPUs are lent out: Kueue preempts the borrowers, whose pods
-    stop within their grace period."""
+    stop within their grace period, and the portal caps every grace period (`specs.max_grace_seconds`)."""
+    cap = max_grace_seconds()
     if seconds:
-        return _("waiting for lent GPUs to be reclaimed (≈ %(n)d s)") % {"n": seconds}
-    return _("waiting for lent GPUs to be reclaimed")
+        return _("waiting for lent GPUs to be reclaimed (≈ %(n)d s; grace periods are capped at %(cap)d s)") % {
+            "n": seconds,
+            "cap": cap,
+        }
+    return _("waiting for lent GPUs to be reclaimed (grace periods are capped at %(cap)d s)") % {"cap": cap}
 
 
 def reclaim_reason(seconds: int) -> str:
     """The same, as a sentence of the job page."""
+    cap = max_grace_seconds()
     if seconds:
         return _(
             "Waiting for lent GPUs to be reclaimed: Kueue preempts the jobs that borrowed them (≈ %(n)d s, their "
-            "grace period)."
-        ) % {"n": seconds}
-    return _("Waiting for lent GPUs to be reclaimed: Kueue preempts the jobs that borrowed them.")
+            "grace period; the portal caps grace periods at %(cap)d s)."
+        ) % {"n": seconds, "cap": cap}
+    return _(
+        "Waiting for lent GPUs to be reclaimed: Kueue preempts the jobs that borrowed them, whose grace period the "
+        "portal caps at %(cap)d s."
+    ) % {"cap": cap}

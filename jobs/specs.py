@@ -14,15 +14,18 @@ IMAGE_REFERENCE = re.compile(
     r"^(?:(?P<registry>[a-zA-Z0-9.-]+(?::[0-9]+)?)/)?"
     r"(?P<path>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-fA-F0-9]{32,}))?$"
+    r"(?:@(?P<digest>[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-fA-F0-9]{32,}))?\Z"
 )
-JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# Every pattern ends in \Z, never $: `$` also matches before a trailing newline ("name\n" would pass).
+JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+ANNOTATION_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 MAX_GPUS_PER_JOB = 64  # per pod (per node)
 MAX_NODES_PER_JOB = 64
 MAX_RETRIES = 10
-# A stopped pod's time to checkpoint (terminationGracePeriodSeconds): Kubernetes' default, and at most an hour.
+# A stopped pod's time to checkpoint (terminationGracePeriodSeconds): Kubernetes' default, and at most an hour in
+# the database. The platform's cap, settings.JOB_MAX_GRACE_SECONDS (default 60), is what a job may ask for: a lender
+# waits for its reclaimed GPUs at most that long (`max_grace_seconds`).
 DEFAULT_TERMINATION_GRACE_SECONDS = 30
 MAX_TERMINATION_GRACE_SECONDS = 3600
 # Read by the NVIDIA container toolkit when it sets a container up: NVIDIA_VISIBLE_DEVICES=all would show the
@@ -82,6 +85,32 @@ class JobSpec:
     @classmethod
     def from_job(cls, job) -> "JobSpec":
         return cls(**{name: getattr(job, name) for name in cls.__dataclass_fields__})
+
+
+def max_grace_seconds() -> int:
+    """The longest grace period a job may ask for: the platform's cap (settings.JOB_MAX_GRACE_SECONDS), within the
+    hour the database allows."""
+    return max(0, min(settings.JOB_MAX_GRACE_SECONDS, MAX_TERMINATION_GRACE_SECONDS))
+
+
+def default_grace_seconds() -> int:
+    """A job's grace period when it asks for none: Kubernetes' 30 s, or the cap when that is lower."""
+    return min(DEFAULT_TERMINATION_GRACE_SECONDS, max_grace_seconds())
+
+
+def image_registry(image: str) -> str:
+    """The registry host (with its port) an image reference pulls from, as the container runtime reads it: the first
+    path component when it has a '.' or ':' or is 'localhost', else Docker Hub ('docker.io')."""
+    first, slash, _rest = image.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return first.lower()
+    return "docker.io"
+
+
+def registry_is_allowed(image: str) -> bool:
+    """On settings.JOB_IMAGE_REGISTRIES (registry hosts, with a port where the registry has one); empty: any."""
+    allowed = [entry.strip().lower() for entry in settings.JOB_IMAGE_REGISTRIES if entry.strip()]
+    return not allowed or image_registry(image) in allowed
 
 
 def _whole(value, name: str, errors: dict, *, minimum: int, maximum: int | None = None, label: str) -> None:
@@ -168,6 +197,11 @@ def validate_spec(spec: JobSpec) -> None:
         errors["image"] = _("'%(image)s' is not an image reference like registry.example.com/team/train:1.0.") % {
             "image": spec.image
         }
+    elif not registry_is_allowed(spec.image):
+        errors["image"] = _("Images come from %(allowed)s on this portal, not from %(registry)s.") % {
+            "allowed": ", ".join(settings.JOB_IMAGE_REGISTRIES),
+            "registry": image_registry(spec.image),
+        }
     _whole(spec.gpus, "gpus", errors, minimum=1, maximum=MAX_GPUS_PER_JOB, label=_("GPUs"))
     _whole(spec.nodes, "nodes", errors, minimum=1, maximum=MAX_NODES_PER_JOB, label=_("Nodes"))
     _whole(spec.retries, "retries", errors, minimum=0, maximum=MAX_RETRIES, label=_("Retries"))
@@ -179,7 +213,7 @@ def validate_spec(spec: JobSpec) -> None:
         "termination_grace_seconds",
         errors,
         minimum=0,
-        maximum=MAX_TERMINATION_GRACE_SECONDS,
+        maximum=max_grace_seconds(),
         label=_("Grace period"),
     )
     if spec.placement not in Placement.values:
@@ -238,6 +272,8 @@ SYSTEM_PATHS = (
     "/var/lib/kubelet",
 )
 MAX_MOUNTS = 16
+MAX_PULL_SECRETS = 16
+MAX_SECRET_ENV = 64
 MAX_SHM_GIB = 1024
 MIN_MEMORY_BESIDE_SHM_MIB = 1024
 
@@ -305,11 +341,19 @@ def _check_secret_refs(spec: JobSpec, errors: dict) -> None:
     names = spec.image_pull_secrets
     if not isinstance(names, list) or not all(isinstance(name, str) and OBJECT_NAME.match(name) for name in names):
         errors["image_pull_secrets"] = _("Image pull secrets are a list of secret names.")
+    elif len(names) > MAX_PULL_SECRETS:
+        errors["image_pull_secrets"] = _("At most %(max)d image pull secrets.") % {"max": MAX_PULL_SECRETS}
     elif len(set(names)) != len(names):
         errors["image_pull_secrets"] = _("An image pull secret is named twice.")
     refs = spec.secret_env
     if not isinstance(refs, dict):
         errors["secret_env"] = _("Environment from secrets maps a variable name to {secret, key}.")
+        return
+    if len(refs) > MAX_SECRET_ENV:
+        errors["secret_env"] = _("At most %(max)d variables from secrets (%(n)d given).") % {
+            "max": MAX_SECRET_ENV,
+            "n": len(refs),
+        }
         return
     problems = []
     for env_name, ref in refs.items():
@@ -332,7 +376,7 @@ def _check_secret_refs(spec: JobSpec, errors: dict) -> None:
 
 
 # A key of a Secret's data (Kubernetes: alphanumerics, '-', '_' or '.').
-SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}\Z")
 
 
 def check_team_data(spec: JobSpec, errors: dict) -> None:

@@ -23,6 +23,7 @@ from cluster import live
 from cluster.errors import ClusterError, describe
 from pools.models import Pool
 from portal.htmx import render_page_or_partial
+from portal.throttling import counts_as_submission, not_a_write
 from teamdata.selectors import usable_by_team
 
 from . import job_templates, reasons, selectors, services
@@ -194,6 +195,7 @@ def job_cancel(request, pk: int):
 
 
 @login_required
+@counts_as_submission
 def job_resubmit(request, pk: int):
     job = _visible_job(request, pk)
     if request.method != "POST":
@@ -252,6 +254,7 @@ def _preview_notes(form: JobSubmitForm) -> tuple[str, list[str]]:
 
 
 @login_required
+@counts_as_submission
 def job_submit(request):
     if request.method == "POST":
         form = JobSubmitForm(request.POST, user=request.user)
@@ -292,6 +295,7 @@ def job_submit(request):
 
 @login_required
 @require_POST
+@not_a_write
 def job_submit_preview(request):
     """The manifest, the quota after submission and the expected start, for what is typed so far."""
     form = JobSubmitForm(request.POST, user=request.user)

@@ -21,11 +21,12 @@ from portal.models import SLUG_VALIDATOR, Team
 from .choices import QUOTA_REQUEST_TRANSITIONS, Lending, PoolKind, QuotaRequestState, TaintEffect, lendable_gpus
 
 GPU_RESOURCE = "nvidia.com/gpu"
-# Kubernetes label keys and values (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/).
+# Kubernetes label keys and values (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/), to the
+# end of the text (\Z: `$` would let a trailing newline through).
 LABEL_KEY = RegexValidator(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z"
 )
-LABEL_VALUE = RegexValidator(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+LABEL_VALUE = RegexValidator(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 ZERO = Decimal("0")
 DEFAULT_LENDING_PRICE_SHARE = Decimal("0.5")
 

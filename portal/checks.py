@@ -44,3 +44,19 @@ def alert_webhook_language_known(app_configs, **kwargs):
             )
         ]
     return []
+
+
+@register()
+def grace_cap_in_range(app_configs, **kwargs):
+    from jobs.specs import MAX_TERMINATION_GRACE_SECONDS
+
+    if not 0 <= settings.JOB_MAX_GRACE_SECONDS <= MAX_TERMINATION_GRACE_SECONDS:
+        return [
+            Warning(
+                f"RESERVOIR_MAX_GRACE_SECONDS={settings.JOB_MAX_GRACE_SECONDS} is outside 0–"
+                f"{MAX_TERMINATION_GRACE_SECONDS}: grace periods are capped at "
+                f"{max(0, min(settings.JOB_MAX_GRACE_SECONDS, MAX_TERMINATION_GRACE_SECONDS))} s.",
+                id="reservoir.W004",
+            )
+        ]
+    return []

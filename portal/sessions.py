@@ -7,7 +7,7 @@ import re
 
 from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
 
-VALID_KEY = re.compile(r"^[a-z0-9]{8,40}$")
+VALID_KEY = re.compile(r"^[a-z0-9]{8,40}\Z")
 
 
 class SessionStore(DatabaseSessionStore):

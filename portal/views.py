@@ -15,6 +15,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from billing import selectors as billing_selectors
+from jobs.specs import max_grace_seconds
 from pools import selectors as pool_selectors
 from pools import services as pool_services
 from pools.forms import LendingForm, QuotaRequestForm
@@ -114,6 +115,7 @@ def _team_page(
             row.form = LendingForm(reservation=row.reservation)
     context = {
         "lending": lending,
+        "reclaim_cap_seconds": max_grace_seconds(),
         "team": team,
         **selectors.team_usage(team, now=timezone.now()),
         **pool_selectors.team_quota_requests(team),

@@ -40,8 +40,9 @@ def usable_by_team(user) -> list[dict]:
 
 def check_job_references(*, team: Team, spec) -> None:
     """Refuse a job spec that names a volume or secret its team does not have (another team's is exactly as
-    unknown as one that does not exist), a failed volume, a secret key the secret does not hold, or named
-    secrets as image pull credentials."""
+    unknown as one that does not exist), a failed volume, a secret key the secret does not hold, named secrets as
+    image pull credentials, or image pull credentials as an environment source (so that nobody who may submit can
+    print the registry password)."""
     errors = {}
     names = [item.get("name") for item in spec.volumes]
     if names:
@@ -75,6 +76,12 @@ def check_job_references(*, team: Team, spec) -> None:
         if secret is None:
             env_problems.append(
                 _("%(team)s has no secret named %(name)s.") % {"team": team.name, "name": ref.get("secret")}
+            )
+        elif secret.kind == SecretKind.REGISTRY:
+            # Its only key holds the registry password: a job names it as a pull secret, never reads it.
+            env_problems.append(
+                _("%(env)s: %(name)s holds image pull credentials, which a job can only name as an image pull secret.")
+                % {"env": env_name, "name": secret.name}
             )
         elif ref.get("key") not in secret.keys:
             env_problems.append(

@@ -8,17 +8,22 @@ Secrets: a value must never reach PostgreSQL, Redis or a log, so a secret cannot
 queue like other cluster writes. `save_secret` writes the Secret to the cluster itself, inside the transaction
 that saves its row (name, kind, keys, who and when) and the audit entry; if the cluster refuses or cannot be
 reached, the transaction rolls back and nothing is left behind. Should the commit fail after the cluster took the
-Secret, saving it again replaces that Secret (it carries the portal's label), so a retry converges.
+Secret, saving it again replaces that Secret (it carries the portal's label), so a retry converges. Saves of one
+secret (team and name) run one at a time: a second one that comes while the first is under way is refused at once
+with a field error (it does not wait behind the first one's cluster calls). No frame of a save shows its variables in
+an error report (`sensitive_variables`), and the views that take values hide them from the report's POST table.
 """
 
+import hashlib
 import logging
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.debug import sensitive_variables
 
 from cluster import resources
 from cluster.errors import ClusterError
@@ -34,7 +39,7 @@ from .selectors import storage_class_allowed
 log = logging.getLogger(__name__)
 
 MAX_SECRET_BYTES = 512 * 1024  # the apiserver refuses Secrets over 1 MiB; keep well below
-REGISTRY_HOST = r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-zA-Z0-9._/-]*)?$"
+REGISTRY_HOST = r"^[a-zA-Z0-9.-]+(:[0-9]+)?(/[a-zA-Z0-9._/-]*)?\Z"
 
 
 def check_may_manage(*, user, team: Team) -> None:
@@ -315,6 +320,16 @@ def _check_values(kind: str, values: dict[str, str], registry: str, username: st
     return errors
 
 
+def _lock_secret_name(*, team: Team, name: str) -> bool:
+    """Take the transaction's PostgreSQL advisory lock on the team's secret `name` without waiting; False when another
+    transaction holds it (a save of the same secret is under way)."""
+    digest = hashlib.blake2b(f"teamdata.secret:{team.pk}:{name}".encode(), digest_size=8).digest()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [int.from_bytes(digest, "big", signed=True)])
+        return cursor.fetchone()[0]
+
+
+@sensitive_variables()
 @transaction.atomic
 def save_secret(
     *,
@@ -333,6 +348,13 @@ def save_secret(
     given are removed), the row records who and when. Values go to the cluster only (see module docstring)."""
     check_may_manage(user=user, team=team)
     values = values or {}
+    if not _lock_secret_name(team=team, name=name):
+        raise ValidationError(
+            {
+                "name": _("Secret %(name)s is being saved by another request right now: try again in a moment.")
+                % {"name": name}
+            }
+        )
     secret = TeamSecret.objects.select_for_update().filter(team=team, name=name).first()
     errors = _check_values(kind, values, registry, username, password)
     if secret is not None and create_only:

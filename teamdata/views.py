@@ -6,6 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
+from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_POST
 
 from portal.models import Team
@@ -110,12 +111,21 @@ def _secret_form_page(request, team: Team, *, rotating: TeamSecret | None):
     return render(request, "teamdata/secret_form.html", context, status=status)
 
 
+# The views that take a secret's values keep them out of error reports: the POST table (sensitive_post_parameters)
+# and every frame's variables (sensitive_variables), even on a DEBUG 500 page (portal.error_reports).
+SECRET_FIELDS = ("password", "values")
+
+
 @login_required
+@sensitive_post_parameters(*SECRET_FIELDS)
+@sensitive_variables()
 def secret_create(request, slug: str):
     return _secret_form_page(request, _led_team(request, slug), rotating=None)
 
 
 @login_required
+@sensitive_post_parameters(*SECRET_FIELDS)
+@sensitive_variables()
 def secret_rotate(request, slug: str, pk: int):
     team = _led_team(request, slug)
     secret = get_object_or_404(TeamSecret.objects.managed_by(request.user).filter(team=team), pk=pk)

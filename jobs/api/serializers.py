@@ -10,7 +10,29 @@ from portal.models import Team
 from ..choices import Placement, Priority
 from ..models import Job, JobEvent
 from ..reasons import borrowed_note
-from ..specs import MAX_GPUS_PER_JOB, MAX_NODES_PER_JOB, MAX_RETRIES, MAX_TERMINATION_GRACE_SECONDS, JobSpec
+from ..specs import (
+    MAX_GPUS_PER_JOB,
+    MAX_NODES_PER_JOB,
+    MAX_PULL_SECRETS,
+    MAX_RETRIES,
+    MAX_TERMINATION_GRACE_SECONDS,
+    JobSpec,
+    default_grace_seconds,
+    max_grace_seconds,
+)
+
+
+def _grace_field(maximum: int) -> WholeNumberField:
+    return WholeNumberField(
+        label_text=str(_("Grace period")),
+        required=False,
+        min_value=0,
+        max_value=maximum,
+        help_text=_(
+            "Seconds a stopped pod (preempted, cancelled or out of time) has to checkpoint before it is killed "
+            "(default 30), at most the platform's cap (RESERVOIR_MAX_GRACE_SECONDS, 60 unless set otherwise)."
+        ),
+    )
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -151,16 +173,7 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     priority = serializers.ChoiceField(choices=Priority.choices, required=False)
     max_run_minutes = WholeNumberField(label_text=str(_("Run time")), required=False, max_value=30 * 24 * 60)
-    termination_grace_seconds = WholeNumberField(
-        label_text=str(_("Grace period")),
-        required=False,
-        min_value=0,
-        max_value=MAX_TERMINATION_GRACE_SECONDS,
-        help_text=_(
-            "Seconds a stopped pod (preempted, cancelled or out of time) has to checkpoint before it is killed "
-            "(default 30)."
-        ),
-    )
+    termination_grace_seconds = _grace_field(MAX_TERMINATION_GRACE_SECONDS)  # capped per request, see get_fields
     anti_affinity_group = serializers.CharField(max_length=63, required=False, allow_blank=True)
     pod_annotations = serializers.DictField(
         child=serializers.CharField(allow_blank=True, max_length=4096), required=False
@@ -190,13 +203,16 @@ class JobSubmitSerializer(serializers.Serializer):
     image_pull_secrets = serializers.ListField(
         child=serializers.CharField(max_length=63),
         required=False,
-        max_length=16,
+        max_length=MAX_PULL_SECRETS,
         help_text=_("Names of the team's image pull credentials."),
     )
     secret_env = serializers.DictField(
         child=serializers.DictField(child=serializers.CharField(max_length=253)),
         required=False,
-        help_text=_('Environment from the team\'s secrets: {"HF_TOKEN": {"secret": "hf", "key": "token"}}.'),
+        help_text=_(
+            "Environment from the team's named secrets (image pull credentials are only for image_pull_secrets): "
+            '{"HF_TOKEN": {"secret": "hf", "key": "token"}}.'
+        ),
     )
 
     def get_fields(self):
@@ -206,8 +222,10 @@ class JobSubmitSerializer(serializers.Serializer):
             # An invisible team or pool is "unknown", exactly like one that does not exist.
             fields["team"].queryset = Team.objects.visible_to(request.user)
             fields["pool"].queryset = Pool.objects.visible_to(request.user)
+        fields["termination_grace_seconds"] = _grace_field(max_grace_seconds())
         return fields
 
     def spec(self) -> JobSpec:
         data = {k: v for k, v in self.validated_data.items() if k not in ("team", "pool")}
+        data.setdefault("termination_grace_seconds", default_grace_seconds())
         return JobSpec(**data)

@@ -54,6 +54,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Every page's write throttled like the API's (after authentication and the CSRF check).
+    "portal.throttling.WriteThrottleMiddleware",
     # Last, as django-axes asks: it turns a lockout into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -152,11 +154,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.PortalAutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttles.WriteRateThrottle"],
 }
-# Writes per user (POST/PUT/PATCH/DELETE anywhere in the API) and job submissions per user, as "N/second|minute|
-# hour|day"; empty: unlimited. Read at request time by portal.api.throttles.
-API_THROTTLE_RATES = {
-    "writes": env("RESERVOIR_API_WRITE_RATE", default="120/minute"),
-    "job_submissions": env("RESERVOIR_API_SUBMIT_RATE", default="30/minute"),
+# Writes per user (POST/PUT/PATCH/DELETE anywhere, API and pages alike; per address when signed out) and job
+# submissions per user on top, as "N/second|minute|hour|day"; empty: unlimited. One policy for the API (DRF throttles)
+# and the pages (portal.throttling), counted together; read at request time by portal.api.throttles.
+THROTTLE_RATES = {
+    "writes": env("RESERVOIR_WRITE_RATE", default="120/minute"),
+    "job_submissions": env("RESERVOIR_SUBMIT_RATE", default="30/minute"),
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Reservoir API",
@@ -197,6 +200,8 @@ CONTENT_SECURITY_POLICY = {
         "frame-ancestors": [NONE],
     }
 }
+# Error reports (the DEBUG 500 page too) hide the POST parameters and variables views mark as sensitive.
+DEFAULT_EXCEPTION_REPORTER_FILTER = "portal.error_reports.AlwaysSafeExceptionReporterFilter"
 # How long a browser session lasts (seconds; default 12 hours), from the log-in.
 SESSION_COOKIE_AGE = env.int("RESERVOIR_SESSION_AGE_SECONDS", default=12 * 3600)
 # /metrics without RESERVOIR_METRICS_TOKEN: open (development), or refused (production, settings/prod.py).
@@ -276,6 +281,12 @@ JOB_ANNOTATIONS_MAX_BYTES = env.int("RESERVOIR_JOB_ANNOTATIONS_MAX_BYTES", defau
 JOB_COMMAND_MAX_BYTES = env.int("RESERVOIR_JOB_COMMAND_MAX_BYTES", default=32 * 1024)
 # Jobs of one team that may wait at once (every state but Running and the final ones); more are refused.
 MAX_WAITING_JOBS_PER_TEAM = env.int("RESERVOIR_MAX_WAITING_JOBS_PER_TEAM", default=200)
+# The longest grace period (seconds between the stop signal and the kill) a job may ask for: a lender whose GPUs are
+# reclaimed waits for the borrowers' pods to stop, so this bounds the reclaim. At most 3600.
+JOB_MAX_GRACE_SECONDS = env.int("RESERVOIR_MAX_GRACE_SECONDS", default=60)
+# Registries jobs may pull images from (hosts, with the port where the registry has one; images without a registry
+# are docker.io's). Empty: any.
+JOB_IMAGE_REGISTRIES = env.list("RESERVOIR_IMAGE_REGISTRIES", default=[])
 
 LOGGING = {
     "version": 1,

@@ -14,4 +14,4 @@ VOLUME_STORAGE_CLASSES = [*LOCAL_CLUSTER_STORAGE_CLASSES, "rsv-test-*"]
 # Each test process counts API rates in its own memory (cleared before every test, tests/conftest.py); the limits
 # are set high so that only the tests about them meet them.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-API_THROTTLE_RATES = {"writes": "100000/minute", "job_submissions": "100000/minute"}
+THROTTLE_RATES = {"writes": "100000/minute", "job_submissions": "100000/minute"}

@@ -2,6 +2,8 @@
 admins and the team's leads register, rotate and remove them (others: 403; another team's: 404 or "unknown
 team")."""
 
+from django.utils.decorators import method_decorator
+from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -73,9 +75,12 @@ class TeamVolumeViewSet(_TeamDataViewSet):
         services.unregister_volume(volume=instance, user=self.request.user)
 
 
+@method_decorator(sensitive_post_parameters("password", "values"), name="dispatch")
+@method_decorator(sensitive_variables(), name="dispatch")
 class TeamSecretViewSet(_TeamDataViewSet):
     """Secrets of teams: image pull credentials and named key/value secrets, kept only as Kubernetes Secrets in the
-    team namespace. The values are write-only."""
+    team namespace. The values are write-only, and kept out of error reports (the request's form data and every
+    frame's variables)."""
 
     serializer_class = TeamSecretSerializer
     filterset_class = TeamSecretFilterSet

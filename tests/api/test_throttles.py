@@ -17,7 +17,7 @@ def submission(name: str) -> dict:
 
 
 def test_job_submissions_are_limited_per_user(settings, api, no_cluster, team, researcher, lead, pool):
-    settings.API_THROTTLE_RATES = {"writes": "", "job_submissions": "3/minute"}
+    settings.THROTTLE_RATES = {"writes": "", "job_submissions": "3/minute"}
     QuotaFactory(team=team, pool=pool, max_gpus=1)
     client = api(researcher)
     for n in range(3):
@@ -30,7 +30,7 @@ def test_job_submissions_are_limited_per_user(settings, api, no_cluster, team, r
 
 
 def test_every_write_counts_toward_the_users_write_limit(settings, api, team, platform_admin, pool):
-    settings.API_THROTTLE_RATES = {"writes": "2/minute", "job_submissions": ""}
+    settings.THROTTLE_RATES = {"writes": "2/minute", "job_submissions": ""}
     client = api(platform_admin)
     assert client.patch("/api/v1/teams/alpha/", {"description": "one"}, format="json").status_code == 200
     assert client.patch("/api/v1/teams/alpha/", {"description": "two"}, format="json").status_code == 200
@@ -42,7 +42,7 @@ def test_every_write_counts_toward_the_users_write_limit(settings, api, team, pl
 
 
 def test_a_cache_outage_does_not_refuse_writes(settings, api, team, platform_admin, monkeypatch):
-    settings.API_THROTTLE_RATES = {"writes": "1/minute", "job_submissions": ""}
+    settings.THROTTLE_RATES = {"writes": "1/minute", "job_submissions": ""}
 
     def broken(*args, **kwargs):
         raise ConnectionError("Redis is down")

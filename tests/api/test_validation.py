@@ -8,6 +8,8 @@ from django.utils import timezone
 from jobs.manifests import render
 from jobs.models import Job
 from pools.models import Quota, Reservation
+from teamdata.choices import SecretKind
+from teamdata.models import TeamSecret
 from tests.factories import JobFactory, PoolFactory, QuotaFactory, ReservationFactory
 
 
@@ -73,11 +75,12 @@ def test_malformed_image_reference_is_refused(api, researcher, team, pool):
     assert not Job.objects.exists()
 
 
-def test_a_jobs_grace_period_is_whole_seconds_up_to_an_hour_and_reaches_its_pods(api, researcher, team, pool):
+def test_a_jobs_grace_period_is_whole_seconds_up_to_the_cap_and_reaches_its_pods(settings, api, researcher, team, pool):
+    settings.JOB_MAX_GRACE_SECONDS = 900  # the platform's cap (tests/jobs/test_grace_cap.py: its default, 60)
     QuotaFactory(team=team, pool=pool, max_gpus=8)
     client = api(researcher)
     body = {"team": "alpha", "pool": "train", "image": "registry.example.com/t/train:1.0", "gpus": 1}
-    for wrong in (-1, 3601, 1.5, "soon"):
+    for wrong in (-1, 901, 3601, 1.5, "soon"):
         wrong_body = {**body, "name": "t", "termination_grace_seconds": wrong}
         response = client.post("/api/v1/jobs/", wrong_body, format="json")
         assert response.status_code == 400, wrong
@@ -150,3 +153,20 @@ def test_a_researcher_cannot_filter_their_way_into_another_team(api, researcher,
     # beta is not one of rita's teams: to her it does not exist.
     assert response.status_code == 400
     assert api(researcher).get("/api/v1/jobs/").json()["count"] == 0
+
+
+def test_a_trailing_newline_in_a_names_end_is_refused(api, researcher, team, pool):
+    """JSON keys are not trimmed like fields: a pattern ending in `$` took "HF_HOME\\n" for a variable name."""
+    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    TeamSecret.objects.create(team=team, name="hf", kind=SecretKind.OPAQUE, keys=["token"])
+    client = api(researcher)
+    body = {"team": "alpha", "pool": "train", "name": "t", "image": "registry.example.com/t/train:1.0", "gpus": 1}
+    for field, value in (
+        ("env", {"HF_HOME\n": "/data"}),
+        ("secret_env", {"TOKEN\n": {"secret": "hf", "key": "token"}}),
+    ):
+        response = client.post("/api/v1/jobs/", {**body, field: value}, format="json")
+        assert response.status_code == 400, (field, value)
+        assert "Invalid variable names: " in response.json()[field][0]
+    assert not Job.objects.exists()
+    assert client.post("/api/v1/jobs/", {**body, "env": {"HF_HOME": "/data"}}, format="json").status_code == 201

@@ -153,10 +153,12 @@ def test_a_teams_jobs_fill_its_reservation_by_priority_then_admission_and_the_re
     assert job_selectors.borrowed_gpus([early, late, urgent, queued]) == {late.pk: 3}
 
 
-def test_the_pending_view_says_a_lenders_job_waits_for_its_lent_gpus(client, lead, team, pool, reservation, borrowing):
+def test_the_pending_view_says_a_lenders_job_waits_for_its_lent_gpus_and_the_cap_on_that_wait(
+    client, lead, team, pool, reservation, borrowing
+):
     QuotaFactory(team=team, pool=pool, max_gpus=8)
     mine = JobFactory(team=team, pool=pool, state=JobState.QUEUED, gpus=8, termination_grace_seconds=30)
-    borrowing.termination_grace_seconds = 120
+    borrowing.termination_grace_seconds = 45
     borrowing.save()
     Workload.objects.create(
         uid="wl-mine",
@@ -168,9 +170,12 @@ def test_the_pending_view_says_a_lenders_job_waits_for_its_lent_gpus(client, lea
     )
     client.force_login(lead)
     html = client.get(reverse("jobs:pending")).content.decode()
-    assert "waiting for lent GPUs to be reclaimed (≈ 120 s)" in html
+    # The platform caps every grace period (RESERVOIR_MAX_GRACE_SECONDS, 60 s by default): the lender is told.
+    assert "waiting for lent GPUs to be reclaimed (≈ 45 s; grace periods are capped at 60 s)" in html
     detail = client.get(reverse("jobs:job_detail", args=[mine.pk])).content.decode()
-    assert "Waiting for lent GPUs to be reclaimed" in detail
+    assert "(≈ 45 s, their grace period; the portal caps grace periods at 60 s)" in detail
+    team_page = client.get(reverse("portal:team_detail", args=[team.slug])).content.decode()
+    assert "their pods get at most 60 s to stop" in team_page
 
 
 @pytest.fixture
