@@ -320,15 +320,12 @@ class Watch:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def poll(self) -> None:
-        from jobs.choices import ADMITTED_STATES
         from jobs.models import Job
         from jobs.selectors import borrowed_gpus
 
-        admitted = list(Job.objects.filter(state__in=ADMITTED_STATES, admitted_pool_id=self.reserved_pool_id))
-        borrowed = borrowed_gpus(admitted)
-        held: dict[int, int] = {}
-        for job in admitted:
-            held[job.team_id] = held.get(job.team_id, 0) + job.total_gpus
+        pools = [self.reserved_pool_id]
+        borrowed = borrowed_gpus(list(Job.objects.in_use(pools=pools)))
+        held = {team_id: gpus for (team_id, _pool), gpus in Job.objects.gpus_in_use(pools=pools).items()}
         counts = dict(Job.objects.filter(preemptions__gt=0).values_list("pk", "preemptions"))
         with self.lock:
             for job_id, count in counts.items():

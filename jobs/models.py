@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone, translation
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -82,12 +83,45 @@ class JobQuerySet(models.QuerySet):
         return self.filter(team__in=Team.objects.visible_to(user))
 
     def holding_quota(self) -> "JobQuerySet":
-        """Jobs Kueue has admitted: they hold GPUs of their team's quota (the one definition of "in use")."""
+        """Jobs Kueue has admitted: they hold GPUs of their team's quota. Where they hold them: `in_use`."""
         return self.filter(state__in=ADMITTED_STATES)
 
-    def gpus_held(self) -> int:
-        """GPUs held by the admitted jobs of this queryset (all pods of each: `Job.total_gpus`)."""
-        return self.holding_quota().aggregate(total=models.Sum("total_gpus"))["total"] or 0
+    def in_use(self, *, pools=None) -> "JobQuerySet":
+        """GPUs in use, the one rule: the jobs of this queryset that hold GPUs, each annotated with `quota_pool` (the
+        pool whose quota they hold), only those held in `pools` (pools or ids) when given.
+
+        A job holds GPUs from its admission to its end (`holding_quota`); a queued job, even one Kueue is about to
+        admit, holds nothing. It holds them in the pool that admitted it, not in its home pool: Kueue charges an
+        admitted workload to the flavor it assigned (`Job.admitted_pool`, from the Workload's flavor), in the
+        team's ClusterQueue and in the cohort, and that flavor's nodes are where its pods run. So a soft job of a
+        team whose home pool is X, admitted on Y, counts against the team's quota in Y (its reservation and what it
+        borrows there) and not in X. An admitted job whose flavor the portal has not recorded counts in its home
+        pool, the only flavor its strict placement allows (`Job.quota_pool_id` says the same for one job)."""
+        jobs = self.holding_quota().annotate(quota_pool=Coalesce(models.F("admitted_pool"), models.F("pool")))
+        if pools is None:
+            return jobs
+        if not isinstance(pools, models.QuerySet):
+            pools = [getattr(pool, "pk", pool) for pool in pools]
+        return jobs.filter(quota_pool__in=pools)
+
+    def gpus_in_use(self, *, pools=None) -> dict[tuple[int, int], int]:
+        """GPUs in use (`in_use`) per (team id, pool id) among this queryset's jobs: Σ `Job.total_gpus` (all pods
+        of each). One query; a (team, pool) using none is not in the answer."""
+        rows = self.in_use(pools=pools).values("team_id", "quota_pool").annotate(total=models.Sum("total_gpus"))
+        return {(row["team_id"], row["quota_pool"]): row["total"] for row in rows.order_by()}
+
+    def gpus_in_use_of(self, *, team, pool) -> Coalesce:
+        """`gpus_in_use` of one team in one pool as an expression (0 when none), for an annotation: `team` and
+        `pool` are teams, pools, ids or `OuterRef`s."""
+        total = (
+            self.filter(team=team)
+            .in_use()
+            .filter(quota_pool=getattr(pool, "pk", pool))
+            .values("team")
+            .annotate(total=models.Sum("total_gpus"))
+            .values("total")
+        )
+        return Coalesce(models.Subquery(total, output_field=models.IntegerField()), models.Value(0))
 
     def expected_in_cluster(self) -> "JobQuerySet":
         """Jobs that should have a Job in the cluster now (queued ones wait there, suspended by Kueue). The one
@@ -216,6 +250,14 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def quota_pool_id(self) -> int | None:
+        """The pool whose quota the job holds GPUs of now, None when it holds none: `JobQuerySet.in_use` for one
+        loaded job (the pool that admitted it; its home pool while that is not recorded)."""
+        if self.state not in ADMITTED_STATES:
+            return None
+        return self.admitted_pool_id or self.pool_id
 
     @property
     def is_gang(self) -> bool:

@@ -190,15 +190,26 @@ def kueue_reason(message: str, pool_names: dict[str, str] | None = None) -> str:
     return " ".join(sentences)
 
 
-def quota_hint(*, in_use: int, quota: int, gpus: int, position: int | None = None) -> str:
-    """What would let a queued job in: GPUs of the team's quota freed, or the jobs ahead of it admitted first."""
+def quota_hint(*, in_use: int, quota: int, gpus: int, available: int, position: int | None = None) -> str:
+    """What would let a queued job in: GPUs freed, or the jobs ahead of it admitted first. `available` is what the
+    team can still be admitted on in the pool (`pools.lending.available_to`, the figure Kueue's "N more needed" is
+    counted from): the GPUs to free are `gpus − available`, the same N as Kueue's reason. They are "of the team's
+    quota" when the quota is what binds, else of its reservation or of what it may borrow (the cohort's GPUs,
+    whoever holds them)."""
     if gpus > quota:
         return _("over team quota: it can never fit in %(quota)d GPUs") % {"quota": quota}
-    needed = in_use + gpus - quota
-    if needed > 0:
+    by_quota = in_use + gpus - quota
+    needed = gpus - available
+    if needed > 0 and needed == by_quota:
         return ngettext(
             "starts when %(n)d GPU of the team's quota is freed",
             "starts when %(n)d GPUs of the team's quota are freed",
+            needed,
+        ) % {"n": needed}
+    if needed > 0:
+        return ngettext(
+            "starts when %(n)d GPU of the team's reservation or of what it may borrow is freed",
+            "starts when %(n)d GPUs of the team's reservation or of what it may borrow are freed",
             needed,
         ) % {"n": needed}
     if position and position > 1:
@@ -207,7 +218,7 @@ def quota_hint(*, in_use: int, quota: int, gpus: int, position: int | None = Non
             "the team's quota has room; %(n)d jobs of the team are ahead of it",
             position - 1,
         ) % {"n": position - 1}
-    return _("the team's quota has room, but the pool's GPUs it could borrow are in use: it starts when some are freed")
+    return _("the team's quota and the pool have room now: Kueue admits it at its next pass")
 
 
 def eviction_reason(

@@ -13,18 +13,19 @@ from datetime import datetime
 import yaml
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.db.models import F, OuterRef, Subquery, Sum, Window
+from django.db.models import F, OuterRef, Subquery, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from cluster.manifests import LABEL_JOB_ID
+from pools.lending import TeamUse, available_to, pool_lending, team_uses
 from pools.models import Node, Pool, Quota
 from pools.occupancy import GangFit, Occupancy, gang_fit, pool_occupancy
 from portal.models import Team, User
 
 from . import reasons
-from .choices import ADMITTED_STATES, JobState, Placement
+from .choices import JobState, Placement
 from .manifests import render, render_service
 from .models import Job, JobEvent, JobTemplate, Pod, Workload
 from .services import check_fits_limits, gpus_in_use, observed_state
@@ -237,10 +238,6 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
             ),
         ).values_list("id", "team_id", "pool_id", "total_gpus", "created_at", "position", "kueue_said")
     )
-    in_use = {
-        (row["team_id"], row["pool_id"]): row["total"]
-        for row in Job.objects.holding_quota().values("team_id", "pool_id").annotate(total=Sum("total_gpus")).order_by()
-    }
     quotas = {(t, p): q for t, p, q in Quota.objects.values_list("team_id", "pool_id", "max_gpus")}
 
     rows: list[PendingRow] = []
@@ -297,15 +294,19 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
     reclaims = reclaim_waits(
         [(*row.team_pool, row.gpus, row.reason) for row in page if row.kind == "queued" and row.visible]
     )
+    # Over every queued job, not only this page's: the same queries whichever rows the page shows.
+    room = quota_room([row.team_pool for row in rows if row.kind == "queued"], quotas=quotas)
     for row in page:
         row.wait_seconds = max(int((now - row.since).total_seconds()), 0)
         name, placement, spilled = jobs.get(row.job_id, ("", "", False))
         row.job_name = name
         if row.kind == "queued":
             team_pool = row.team_pool
-            used, quota = in_use.get(team_pool, 0), quotas.get(team_pool, 0)
+            used, available = room[team_pool]
             row.reason = reasons.kueue_reason(row.reason, pool_names)
-            row.hint = reasons.quota_hint(in_use=used, quota=quota, gpus=row.gpus, position=row.position)
+            row.hint = reasons.quota_hint(
+                in_use=used, quota=quotas.get(team_pool, 0), gpus=row.gpus, position=row.position, available=available
+            )
             if team_pool in reclaims:
                 row.hint = reasons.reclaim_hint(reclaims[team_pool])
         else:
@@ -338,6 +339,28 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
         gpus_waiting=sum(row.gpus for row in rows),
         pools=list(pools.values()),
     )
+
+
+def quota_room(team_pools, *, quotas: dict[tuple[int, int], int], now=None) -> dict[tuple[int, int], tuple[int, int]]:
+    """Per (team id, pool id) of `team_pools`: (GPUs the team uses in the pool, GPUs it can still be admitted on
+    there), from the numbers Kueue admits by (`pools.lending`: GPUs in use where Kueue admitted them, reservations,
+    lending, the cohort's free GPUs). Kueue's "N more needed" for a job of G GPUs is G minus the second figure, so
+    the pending page's reason and hint say the same N. Four queries at most, none for no pairs."""
+    team_pools = set(team_pools)
+    if not team_pools:
+        return {}
+    pool_ids = sorted({pool_id for _team, pool_id in team_pools})
+    uses = team_uses(pool_ids, now=now)
+    lending = pool_lending(pool_ids, now=now, uses=uses)
+    room = {}
+    for team_id, pool_id in team_pools:
+        use = uses.get(pool_id, {}).get(team_id) or TeamUse(team_id=team_id)
+        cohort_free = lending[pool_id].borrowable if pool_id in lending else 0
+        room[(team_id, pool_id)] = (
+            use.used,
+            available_to(use, quota=quotas.get((team_id, pool_id), 0), cohort_free=cohort_free),
+        )
+    return room
 
 
 # --- submit: what will happen ------------------------------------------------------------------------------------
@@ -383,8 +406,6 @@ def borrowable_gpus(pool: Pool, *, now=None) -> int:
     """GPUs of `pool` a team could borrow from the cohort right now: the pool's unreserved GPUs (what its
     `pool-<slug>-unreserved` ClusterQueue holds in Kueue) plus what the pool's reservations lend while idle, minus
     what teams already use of both (`pools.lending`)."""
-    from pools.lending import pool_lending
-
     return pool_lending([pool.pk], now=now)[pool.pk].borrowable
 
 
@@ -493,11 +514,7 @@ def borrowed_gpus(jobs) -> dict[int, int]:
     from pools.choices import PoolKind
     from pools.models import Reservation
 
-    pairs = {
-        (job.team_id, job.admitted_pool_id)
-        for job in jobs
-        if job.admitted_pool_id is not None and job.state in ADMITTED_STATES
-    }
+    pairs = {(job.team_id, job.quota_pool_id) for job in jobs if job.quota_pool_id is not None}
     if not pairs:
         return {}
     teams, pools = {team for team, _ in pairs}, {pool for _, pool in pairs}
@@ -509,12 +526,12 @@ def borrowed_gpus(jobs) -> dict[int, int]:
     ):
         reserved[(team_id, pool_id)] = reserved.get((team_id, pool_id), 0) + gpus
     held = (
-        Job.objects.holding_quota()
-        .filter(team__in=teams, admitted_pool__in=pools, admitted_pool__kind=PoolKind.RESERVED)
+        Job.objects.filter(team__in=teams)
+        .in_use(pools=Pool.objects.filter(pk__in=pools, kind=PoolKind.RESERVED).values("pk"))
         .annotate(admitted_at=Max("workloads__admitted_at", filter=Q(workloads__finished=False)))
         .annotate(known=Case(When(admitted_at__isnull=True, then=1), default=0))
-        .order_by("team", "admitted_pool", "-priority", "known", "admitted_at", "id")
-        .values_list("id", "team", "admitted_pool", "total_gpus")
+        .order_by("team", "quota_pool", "-priority", "known", "admitted_at", "id")
+        .values_list("id", "team", "quota_pool", "total_gpus")
     )
     borrowed: dict[int, int] = {}
     filled: dict[tuple[int, int], int] = {}
@@ -537,8 +554,6 @@ def reclaim_waits(waiting: list[tuple[int, int, int, str]]) -> dict[tuple[int, i
     the GPUs it needs are its own, lent out). Answers, per such (team, pool), about how long the reclaim takes: the
     longest grace period of the other teams' jobs on borrowed GPUs in the pool (their pods stop within it; 0 when
     none is known). Five queries at most, none when no job waits on a preemption."""
-    from pools.lending import team_uses
-
     candidates = [(t, p, g) for t, p, g, message in waiting if message and reasons.waits_on_preemption(message)]
     if not candidates:
         return {}
@@ -551,9 +566,9 @@ def reclaim_waits(waiting: list[tuple[int, int, int, str]]) -> dict[tuple[int, i
     if not reclaiming:
         return {}
     running = list(
-        Job.objects.holding_quota()
-        .filter(admitted_pool__in={p for _, p in reclaiming})
-        .only("id", "team", "admitted_pool", "state", "termination_grace_seconds")
+        Job.objects.in_use(pools={p for _, p in reclaiming}).only(
+            "id", "team", "pool", "admitted_pool", "state", "termination_grace_seconds"
+        )
     )
     borrowed = borrowed_gpus(running)
     waits = {}
@@ -561,7 +576,7 @@ def reclaim_waits(waiting: list[tuple[int, int, int, str]]) -> dict[tuple[int, i
         graces = [
             job.termination_grace_seconds
             for job in running
-            if job.pk in borrowed and job.admitted_pool_id == pool_id and job.team_id != team_id
+            if job.pk in borrowed and job.quota_pool_id == pool_id and job.team_id != team_id
         ]
         waits[(team_id, pool_id)] = max(graces, default=0)
     return waits

@@ -41,8 +41,8 @@ def _can_submit(user, team: Team) -> bool:
 
 
 def gpus_in_use(*, team: Team, pool: Pool) -> int:
-    """GPUs the team's admitted jobs hold in the pool."""
-    return Job.objects.filter(team=team, pool=pool).gpus_held()
+    """GPUs the team's jobs hold in the pool (`JobQuerySet.in_use`: where Kueue admitted them)."""
+    return Job.objects.filter(team=team).gpus_in_use(pools=[pool]).get((team.pk, pool.pk), 0)
 
 
 def check_fits_limits(*, team: Team, pool: Pool, spec: JobSpec) -> None:

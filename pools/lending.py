@@ -14,6 +14,10 @@ admitted jobs there):
   (`idle = max(min(lendable, reserved − used), 0)`), split in whole GPUs by largest remainder (ties by team id) so
   that what lenders lend adds up to `from_lenders` exactly.
 
+What a team may still be admitted on in the pool (`available_to`) is Kueue's own sum: what its guaranteed share
+(`reserved − lendable`) leaves free, plus what it may take from the cohort — the cohort's free GPUs, capped by what
+it stored there (`lendable`) less what it already uses there, plus its borrowing limit (`quota − reserved`).
+
 Kueue itself does not say whose GPUs a borrower holds (the cohort's quota is one pool); the attribution above is
 the portal's: metering applies the same rule with exact (not whole-GPU) shares, rounded per pool and day.
 """
@@ -21,7 +25,6 @@ the portal's: metering applies the same rule with exact (not whole-GPU) shares, 
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db.models import Case, F, Sum, When
 from django.utils import timezone
 
 from .choices import PoolKind
@@ -86,9 +89,21 @@ def split_pool(*, unreserved: int, uses: list[TeamUse]) -> PoolLending:
     )
 
 
+def available_to(use: TeamUse, *, quota: int, cohort_free: int) -> int:
+    """GPUs `use`'s team can still be admitted on in the pool now, as Kueue counts them (v0.17,
+    `pkg/cache/scheduler/resource_node.go` `available`): see the module docstring. `quota` is the team's quota in
+    the pool, `cohort_free` the pool's `PoolLending.borrowable`. What Kueue's "N more needed" says of a workload of
+    G GPUs is `G − available_to(...)` (negative only for a team above its quota, as Kueue's is)."""
+    guaranteed = use.reserved - use.lendable
+    local = max(guaranteed - use.used, 0)
+    used_in_cohort = max(use.used - guaranteed, 0)
+    borrowing_limit = max(quota - use.reserved, 0)
+    return local + min(use.lendable - used_in_cohort + borrowing_limit, cohort_free)
+
+
 def team_uses(pool_ids: list[int] | None = None, *, now: datetime | None = None) -> dict[int, dict[int, TeamUse]]:
     """Per pool (all of them when `pool_ids` is None) and team: GPUs reserved there now, how many of them it lends, how
-    many its jobs holding quota use. Two queries."""
+    many its jobs use there (`JobQuerySet.in_use`: in the pool that admitted them). Two queries."""
     from jobs.models import Job
 
     from .models import Pool, Reservation
@@ -106,15 +121,7 @@ def team_uses(pool_ids: list[int] | None = None, *, now: datetime | None = None)
         )
         row["reserved"] += reservation.gpus
         row["lendable"] += reservation.lendable_gpus
-    held = (
-        Job.objects.holding_quota()
-        .annotate(in_pool=Case(When(admitted_pool__isnull=False, then=F("admitted_pool")), default=F("pool")))
-        .filter(in_pool__in=pools.values("pk"))
-        .values("in_pool", "team")
-        .annotate(total=Sum("total_gpus"))
-        .values_list("in_pool", "team", "total")
-    )
-    for pool_id, team_id, total in held:
+    for (team_id, pool_id), total in Job.objects.gpus_in_use(pools=pools.values("pk")).items():
         rows.setdefault(pool_id, {}).setdefault(team_id, {"reserved": 0, "lendable": 0, "used": 0})["used"] = total
     return {
         pool_id: {team_id: TeamUse(team_id=team_id, **row) for team_id, row in teams.items()}
@@ -122,14 +129,17 @@ def team_uses(pool_ids: list[int] | None = None, *, now: datetime | None = None)
     }
 
 
-def pool_lending(pool_ids: list[int] | None = None, *, now: datetime | None = None) -> dict[int, PoolLending]:
-    """`PoolLending` per pool (reserved pools only; all of them when `pool_ids` is None). Three queries."""
+def pool_lending(
+    pool_ids: list[int] | None = None, *, now: datetime | None = None, uses: dict | None = None
+) -> dict[int, PoolLending]:
+    """`PoolLending` per pool (all of them when `pool_ids` is None). Three queries; one when the caller passes the
+    `team_uses` of the same pools."""
     from pools.kueue import gpus_per_node_by_pool
 
     from .models import Pool
 
     pools = Pool.objects.all() if pool_ids is None else Pool.objects.filter(pk__in=pool_ids)
-    uses = team_uses(pool_ids, now=now)
+    uses = team_uses(pool_ids, now=now) if uses is None else uses
     per_node = None
     result = {}
     for pool in pools:

@@ -264,15 +264,16 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
 
 
 def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> None:
-    """Refuse a quota below the GPUs the team's admitted jobs hold in the pool now, naming those jobs.
+    """Refuse a quota below the GPUs the team's jobs hold in the pool now (`JobQuerySet.in_use`: the jobs Kueue
+    admitted there, whatever their home pool), naming those jobs.
 
     Kueue admits independently of this lock, so a job admitted meanwhile can still push usage above the new quota
     until it finishes; Kueue then admits nothing more until usage is below it."""
     from jobs.models import Job
 
     jobs = list(
-        Job.objects.filter(team=team, pool=pool)
-        .holding_quota()
+        Job.objects.filter(team=team)
+        .in_use(pools=[pool])
         .order_by("-total_gpus", "id")
         .values_list("id", "name", "total_gpus", "state")
     )

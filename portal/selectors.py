@@ -32,9 +32,15 @@ def team_usage(team: Team, *, now) -> dict:
         .annotate(total=Sum("gpus"))
         .values_list("pool_id", "total")
     )
-    jobs = Job.objects.filter(team=team).values("pool_id").order_by()
-    in_use = dict(jobs.holding_quota().annotate(total=Sum("total_gpus")).values_list("pool_id", "total"))
-    queued = dict(jobs.filter(state=JobState.QUEUED).annotate(total=Sum("total_gpus")).values_list("pool_id", "total"))
+    jobs = Job.objects.filter(team=team)
+    in_use = {pool_id: gpus for (_team, pool_id), gpus in jobs.gpus_in_use().items()}
+    queued = dict(
+        jobs.filter(state=JobState.QUEUED)
+        .values("pool_id")
+        .annotate(total=Sum("total_gpus"))
+        .values_list("pool_id", "total")
+        .order_by()
+    )
     month = {
         row["pool_id"]: row
         for row in DailyUsage.objects.filter(team=team, day__gte=now.date().replace(day=1), day__lte=now.date())

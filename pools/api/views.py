@@ -1,8 +1,7 @@
 """Pools, nodes, occupancy, reservations, quotas and namespace limits. Everyone signed in reads pools, nodes and
 occupancy; team-scoped rows are filtered by `visible_to`; only platform admins write, through `pools.services`."""
 
-from django.db.models import IntegerField, OuterRef, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import OuterRef
 from django.shortcuts import get_object_or_404
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -246,17 +245,10 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     ordering = ["team__name", "pool__name"]
 
     def get_queryset(self):
-        in_use = (
-            Job.objects.filter(team=OuterRef("team"), pool=OuterRef("pool"))
-            .holding_quota()
-            .values("team")
-            .annotate(total=Sum("total_gpus"))
-            .values("total")
-        )
         return (
             Quota.objects.visible_to(self.request.user)
             .select_related("team", "pool")
-            .annotate(gpus_in_use=Coalesce(Subquery(in_use, output_field=IntegerField()), Value(0)))
+            .annotate(gpus_in_use=Job.objects.gpus_in_use_of(team=OuterRef("team"), pool=OuterRef("pool")))
             .order_by("team__name", "pool__name")
         )
 

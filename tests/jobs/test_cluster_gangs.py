@@ -249,7 +249,7 @@ def test_a_gang_whose_third_pod_cannot_start_in_time_gives_its_quota_back_and_is
     assert evicted["reason"] == "PodsReadyTimeout"
     event = gang.events.filter(to_state=JobState.QUEUED).last()
     assert "did not all start in time" in event.message
-    assert Job.objects.filter(team=cluster_team).gpus_held() == 0
+    assert Job.objects.filter(team=cluster_team).gpus_in_use() == {}
     # Meanwhile (Kueue's requeue backoff, 60 s from the eviction) it holds nothing.
     time.sleep(10)
     assert job_state(gang.pk) == JobState.QUEUED

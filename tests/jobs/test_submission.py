@@ -348,16 +348,19 @@ def test_kueue_messages_become_sentences_with_pool_names():
 def test_the_hint_for_a_queued_job_says_what_would_let_it_in():
     from jobs.reasons import quota_hint
 
-    assert quota_hint(in_use=0, quota=4, gpus=8) == "over team quota: it can never fit in 4 GPUs"
-    assert quota_hint(in_use=18, quota=20, gpus=8) == "starts when 6 GPUs of the team's quota are freed"
+    assert quota_hint(in_use=0, quota=4, gpus=8, available=4) == "over team quota: it can never fit in 4 GPUs"
+    assert quota_hint(in_use=18, quota=20, gpus=8, available=2) == "starts when 6 GPUs of the team's quota are freed"
     assert (
-        quota_hint(in_use=2, quota=20, gpus=1, position=3)
+        quota_hint(in_use=2, quota=20, gpus=1, position=3, available=18)
         == "the team's quota has room; 2 jobs of the team are ahead of it"
     )
-    # The quota has room and nothing is ahead: what is missing is the pool's GPUs it could borrow, whoever holds them
-    # (the team itself included), so the hint names no culprit.
-    assert quota_hint(in_use=18, quota=28, gpus=8, position=1) == (
-        "the team's quota has room, but the pool's GPUs it could borrow are in use: it starts when some are freed"
+    # The quota has room but the cohort has none: what is missing is its reservation or the pool's GPUs it could
+    # borrow, whoever holds them (the team itself included), so the hint names no culprit; its number is Kueue's.
+    assert quota_hint(in_use=18, quota=28, gpus=8, position=1, available=0) == (
+        "starts when 8 GPUs of the team's reservation or of what it may borrow are freed"
+    )
+    assert quota_hint(in_use=2, quota=20, gpus=1, position=1, available=18) == (
+        "the team's quota and the pool have room now: Kueue admits it at its next pass"
     )
 
 
