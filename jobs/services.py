@@ -427,6 +427,35 @@ def note_submit_problem(*, job_id: int, message: str | Words, attempt: int) -> N
 
 
 @transaction.atomic
+def mark_spilled(*, job_id: int, spill_pools: list[str]) -> bool:
+    """Record that a spill-after job's suspended Job now also allows its spill pools (`jobs.spill` patched it): the
+    one edge strict → soft of its placement, taken once and noted with why. A job already moved, or not spill-after,
+    is left as it is (False)."""
+    job = _locked(job_id)
+    if job.spilled or job.placement != Placement.SPILL_AFTER:
+        return False
+    job.spilled = True
+    job.save(update_fields=["spilled"])
+    JobEvent.note(
+        job=job,
+        message=Words(
+            gettext_noop("not admitted after %(minutes)d min: moved to soft placement (may run in %(pools)s)"),
+            {"minutes": job.spill_after_minutes, "pools": ", ".join(spill_pools)},
+        ),
+    )
+    return True
+
+
+@transaction.atomic
+def note_spill_problem(*, job_id: int, error: str) -> None:
+    """A spill-after job could not be moved to soft placement this time (the next check retries): noted."""
+    JobEvent.note(
+        job=_locked(job_id),
+        message=Words(gettext_noop("moving to soft placement failed, will retry: %(error)s"), {"error": error}),
+    )
+
+
+@transaction.atomic
 def fail_job(*, job_id: int, message: str | Words) -> None:
     job = _locked(job_id)
     if job.is_final:

@@ -3,23 +3,22 @@ to soft placement. A Job waiting for Kueue is suspended, and Kubernetes lets a s
 change: the portal replaces its affinity and tolerations (and the seed-000 annotations) so that they also match the
 home pool's spill pools. Kueue then sees a new pod template and may assign a spill pool's flavor. If Kueue admits
 the job at the same moment, the Job is no longer suspended and the apiserver refuses the change: the job simply
-runs in its home pool."""
+runs in its home pool. The job's own rows (`spilled`, the note saying why) are written by `jobs.services`."""
 
 import logging
 from datetime import timedelta
 
-from django.db import transaction
 from django.db.models import DurationField, ExpressionWrapper, F
 from django.utils import timezone
-from django.utils.translation import gettext_noop
 
 from cluster import resources
 from cluster.errors import ClusterError
 from cluster.manifests import ebcloud_annotations, scheduling_directives
 
+from . import services
 from .choices import JobState, Placement
 from .manifests import manifest_spec
-from .models import Job, JobEvent, Words
+from .models import Job
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +64,7 @@ def spill(job: Job) -> bool:
         if error.status in (409, 422):  # admitted (unsuspended) meanwhile: its template is fixed now
             return False
         raise
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        locked.spilled = True
-        locked.save(update_fields=["spilled"])
-        JobEvent.note(
-            job=locked,
-            message=Words(
-                gettext_noop("not admitted after %(minutes)d min: moved to soft placement (may run in %(pools)s)"),
-                {"minutes": job.spill_after_minutes, "pools": ", ".join(p.slug for p in soft.spill_pools)},
-            ),
-        )
-    return True
+    return services.mark_spilled(job_id=job.pk, spill_pools=[pool.slug for pool in soft.spill_pools])
 
 
 def spill_due_jobs() -> list[int]:
@@ -87,10 +75,5 @@ def spill_due_jobs() -> list[int]:
                 moved.append(job.pk)
         except ClusterError as error:
             log.warning("could not move job %s to soft placement: %s", job.pk, error)
-            JobEvent.note(
-                job=job,
-                message=Words(
-                    gettext_noop("moving to soft placement failed, will retry: %(error)s"), {"error": str(error)}
-                ),
-            )
+            services.note_spill_problem(job_id=job.pk, error=str(error))
     return moved
