@@ -15,16 +15,13 @@ from django.utils.translation import gettext_lazy as _
 
 from jobs.models import Words
 from pools.models import Pool
-from portal.models import Team
+from portal.models import Team, TeamScopedQuerySet
 
 from . import wording
 from .choices import InvoiceStatus, LineKind, LineUnit, unit_label
 
 
-class UsageIntervalQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "UsageIntervalQuerySet":
-        return self.filter(team__in=Team.objects.visible_to(user))
-
+class UsageIntervalQuerySet(TeamScopedQuerySet):
     def overlapping(self, starts_at, ends_at) -> "UsageIntervalQuerySet":
         return self.filter(Q(ended_at__isnull=True) | Q(ended_at__gt=starts_at), started_at__lt=ends_at)
 
@@ -212,10 +209,8 @@ class ClosedMonth(models.Model):
         return f"{self.month:%Y-%m}"
 
 
-class InvoiceQuerySet(models.QuerySet):
-    def led_by(self, user) -> "InvoiceQuerySet":
-        """Invoices of the teams whose billing `user` may see (their led teams; all for an admin)."""
-        return self.filter(team__in=Team.objects.led_by(user))
+class InvoiceQuerySet(TeamScopedQuerySet):
+    """`led_by`: invoices of the teams whose billing `user` may see (their led teams; all for an admin)."""
 
 
 class Invoice(models.Model):

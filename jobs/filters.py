@@ -13,6 +13,7 @@ from portal.models import Team
 
 from .choices import JobState, Placement
 from .models import Job
+from .selectors import users_of_visible_teams
 
 
 def _teams(request):
@@ -26,10 +27,7 @@ def _pools(request):
 def _submitters(request):
     if request is None:
         return get_user_model().objects.none()
-    users = get_user_model().objects.order_by("username")
-    if request.user.is_authenticated and request.user.is_admin:
-        return users
-    return users.filter(memberships__team__in=Team.objects.visible_to(request.user)).distinct()
+    return users_of_visible_teams(request.user)
 
 
 class JobFilterSet(django_filters.FilterSet):

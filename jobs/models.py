@@ -18,7 +18,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
-from portal.models import Team
+from portal.models import Team, TeamScopedQuerySet
 
 from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
 
@@ -77,11 +77,7 @@ def job_name_for(job_id: int) -> str:
     return f"rsv-{job_id}"
 
 
-class JobQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "JobQuerySet":
-        """Jobs of the teams `user` belongs to (all for a platform admin)."""
-        return self.filter(team__in=Team.objects.visible_to(user))
-
+class JobQuerySet(TeamScopedQuerySet):
     def holding_quota(self) -> "JobQuerySet":
         """Jobs Kueue has admitted: they hold GPUs of their team's quota. Where they hold them: `in_use`."""
         return self.filter(state__in=ADMITTED_STATES)
@@ -371,9 +367,8 @@ class Workload(models.Model):
         return f"{self.namespace}/{self.name}"
 
 
-class PodQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "PodQuerySet":
-        return self.filter(team__in=Team.objects.visible_to(user))
+class PodQuerySet(TeamScopedQuerySet):
+    pass
 
 
 class Pod(models.Model):
@@ -442,10 +437,8 @@ class SyncState(models.Model):
         return f"{self.resource}@{self.resource_version}"
 
 
-class JobTemplateQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "JobTemplateQuerySet":
-        """Templates of the teams `user` belongs to (all for a platform admin)."""
-        return self.filter(team__in=Team.objects.visible_to(user))
+class JobTemplateQuerySet(TeamScopedQuerySet):
+    pass
 
 
 class JobTemplate(models.Model):

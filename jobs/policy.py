@@ -26,7 +26,7 @@ NOT_WAITING_STATES = frozenset({JobState.RUNNING, *FINAL_STATES})
 def may_use_high_priority(*, user, team: Team) -> bool:
     if user.is_admin or team.allow_high_priority:
         return True
-    return team.memberships.filter(user=user, role=Role.LEAD).exists()
+    return team.has_member(user, roles=[Role.LEAD])
 
 
 def waiting_jobs(team: Team) -> int:

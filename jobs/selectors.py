@@ -22,7 +22,7 @@ from cluster.manifests import LABEL_JOB_ID
 from pools.lending import TeamUse, available_to, pool_lending, team_uses
 from pools.models import Node, Pool, Quota
 from pools.occupancy import GangFit, Occupancy, gang_fit, pool_occupancy
-from portal.models import Team, User
+from portal.models import Membership, Team, User
 
 from . import reasons
 from .choices import JobState, Placement
@@ -62,11 +62,10 @@ def jobs_for_list(user):
 
 
 def users_of_visible_teams(user):
-    return (
-        User.objects.filter(memberships__team__in=Team.objects.visible_to(user)).distinct().order_by("username")
-        if not user.is_admin
-        else User.objects.order_by("username")
-    )
+    """Who may appear as a submitter to `user`: the members of the teams they see (everyone for an admin)."""
+    if user.is_authenticated and user.is_admin:
+        return User.objects.order_by("username")
+    return User.objects.filter(pk__in=Membership.objects.visible_to(user).values("user")).order_by("username")
 
 
 def job_page_for(user, job_id: int) -> Job:

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 def _can_submit(user, team: Team) -> bool:
     if user.is_admin:
         return True
-    return team.memberships.filter(user=user, role__in=[Role.RESEARCHER, Role.LEAD]).exists()
+    return team.has_member(user, roles=[Role.RESEARCHER, Role.LEAD])
 
 
 def gpus_in_use(*, team: Team, pool: Pool) -> int:

@@ -16,7 +16,7 @@ from django.utils.formats import date_format
 from django.utils.translation import gettext_lazy as _
 
 from cluster.kueue import MAX_FLAVOR_NODE_LABELS, MAX_FLAVOR_TOLERATIONS
-from portal.models import SLUG_VALIDATOR, Team
+from portal.models import SLUG_VALIDATOR, Team, TeamScopedQuerySet
 
 from .choices import QUOTA_REQUEST_TRANSITIONS, Lending, PoolKind, QuotaRequestState, TaintEffect, lendable_gpus
 
@@ -229,10 +229,7 @@ class Node(models.Model):
         return self.name
 
 
-class ReservationQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "ReservationQuerySet":
-        return self.filter(team__in=Team.objects.visible_to(user))
-
+class ReservationQuerySet(TeamScopedQuerySet):
     def active_at(self, moment) -> "ReservationQuerySet":
         return self.filter(starts_at__lte=moment, ends_at__gt=moment)
 
@@ -339,9 +336,8 @@ class LendingChange(models.Model):
         return f"{self.reservation}: {self.get_lending_display()} from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
-class QuotaQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "QuotaQuerySet":
-        return self.filter(team__in=Team.objects.visible_to(user))
+class QuotaQuerySet(TeamScopedQuerySet):
+    pass
 
 
 class Quota(models.Model):
@@ -461,10 +457,10 @@ class TeamNamespace(models.Model):
         return self.applied_version >= self.desired_version
 
 
-class QuotaRequestQuerySet(models.QuerySet):
+class QuotaRequestQuerySet(TeamScopedQuerySet):
     def visible_to(self, user) -> "QuotaRequestQuerySet":
         """A lead sees the requests of the teams they lead; a platform admin sees every request."""
-        return self.filter(team__in=Team.objects.led_by(user))
+        return self.led_by(user)
 
     def pending(self) -> "QuotaRequestQuerySet":
         return self.filter(state=QuotaRequestState.PENDING)

@@ -4,6 +4,7 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
 from .choices import Role
+from .models import Membership
 
 
 def navigation(request) -> dict:
@@ -11,7 +12,7 @@ def navigation(request) -> dict:
     if user is None or not user.is_authenticated:
         return {"nav_items": [], "nav_is_admin": False, "nav_is_lead": False}
     is_admin = user.is_admin
-    is_lead = is_admin or user.memberships.filter(role=Role.LEAD).exists()
+    is_lead = is_admin or Membership.objects.of(user, roles=[Role.LEAD]).exists()
     items = [
         {"label": _("Overview"), "url": reverse("portal:home"), "key": "home"},
         {"label": _("Pools"), "url": reverse("pools:pool_list"), "key": "pools"},

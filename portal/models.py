@@ -37,21 +37,35 @@ class User(AbstractUser):
 
 
 class TeamQuerySet(models.QuerySet):
+    def with_member(self, user, *, roles=None) -> "TeamQuerySet":
+        """Teams `user` is a member of (in one of `roles` when given): `MembershipQuerySet.of`, whatever the user's
+        admin rights."""
+        return self.filter(pk__in=Membership.objects.of(user, roles=roles).values("team"))
+
     def visible_to(self, user) -> "TeamQuerySet":
         """Teams `user` may see: all of them for a platform admin, else the teams they are a member of."""
-        if not user.is_authenticated:
-            return self.none()
-        if user.is_admin:
+        if user.is_authenticated and user.is_admin:
             return self.all()
-        return self.filter(memberships__user=user).distinct()
+        return self.with_member(user)
 
     def led_by(self, user) -> "TeamQuerySet":
         """Teams whose billing and usage `user` may see: led teams, or all for an admin."""
-        if not user.is_authenticated:
-            return self.none()
-        if user.is_admin:
+        if user.is_authenticated and user.is_admin:
             return self.all()
-        return self.filter(memberships__user=user, memberships__role=Role.LEAD).distinct()
+        return self.with_member(user, roles=[Role.LEAD])
+
+
+class TeamScopedQuerySet(models.QuerySet):
+    """Rows that belong to one team (a `team` foreign key): what a user may see of them is what they may see of
+    their team. Every app's team-scoped queryset inherits these two rules rather than spelling them again."""
+
+    def visible_to(self, user):
+        """Rows of the teams `user` belongs to (all for a platform admin): `TeamQuerySet.visible_to`."""
+        return self.filter(team__in=Team.objects.visible_to(user))
+
+    def led_by(self, user):
+        """Rows of the teams `user` leads (all for a platform admin): `TeamQuerySet.led_by`."""
+        return self.filter(team__in=Team.objects.led_by(user))
 
 
 class Team(models.Model):
@@ -96,9 +110,29 @@ class Team(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def has_member(self, user, *, roles=None) -> bool:
+        """Whether `user` is a member of the team (in one of `roles` when given): `MembershipQuerySet.of`. Admin
+        rights are not membership: callers that let admins in say so themselves."""
+        return Membership.objects.of(user, roles=roles).filter(team=self).exists()
+
     @property
     def namespace(self) -> str:
         return f"{settings.TEAM_NAMESPACE_PREFIX}{self.slug}"
+
+
+class MembershipQuerySet(models.QuerySet):
+    def of(self, user, *, roles=None) -> "MembershipQuerySet":
+        """The one rule of "is a member of the team": the memberships of `user` (none for a visitor who is not signed
+        in), only those in one of `roles` when given. Every visibility rule reads it: `TeamQuerySet.with_member`,
+        `visible_to`, `led_by`, `Team.has_member`, and through them every app's `visible_to`."""
+        if not user.is_authenticated:
+            return self.none()
+        memberships = self.filter(user=user)
+        return memberships if roles is None else memberships.filter(role__in=list(roles))
+
+    def visible_to(self, user) -> "MembershipQuerySet":
+        """Memberships of the teams `user` may see (who is in them, with which role)."""
+        return self.filter(team__in=Team.objects.visible_to(user))
 
 
 class Membership(models.Model):
@@ -110,6 +144,8 @@ class Membership(models.Model):
     team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(_("role"), max_length=20, choices=Role.choices, default=Role.RESEARCHER)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    objects = MembershipQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("membership")

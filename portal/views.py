@@ -101,7 +101,7 @@ def _team_page(
     """The team page, with the quota request form (a fresh one, or `form` as posted with its errors) and a lending
     form per reservation the user may change (fresh, or `lending_form` as posted with its errors)."""
     user = request.user
-    is_lead = team.memberships.filter(user=user, role=Role.LEAD).exists()
+    is_lead = team.has_member(user, roles=[Role.LEAD])
     lending = pool_selectors.team_lending(team, user)
     # What lending earned this month is money: shown to those who see the team's bill (its leads and admins).
     earned = billing_selectors.earned_this_month(team=team, now=timezone.now()) if is_lead or user.is_admin else None

@@ -15,7 +15,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from portal.models import Team
+from portal.models import Team, TeamScopedQuerySet
 
 from .choices import VOLUME_TRANSITIONS, AccessMode, SecretKind, VolumeSource, VolumeState
 
@@ -29,14 +29,13 @@ STORAGE_CLASS_VALIDATOR = RegexValidator(
 MAX_VOLUME_GIB = 1024 * 1024
 
 
-class TeamDataQuerySet(models.QuerySet):
-    def visible_to(self, user) -> "TeamDataQuerySet":
-        """Of the teams `user` belongs to (all for a platform admin): members read them and use them in jobs."""
-        return self.filter(team__in=Team.objects.visible_to(user))
+class TeamDataQuerySet(TeamScopedQuerySet):
+    """`visible_to`: of the teams `user` belongs to (all for a platform admin): members read them and use them in
+    jobs."""
 
     def managed_by(self, user) -> "TeamDataQuerySet":
         """Of the teams `user` leads (all for a platform admin): those they may register, rotate and remove."""
-        return self.filter(team__in=Team.objects.led_by(user))
+        return self.led_by(user)
 
 
 class TeamVolume(models.Model):

@@ -60,7 +60,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         return (
-            Membership.objects.filter(team__in=Team.objects.visible_to(self.request.user))
+            Membership.objects.visible_to(self.request.user)
             .select_related("team", "user")
             .order_by("team__name", "user__username")
         )
