@@ -10,7 +10,7 @@ again.
 from django.conf import settings
 from django.contrib.postgres.indexes import GistIndex
 from django.db import models
-from django.db.models import F, Func, Q, Value
+from django.db.models import F, Func, Q, Sum, Value
 from django.utils.translation import gettext_lazy as _
 
 from jobs.models import Words
@@ -19,6 +19,7 @@ from portal.models import Team, TeamScopedQuerySet
 
 from . import wording
 from .choices import InvoiceStatus, LineKind, LineUnit, unit_label
+from .periods import next_month
 
 
 class UsageIntervalQuerySet(TeamScopedQuerySet):
@@ -79,6 +80,30 @@ class UsageInterval(models.Model):
 
 
 GPU_SECONDS = {"max_digits": 24, "decimal_places": 6}
+# The figures of a month (or any span of days) summed from the daily rollups, by the names pages, exports, the API,
+# alerts and invoices read them under (`DailyUsageQuerySet.month_sums`).
+FIGURE_SUMS = {
+    "reserved": Sum("reserved_gpu_seconds"),
+    "in_reservation": Sum("in_reservation_gpu_seconds"),
+    "overage": Sum("overage_gpu_seconds"),
+    "spill": Sum("spill_gpu_seconds"),
+    "lent": Sum("lent_gpu_seconds"),
+    "borrowed": Sum("borrowed_gpu_seconds"),
+    "unreserved": Sum("unreserved_gpu_seconds"),
+}
+
+
+class DailyUsageQuerySet(models.QuerySet):
+    def month_sums(self, month, *, by=("team_id", "pool_id"), through=None):
+        """The month's totals, the one rule: this queryset's rollups of the UTC calendar month `month` (the date of
+        its first day), up to the day `through` (included) when given, summed per `by` (fields of the rollup, e.g.
+        team and pool, pool, or day) into exact GPU-seconds named as in `FIGURE_SUMS`. Rows come as dicts of `by`
+        and the figures, ordered by `by`; a group without rollups is not in the answer. Every page, export, API
+        view, alert and invoice that shows a month's figures reads them here."""
+        rows = self.filter(day__gte=month, day__lt=next_month(month))
+        if through is not None:
+            rows = rows.filter(day__lte=through)
+        return rows.values(*by).annotate(**FIGURE_SUMS).order_by(*by)
 
 
 class DailyUsage(models.Model):
@@ -103,6 +128,8 @@ class DailyUsage(models.Model):
     borrowed_gpu_seconds = models.DecimalField(_("borrowed GPU-seconds"), default=0, **GPU_SECONDS)
     unreserved_gpu_seconds = models.DecimalField(_("GPU-seconds served by unreserved GPUs"), default=0, **GPU_SECONDS)
     computed_at = models.DateTimeField(_("computed at"))
+
+    objects = DailyUsageQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("daily usage")

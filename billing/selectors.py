@@ -10,7 +10,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from django.db.models import Max, Min, Sum
+from django.db.models import Max, Min
 from django.utils.formats import date_format, number_format
 from django.utils.translation import gettext as _
 
@@ -20,21 +20,11 @@ from portal.models import Team
 
 from . import services
 from .choices import InvoiceStatus, LineKind
-from .models import DailyUsage, Invoice, InvoiceLine, MeteredDay
+from .models import FIGURE_SUMS, DailyUsage, Invoice, InvoiceLine, MeteredDay
 from .money import hourly_cost, hours, ratio, round_half_up, to_cents
 from .periods import month_bounds, month_of, next_month, seconds
 
 ZERO = Decimal(0)
-# The month figures of any set of daily rollups (one rule for every page, export and API).
-FIGURE_SUMS = {
-    "reserved": Sum("reserved_gpu_seconds"),
-    "in_reservation": Sum("in_reservation_gpu_seconds"),
-    "overage": Sum("overage_gpu_seconds"),
-    "spill": Sum("spill_gpu_seconds"),
-    "lent": Sum("lent_gpu_seconds"),
-    "borrowed": Sum("borrowed_gpu_seconds"),
-    "unreserved": Sum("unreserved_gpu_seconds"),
-}
 
 
 @dataclass
@@ -90,10 +80,6 @@ def _figures(row) -> Figures:
     return Figures(**{name: row[name] or ZERO for name in FIGURE_SUMS})
 
 
-def _month_rows(month: date):
-    return DailyUsage.objects.filter(day__gte=month, day__lt=next_month(month))
-
-
 def metered_until(month: date) -> datetime | None:
     """Up to when the month's rollups are metered (the earliest day's metered moment if one lags behind)."""
     days = MeteredDay.objects.filter(day__gte=month, day__lt=next_month(month))
@@ -127,10 +113,8 @@ class TeamMonth:
 
 def team_month(*, team: Team, month: date, now: datetime) -> TeamMonth:
     """Everything the team billing page and exports show for one team and month, from rollups and invoices."""
-    rows = _month_rows(month).filter(team=team)
-    per_pool = rows.values("pool_id").annotate(
-        **FIGURE_SUMS,
-    )
+    rows = DailyUsage.objects.filter(team=team)
+    per_pool = rows.month_sums(month, by=("pool_id",))
     pools = Pool.objects.in_bulk([row["pool_id"] for row in per_pool])
     totals = Figures()
     pool_rows = []
@@ -139,12 +123,7 @@ def team_month(*, team: Team, month: date, now: datetime) -> TeamMonth:
         totals.add(figures)
         pool = pools[row["pool_id"]]
         pool_rows.append({"pool": pool, "kind": pool.kind, **figures.as_hours()})
-    per_day = {
-        row["day"]: _figures(row)
-        for row in rows.values("day").annotate(
-            **FIGURE_SUMS,
-        )
-    }
+    per_day = {row["day"]: _figures(row) for row in rows.month_sums(month, by=("day",))}
     daily = []
     day = month
     while day < next_month(month):
@@ -266,10 +245,8 @@ def usage_rows(*, teams, month: date) -> list[dict]:
     """Month figures per team and pool for the API: one dict per (team, pool) with rollups in the month. The
     lending credit is the one invoiced (a closed month's never changes), else lent × the pool's lending price."""
     rows = (
-        _month_rows(month)
-        .filter(team__in=teams)
-        .values("team_id", "team__slug", "pool_id", "pool__slug", "pool__kind")
-        .annotate(**FIGURE_SUMS)
+        DailyUsage.objects.filter(team__in=teams)
+        .month_sums(month, by=("team_id", "team__slug", "pool_id", "pool__slug", "pool__kind"))
         .order_by("team__slug", "pool__slug")
     )
     invoiced = {
@@ -304,13 +281,7 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
     until = min(end, now)
     elapsed = seconds(until - start) if until > start else ZERO
     month_seconds = seconds(end - start)
-    per_team_pool = (
-        _month_rows(month)
-        .values("team_id", "pool_id")
-        .annotate(
-            **FIGURE_SUMS,
-        )
-    )
+    per_team_pool = DailyUsage.objects.month_sums(month)
     by_pool: dict[int, list] = defaultdict(list)
     team_usage: dict[int, Figures] = defaultdict(Figures)
     for row in per_team_pool:
@@ -372,12 +343,7 @@ def earned_this_month(*, team: Team, now: datetime) -> dict[int, dict]:
 
 def earned_this_month_by_team(team_ids, *, now: datetime) -> dict[tuple[int, int], dict]:
     """`earned_this_month` for several teams at once (two queries): {(team id, pool id): {...}}."""
-    rows = (
-        _month_rows(month_of(now))
-        .filter(team_id__in=team_ids, lent_gpu_seconds__gt=0)
-        .values("team_id", "pool_id")
-        .annotate(lent=FIGURE_SUMS["lent"])
-    )
+    rows = DailyUsage.objects.filter(team_id__in=team_ids, lent_gpu_seconds__gt=0).month_sums(month_of(now))
     pools = Pool.objects.in_bulk({row["pool_id"] for row in rows})
     return {
         (row["team_id"], row["pool_id"]): {

@@ -179,23 +179,10 @@ def _described(words: Words | str) -> dict:
 
 
 def month_usage_seconds(*, month: date, team_ids: list[int] | None = None) -> dict[tuple[int, int], dict]:
-    """Σ of the month's daily rollups per (team id, pool id): exact GPU-seconds R, U, O, S, lent, borrowed and
-    served by unreserved GPUs."""
-    first = month
-    last = next_month(month) - timedelta(days=1)
-    rows = DailyUsage.objects.filter(day__gte=first, day__lte=last)
-    if team_ids is not None:
-        rows = rows.filter(team_id__in=team_ids)
-    totals = rows.values("team_id", "pool_id").annotate(
-        reserved=Sum("reserved_gpu_seconds"),
-        in_reservation=Sum("in_reservation_gpu_seconds"),
-        overage=Sum("overage_gpu_seconds"),
-        spill=Sum("spill_gpu_seconds"),
-        lent=Sum("lent_gpu_seconds"),
-        borrowed=Sum("borrowed_gpu_seconds"),
-        unreserved=Sum("unreserved_gpu_seconds"),
-    )
-    return {(row["team_id"], row["pool_id"]): row for row in totals}
+    """Σ of the month's daily rollups per (team id, pool id) (`DailyUsageQuerySet.month_sums`): exact GPU-seconds R,
+    U, O, S, lent, borrowed and served by unreserved GPUs."""
+    rows = DailyUsage.objects.all() if team_ids is None else DailyUsage.objects.filter(team_id__in=team_ids)
+    return {(row["team_id"], row["pool_id"]): row for row in rows.month_sums(month)}
 
 
 def reservation_fee(reservation: Reservation, *, month: date, until: datetime) -> tuple[Fraction, Decimal]:

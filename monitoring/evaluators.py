@@ -11,6 +11,7 @@ from django.db.models import Count, Q, Sum
 from django.utils.translation import gettext_noop
 
 from billing.models import DailyUsage
+from billing.periods import month_of
 from jobs.choices import JobState
 from jobs.models import Job, Pod, Words
 from pools.choices import PoolKind
@@ -139,23 +140,16 @@ def failure_rate(now: datetime) -> list[Observation]:
 
 
 def _month_figures(now: datetime) -> list[dict]:
-    month_start = now.date().replace(day=1)
+    """Per team, the month's figures metered so far (`DailyUsageQuerySet.month_sums`, days up to today)."""
     return list(
-        DailyUsage.objects.filter(day__gte=month_start, day__lte=now.date())
-        .values("team_id", "team__slug", "team__name")
-        .annotate(
-            reserved=Sum("reserved_gpu_seconds"),
-            used_in=Sum("in_reservation_gpu_seconds"),
-            overage=Sum("overage_gpu_seconds"),
-            spill=Sum("spill_gpu_seconds"),
-        )
+        DailyUsage.objects.month_sums(month_of(now), by=("team_id", "team__slug", "team__name"), through=now.date())
     )
 
 
 def spill_ratio(now: datetime) -> list[Observation]:
     observations = []
     for row in _month_figures(now):
-        used = row["used_in"] + row["overage"] + row["spill"]
+        used = row["in_reservation"] + row["overage"] + row["spill"]
         if used > 0:
             observations.append(
                 Observation(
@@ -178,7 +172,7 @@ def reservation_wasted(now: datetime) -> list[Observation]:
                     AlertKind.RESERVATION_WASTED,
                     f"team:{row['team__slug']}",
                     Words(gettext_noop("reservation of team %(team)s"), {"team": row["team__name"]}),
-                    round(float(100 * row["used_in"] / row["reserved"]), 2),
+                    round(float(100 * row["in_reservation"] / row["reserved"]), 2),
                     team_id=row["team_id"],
                     gate=row["spill"] > 0,
                 )  # fmt: skip

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from django.db import connection
-from django.db.models import F, Sum
+from django.db.models import Sum
 from django.utils import timezone
 
 from portal.models import Team
@@ -162,20 +162,13 @@ def _node_strips(pool_ids: list[int], key: TeamKey, other_label: str) -> dict[in
 def _month_usage(now: datetime) -> dict[int, tuple[Decimal, Decimal]]:
     """Per pool, (reserved, used) GPU-hours metered so far this month (billing's daily rollups)."""
     from billing.models import DailyUsage
+    from billing.periods import month_of
 
-    month_start = now.date().replace(day=1)
-    rows = (
-        DailyUsage.objects.filter(day__gte=month_start, day__lte=now.date())
-        .values("pool_id")
-        .annotate(
-            reserved=Sum("reserved_gpu_seconds"),
-            used=Sum(F("in_reservation_gpu_seconds") + F("overage_gpu_seconds") + F("spill_gpu_seconds")),
-        )
-    )
+    rows = DailyUsage.objects.month_sums(month_of(now), by=("pool_id",), through=now.date())
     return {
         row["pool_id"]: (
             (row["reserved"] / SECONDS_PER_HOUR).quantize(Decimal("0.1")),
-            (row["used"] / SECONDS_PER_HOUR).quantize(Decimal("0.1")),
+            ((row["in_reservation"] + row["overage"] + row["spill"]) / SECONDS_PER_HOUR).quantize(Decimal("0.1")),
         )
         for row in rows
     }

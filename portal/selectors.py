@@ -17,9 +17,10 @@ def team_usage(team: Team, *, now) -> dict:
     metered reserved and used GPU-hours; then its members. A fixed number of queries."""
     from decimal import Decimal
 
-    from django.db.models import F, Sum
+    from django.db.models import Sum
 
     from billing.models import DailyUsage
+    from billing.periods import month_of
     from jobs.choices import JobState
     from jobs.models import Job
     from pools.models import Pool, Quota, Reservation
@@ -42,14 +43,8 @@ def team_usage(team: Team, *, now) -> dict:
         .order_by()
     )
     month = {
-        row["pool_id"]: row
-        for row in DailyUsage.objects.filter(team=team, day__gte=now.date().replace(day=1), day__lte=now.date())
-        .values("pool_id")
-        .annotate(
-            reserved=Sum("reserved_gpu_seconds"),
-            inside=Sum("in_reservation_gpu_seconds"),
-            used=Sum(F("in_reservation_gpu_seconds") + F("overage_gpu_seconds") + F("spill_gpu_seconds")),
-        )
+        row["pool_id"]: {**row, "used": row["in_reservation"] + row["overage"] + row["spill"]}
+        for row in DailyUsage.objects.filter(team=team).month_sums(month_of(now), by=("pool_id",), through=now.date())
     }
     pool_ids = set(quotas) | set(reserved) | set(in_use) | set(queued) | set(month)
     hour = Decimal(3600)
@@ -59,7 +54,7 @@ def team_usage(team: Team, *, now) -> dict:
         using = in_use.get(pool.pk, 0)
         metered = month.get(pool.pk, {})
         month_reserved = (metered.get("reserved") or Decimal(0)) / hour
-        month_inside = (metered.get("inside") or Decimal(0)) / hour
+        month_inside = (metered.get("in_reservation") or Decimal(0)) / hour
         rows.append(
             {
                 "pool": pool,
