@@ -10,6 +10,7 @@ reservations are set to lend none here so that the only lender is the test's. Th
 left unreserved.
 """
 
+import re
 import time
 from datetime import timedelta
 from decimal import Decimal
@@ -26,11 +27,12 @@ from cluster import client
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, Workload
-from jobs.selectors import borrowed_gpus
+from jobs.selectors import borrowed_gpus, pending_overview
 from pools import services as pool_services
 from pools.choices import Lending
 from pools.lending import pool_lending
 from pools.models import Pool, Reservation
+from portal.models import User
 from tests.clusterkit import integration_team, lend_none, set_quota, wait_for
 from tests.jobs.test_kueue_admission import reserve, submit, wait_state
 
@@ -65,6 +67,15 @@ def stays_queued(job, seconds: float = 8) -> Job:
     job = Job.objects.get(pk=job.pk)
     assert job.state == JobState.QUEUED, (job.state, job.pending_reason)
     return job
+
+
+def pending_numbers(job) -> tuple[list[int], list[int]]:
+    """The GPU counts the pending page's reason and hint for `job` name, as an admin sees them."""
+    [row] = [row for row in pending_overview(User.objects.get(username="admin")).page if row.job_id == job.pk]
+    return (
+        [int(n) for n in re.findall(r"(\d+) more GPUs? needed", row.reason)],
+        [int(n) for n in re.findall(r"starts when (\d+) GPUs?", row.hint)],
+    )
 
 
 def seconds(delta: timedelta) -> Decimal:
@@ -105,8 +116,13 @@ def test_a_borrower_runs_on_lent_gpus_until_the_lender_takes_them_back(cluster_s
     requeued = borrowing.events.filter(to_state=JobState.QUEUED).last()
     assert f"{lender.name} reclaimed GPUs of its reservation" in requeued.message
     assert borrowed_gpus([own]) == {}  # inside its own reservation
-    # The borrower waits again: 8 GPUs no longer fit in the 4 unreserved ones.
+    # The borrower waits again: 8 GPUs no longer fit in the 4 unreserved ones. The pending page's reason (Kueue's
+    # "N more needed") and hint ("starts when N GPUs ... are freed") say the same N, from the same numbers.
     assert stays_queued(borrowing, seconds=5).state == JobState.QUEUED
+    wait_for(
+        lambda: pending_numbers(borrowing) == ([4], [4]),
+        what=f"the pending page to agree with Kueue: {pending_numbers(borrowing)}",
+    )
     assert Job.objects.get(pk=own.pk).preemptions == 0
     assert reservation.lending == Lending.IDLE
 
