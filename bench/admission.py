@@ -130,6 +130,10 @@ class Layout:
     elastic_gpus: int
 
 
+def team_slug(index: int) -> str:
+    return f"bench-{index:03d}"
+
+
 def make_portal_rows(teams: int, reserved_nodes: int, elastic_nodes: int) -> tuple[Layout, list]:
     from django.utils import timezone
 
@@ -152,7 +156,7 @@ def make_portal_rows(teams: int, reserved_nodes: int, elastic_nodes: int) -> tup
         [User(username=f"bench-researcher-{index:03d}", password="!") for index in range(teams)]  # noqa: S106
     )
     team_rows = Team.objects.bulk_create(
-        [Team(slug=f"bench-{index:03d}", name=f"Bench team {index:03d}") for index in range(teams)]
+        [Team(slug=team_slug(index), name=f"Bench team {index:03d}") for index in range(teams)]
     )
     Membership.objects.bulk_create(
         [Membership(user=user, team=team, role=Role.RESEARCHER) for user, team in zip(users, team_rows, strict=True)]
@@ -417,6 +421,8 @@ def main() -> int:
         args, args.nodes, args.elastic_share, log, args.node_lease_seconds
     )
     pipeline.setup_django(env, cluster)
+    if args.shared_cluster:
+        pipeline.clear_earlier_runs([team_slug(index) for index in range(args.teams)], log)
     from pools import kueue as kueue_projection
     from portal.celery import app as celery_app
 

@@ -83,7 +83,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench import harness, pipeline  # noqa: E402
 from bench.exchange_replay import measure, money, replay  # noqa: E402
-from bench.exchange_trace import make_shift_trace, make_trace, reservation_sizes, trace_summary  # noqa: E402
+from bench.exchange_trace import SHARES, make_shift_trace, make_trace, reservation_sizes, trace_summary  # noqa: E402
 from bench.harness import NUMBER, NUMBER_OR_NONE, Run  # noqa: E402
 from bench.pipeline import GPUS_PER_NODE, RESERVED_POOL, make_bench_pools  # noqa: E402
 
@@ -144,6 +144,10 @@ log = harness.logger("exchange")
 # === The portal's rows =============================================================================================
 
 
+def team_slug(index: int) -> str:
+    return f"exchange-{'abc'[index]}"
+
+
 def make_portal_rows(reserved_nodes: int, elastic_nodes: int, elastic_quota: int):
     from django.utils import timezone
 
@@ -158,7 +162,7 @@ def make_portal_rows(reserved_nodes: int, elastic_nodes: int, elastic_quota: int
     teams = []
     for index, reserved_gpus in enumerate(gpus):
         user = User.objects.create(username=f"exchange-lead-{index}", password="!")  # noqa: S106
-        team = Team.objects.create(slug=f"exchange-{'abc'[index]}", name=f"Exchange team {'ABC'[index]}")
+        team = Team.objects.create(slug=team_slug(index), name=f"Exchange team {'ABC'[index]}")
         Membership.objects.create(user=user, team=team, role=Role.LEAD)
         pool_services.set_namespace_limits(
             team=team, max_pods=200, requests_cpu_millicores=128_000, requests_memory_mib=512 * 1024
@@ -250,6 +254,8 @@ def main() -> int:
     nodes = args.reserved_nodes + args.elastic_nodes
     cluster, reserved_nodes, elastic_nodes = pipeline.start_cluster(args, nodes, args.elastic_nodes / nodes, log)
     pipeline.setup_django(env, cluster)
+    if args.shared_cluster:
+        pipeline.clear_earlier_runs([team_slug(index) for index in range(len(SHARES))], log)
     from pools import kueue as kueue_projection
     from portal.celery import app as celery_app
 

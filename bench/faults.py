@@ -53,7 +53,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench import harness  # noqa: E402
+from bench import harness, pipeline  # noqa: E402
 from bench.faults_load import CANCEL_EVERY, POOL, TEAM, Api, Burst, run_burst  # noqa: E402
 from bench.faults_services import PG_CLUSTER, Portal, Postgres, Redis  # noqa: E402
 from bench.faults_verdict import ClusterRecorder, final_everywhere, outbox_pending, settled, usage_comparison, verdict  # noqa: E402
@@ -138,6 +138,8 @@ class Bench:
         import django
 
         django.setup()
+        if self.args.shared_cluster:
+            pipeline.clear_earlier_runs([TEAM], log)
         token = self._seed_team()
         self.portal = Portal(env, self.logs)
         for name in ("web", "worker", "beat", "outbox", "sync"):

@@ -106,6 +106,35 @@ def setup_django(env: dict, cluster) -> None:
     settings.KUBECONFIG = env["KUBECONFIG"]
 
 
+def clear_earlier_runs(team_slugs: list[str], log, timeout: float = 180) -> None:
+    """On a shared cluster (--shared-cluster), delete the team namespaces an earlier run of the benchmark left: their
+    Jobs bear the names this run's jobs will get (`rsv-<job id>`, the ids starting at 1 again in a fresh database), so
+    a job of this run would be taken as created and never run. Their pods are released from the portal's usage
+    finalizer first (no sync records them any more); returns once every one of them is gone."""
+    from django.conf import settings
+
+    from cluster import client, resources
+
+    core = client.core()
+    names = {f"{settings.TEAM_NAMESPACE_PREFIX}{slug}" for slug in team_slugs}
+    left = sorted(names & {item.metadata.name for item in core.list_namespace().items})
+    if not left:
+        return
+    log(f"deleting {len(left)} namespaces an earlier run left on this cluster: {', '.join(left[:5])} …")
+    for namespace in left:
+        core.delete_namespace(namespace)
+
+    def gone() -> bool:
+        present = names & {item.metadata.name for item in core.list_namespace().items}
+        for namespace in present:
+            for pod in core.list_namespaced_pod(namespace).items:
+                if pod.metadata.finalizers:
+                    resources.release_pod(namespace, pod.metadata.name)
+        return not present
+
+    harness.wait_for(gone, timeout=timeout, what=f"the namespaces {left} to go", interval=1.0)
+
+
 def make_bench_pools(reserved_nodes: int, elastic_nodes: int):
     """The benchmarks' two pools: a reserved A800 pool of `reserved_nodes` eight-GPU nodes (all contracted) that
     spills to an elastic T4 pool of up to `elastic_nodes`. Returns (elastic, reserved)."""
