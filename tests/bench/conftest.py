@@ -26,9 +26,14 @@ def bench_env(tmp_path_factory):
 @pytest.fixture(scope="module")
 def bench_cluster(bench_env):
     """bench/cluster_up.py's smoke run, which starts the cluster the other cluster benchmarks then run on (their
-    --shared-cluster) and leaves it up; its summary is this fixture's value. Stopped after the module's tests when
-    CI or RESERVOIR_DEVCLUSTER_TEARDOWN=1 is set (as the tests' own cluster is: devcluster/pytest_plugin.py)."""
-    summary = run_benchmark("cluster_up", bench_env)
-    yield summary
-    if os.environ.get("CI") or os.environ.get("RESERVOIR_DEVCLUSTER_TEARDOWN") == "1":
-        launcher.Cluster(SMOKE_STATE_DIR).down()
+    --shared-cluster) and leaves it up; its summary is this fixture's value.
+
+    Stopped after the module's tests — in CI as the tests' own cluster is (devcluster/pytest_plugin.py), and on a
+    developer's machine too, unlike that one: the next run starts it afresh anyway (cluster_up measures a start), and
+    an idle cluster would take CPU from the rest of the suite. RESERVOIR_BENCH_KEEP_CLUSTER=1 leaves it up (outside
+    CI) to look at it or run a benchmark on it by hand (--shared-cluster --state-dir .state/devcluster-bench-smoke)."""
+    try:
+        yield run_benchmark("cluster_up", bench_env)
+    finally:
+        if os.environ.get("CI") or os.environ.get("RESERVOIR_BENCH_KEEP_CLUSTER") != "1":
+            launcher.Cluster(SMOKE_STATE_DIR).down()
