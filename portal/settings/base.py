@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "billing",
     "monitoring",
     "teamdata",
+    "dashboard",
     "axes",
 ]
 
@@ -60,7 +61,7 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "portal.urls"
+ROOT_URLCONF = "dashboard.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
 
 TEMPLATES = [
@@ -74,7 +75,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
-                "portal.context_processors.navigation",
+                "dashboard.context_processors.navigation",
             ],
         },
     },

@@ -3,7 +3,7 @@
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from .choices import Role
+from portal.choices import Role
 
 
 def navigation(request) -> dict:
