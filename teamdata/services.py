@@ -133,9 +133,7 @@ def register_volume(
         raise ValidationError(errors)
     volume.save()
     audit.record(actor=user, action="volume.register", instance=volume, before=None, after=audit.snapshot(volume))
-    from .tasks import ensure_volume
-
-    outbox.send(ensure_volume, volume.pk)
+    outbox.send("teamdata.ensure_volume", volume.pk)
     return volume
 
 
