@@ -1,6 +1,6 @@
 """Job tasks (queue: cluster). Thin: take ids, re-check state on entry, and let the services decide.
 
-Both cluster tasks use the one retry policy of `portal.celery.ClusterTask`: a transient cluster failure retries the
+Both cluster tasks use the one retry policy of `portal.retry.ClusterTask`: a transient cluster failure retries the
 task with backoff and jitter; when the submission gives up, the job is Failed with the reason. `jobs.submit_job`
 is safe to run twice or to be cut short by a dying worker: the Kubernetes Job's name derives from the portal job's
 id, and AlreadyExists counts as done. It reads the job under its row lock and checks again after creating the Job,
@@ -15,7 +15,7 @@ from django.utils.translation import gettext_noop
 from cluster import resources
 from cluster.errors import ClusterError, describe
 from cluster.namespaces import rendezvous_policy_name
-from portal.celery import ClusterTask
+from portal.retry import ClusterTask
 
 from . import observations
 from .models import Job, Words
