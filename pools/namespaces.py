@@ -1,7 +1,7 @@
 """Team namespaces: render the desired ResourceQuota, LimitRange and NetworkPolicies from the portal's rows and
 settings, and put them in the cluster. A hand edit in the cluster is put back and written to the audit log.
 
-The NetworkPolicies (cluster/manifests.py) are the namespace's two standing ones and one per multi-node job that
+The NetworkPolicies (cluster/namespaces.py) are the namespace's two standing ones and one per multi-node job that
 should be in the cluster (its rendezvous port, open to the pods of that job only); the portal's policies of jobs
 that are over are deleted. The ResourceQuota caps the namespace's claims at the team's volume limits, and closes the
 cluster's storage classes that team volumes may not use (`teamdata.selectors.storage_class_allowed`)."""
