@@ -44,7 +44,7 @@ urlpatterns = [
     path("alerts/", include("monitoring.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("dashboard.api_urls")),
+    path("api/v1/", include("dashboard.api.urls")),
     path("api/v1/", include("pools.api.urls")),
     path("api/v1/", include("jobs.api.urls")),
     path("api/v1/", include("billing.api.urls")),
