@@ -1,6 +1,6 @@
 """Benchmark: the REST API under 50 concurrent clients on loopback.
 
-Builds its own database (`<DATABASE_URL name>_apibench`, migrated here) with TEAMS teams, 3 pools, a quota per
+Builds its own database (`<DATABASE_URL name>_apibench`, bench/benchdb.py) with TEAMS teams, 3 pools, a quota per
 team and pool, and JOBS jobs (about a third running), starts gunicorn on 127.0.0.1 with the production code path
 (token auth, tasks sent to a Redis broker database of their own, which is emptied afterwards), then measures, each
 for DURATION seconds with CLIENTS concurrent keep-alive clients sending back to back (closed loop):
@@ -12,6 +12,11 @@ Latencies are measured by the clients (request sent to body read). The JSON summ
 
     .venv/bin/python bench/api.py                    # 50 clients, 10,000 jobs, 20 s per scenario
     .venv/bin/python bench/api.py --duration 5       # a quick check
+    .venv/bin/python bench/api.py --clients 2 --jobs 50 --teams 2 --duration 0.5 --warmup 0.2 --workers 1 \
+        --threads 2                                  # the smoke size (tests/bench/)
+
+Tasks the API queues go to BENCH_REDIS_URL (default redis://127.0.0.1:6379/14), which is emptied afterwards: give
+it a Redis database nobody else uses.
 """
 
 import argparse
@@ -19,7 +24,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,8 +35,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchdb import bench_database  # noqa: E402
+from bench.harness import NUMBER, Run, free_port  # noqa: E402
 
 TARGET_P95_MS = 100.0
+SCENARIOS = ("jobs_running", "quota_updates")
+# The figures the README quotes: requests a second, p50 and p95 of each scenario.
+SUMMARY_KEYS = {
+    **{f"{scenario}.{figure}": NUMBER for scenario in SCENARIOS for figure in ("rps", "p50_ms", "p95_ms", "p99_ms")},
+    **{f"{scenario}.requests": int for scenario in SCENARIOS},
+    **{f"{scenario}.errors": dict for scenario in SCENARIOS},
+    "clients": int,
+    "jobs": int,
+    "gunicorn.workers": int,
+    "gunicorn.threads": int,
+}
 
 
 def parse_args():
@@ -41,6 +57,7 @@ def parse_args():
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--teams", type=int, default=20)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per scenario")
+    parser.add_argument("--warmup", type=float, default=1.5, help="seconds of warm-up before each scenario")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker")
     return parser.parse_args()
@@ -102,12 +119,6 @@ def seed(*, jobs: int, teams: int) -> dict:
         _token, secret = services.create_token(owner=admin, name="bench", user=admin)
     running = Job.objects.filter(state="running").count()
     return {"token": secret, "quota_ids": [q.pk for q in quotas], "running_jobs": running}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until_up(port: int, timeout: float = 60.0) -> None:
@@ -189,6 +200,7 @@ def run_clients(*, port: int, clients: int, duration: float, make_request) -> di
 
 def main() -> None:
     args = parse_args()
+    run = Run("api")
     database_url = bench_database("apibench")
     redis_url = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
     os.environ.update(
@@ -206,9 +218,6 @@ def main() -> None:
     import django
 
     django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
     t0 = time.monotonic()
     world = seed(jobs=args.jobs, teams=args.teams)
     seed_seconds = round(time.monotonic() - t0, 1)
@@ -254,9 +263,9 @@ def main() -> None:
             body = json.dumps({"max_gpus": 1000 + (count % 2)})  # above what the jobs use: always accepted
             return "PATCH", f"/api/v1/quotas/{quota_id}/", body, patch_headers
 
-        for scenario, make in (("jobs_running", jobs_running), ("quota_updates", quota_update)):
+        for scenario, make in zip(SCENARIOS, (jobs_running, quota_update), strict=True):
             # A short warm-up so that connections, caches and workers are up before measuring.
-            run_clients(port=port, clients=min(args.clients, 8), duration=1.5, make_request=make)
+            run_clients(port=port, clients=min(args.clients, 8), duration=args.warmup, make_request=make)
             results[scenario] = run_clients(port=port, clients=args.clients, duration=args.duration, make_request=make)
             print(scenario, json.dumps(results[scenario]), flush=True)
     finally:
@@ -273,19 +282,17 @@ def main() -> None:
             print(f"could not empty {redis_url}: {error}", file=sys.stderr)
 
     summary = {
-        "benchmark": "api",
         "clients": args.clients,
         "jobs": args.jobs,
         "running_jobs": world["running_jobs"],
         "quotas": len(world["quota_ids"]),
         "duration_s": args.duration,
         "gunicorn": {"workers": args.workers, "threads": args.threads, "worker_class": "gthread"},
-        "cpus": os.cpu_count(),
         "seed_s": seed_seconds,
         "target_p95_ms": TARGET_P95_MS,
         **results,
     }
-    print(json.dumps(summary))
+    run.finish(summary)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,14 @@ It starts a cluster (Kueue included) in its own state directory, adds the nodes,
 samples each process's CPU time over `--idle-seconds` and counts the Ready nodes at the end. The last line printed
 is a JSON summary (``cpu_cores`` per component: CPU seconds ÷ wall seconds).
 
-Usage: ``python bench/cluster_idle.py [--nodes 1000] [--node-lease-seconds 40] [--idle-seconds 120]``.
+Usage: ``python bench/cluster_idle.py [--nodes 1000] [--node-lease-seconds 40] [--idle-seconds 120]``; with
+``--shared-cluster`` it measures the cluster already up in ``--state-dir`` (its nodes added to it, its Lease duration
+as it was started) and leaves it running.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,7 +20,19 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from devcluster import build, launcher, topology  # noqa: E402
+from bench.harness import NUMBER, Run, add_cluster_arguments, logger, start_cluster, stop_cluster  # noqa: E402
+from devcluster import launcher, topology  # noqa: E402
+
+# The figures devcluster/README.md quotes: CPU per component and in all, the nodes still Ready.
+SUMMARY_KEYS = {
+    "nodes": int,
+    "node_lease_seconds": int,
+    "idle_seconds": NUMBER,
+    "cpu_cores.kube-apiserver": NUMBER,
+    "cpu_cores.kwok": NUMBER,
+    "cpu_cores_total": NUMBER,
+    "nodes_ready": int,
+}
 
 
 def cpu_seconds(cluster: launcher.Cluster) -> dict[str, float]:
@@ -33,21 +45,24 @@ def cpu_seconds(cluster: launcher.Cluster) -> dict[str, float]:
     return result
 
 
+def lease_seconds(cluster: launcher.Cluster) -> int:
+    """The node Lease duration the running cluster's kwok was started with (its configuration's first document)."""
+    import yaml
+
+    options = yaml.safe_load((cluster.state_dir / "kwok.yaml").read_text().split("\n---\n")[0])["options"]
+    return options["nodeLeaseDurationSeconds"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--node-lease-seconds", type=int, default=launcher.DEFAULT_NODE_LEASE_SECONDS)
     parser.add_argument("--settle-seconds", type=float, default=60)
     parser.add_argument("--idle-seconds", type=float, default=120)
-    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / "devcluster-bench-idle")
+    add_cluster_arguments(parser, "devcluster-bench-idle")
     args = parser.parse_args()
-
-    def report(message: str) -> None:
-        print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-    build.ensure_built(report)
-    cluster = launcher.Cluster(args.state_dir, progress=report, node_lease_seconds=args.node_lease_seconds)
-    cluster.down()
+    run = Run("cluster_idle")
+    report = logger("bench")
     pool = topology.Pool(
         name="idle",
         node_names=tuple(f"idle-gpu-{number:05d}" for number in range(1, args.nodes + 1)),
@@ -56,28 +71,33 @@ def main() -> int:
         capacity={"nvidia.com/gpu": "8", "cpu": "96", "memory": "768Gi", "pods": "110"},
         allocatable={"nvidia.com/gpu": "8", "cpu": "94", "memory": "750Gi", "pods": "110"},
     )
+    cluster = None
     try:
-        cluster.up(topology.Topology(pools=(pool,), source="bench/cluster_idle.py"))
+        cluster = start_cluster(
+            args,
+            topology.Topology(pools=(pool,), source="bench/cluster_idle.py"),
+            log=report,
+            node_lease_seconds=args.node_lease_seconds,
+        )
         time.sleep(args.settle_seconds)
-        load_before = os.getloadavg()[0]
         before, started = cpu_seconds(cluster), time.monotonic()
         time.sleep(args.idle_seconds)
         after, wall = cpu_seconds(cluster), time.monotonic() - started
         status = cluster.status()
+        node_lease_seconds = lease_seconds(cluster)
     finally:
-        cluster.down()
+        stop_cluster(args, cluster)
     cores = {name: round((after[name] - before[name]) / wall, 3) for name in after if name in before}
     summary = {
-        "benchmark": "cluster_idle",
         "nodes": args.nodes,
-        "node_lease_seconds": args.node_lease_seconds,
+        "node_lease_seconds": node_lease_seconds,
+        "shared_cluster": args.shared_cluster,
         "idle_seconds": round(wall, 1),
         "cpu_cores": cores,
         "cpu_cores_total": round(sum(cores.values()), 3),
         "nodes_ready": status.nodes_ready,
-        "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
-    print(json.dumps(summary))
+    run.finish(summary)
     return 0
 
 

@@ -9,13 +9,13 @@ Measures, with the binaries already built (it builds them first if they are miss
 - resident memory (RSS) of each control-plane process and in total, after ``up`` and with the 1,000 nodes.
 
 Usage: ``python bench/cluster_up.py [--nodes 1000] [--state-dir DIR] [--keep]``. The last line printed is a JSON
-summary. The cluster is stopped at the end unless ``--keep``.
+summary. The cluster is stopped at the end unless ``--keep`` (the smoke tests, tests/bench/, run it with ``--nodes 2
+--keep`` and then run the other cluster benchmarks on the cluster it left up).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -24,9 +24,23 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.harness import NUMBER, STATE_ROOT, Run, logger  # noqa: E402
 from devcluster import build, launcher, topology  # noqa: E402
 
 TARGETS = {"up_seconds": 20.0, "nodes_ready_seconds": 60.0}
+# The figures the READMEs quote: the time to healthy, the nodes' time to Ready, the control plane's memory.
+SUMMARY_KEYS = {
+    "up_seconds": NUMBER,
+    "nodes_added": int,
+    "nodes_ready_seconds": NUMBER,
+    "nodes_ready_total": int,
+    "rss_mib_after_up.kube-apiserver": NUMBER,
+    "rss_mib_after_up.kueue": NUMBER,
+    "rss_mib_with_nodes.kube-apiserver": NUMBER,
+    "rss_mib_total_after_up": NUMBER,
+    "rss_mib_total_with_nodes": NUMBER,
+    "within_targets": bool,
+}
 
 
 def rss_by_component(cluster: launcher.Cluster) -> dict[str, float]:
@@ -42,12 +56,11 @@ def rss_by_component(cluster: launcher.Cluster) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="eight-GPU nodes to add (default 1000)")
-    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / "devcluster-bench")
+    parser.add_argument("--state-dir", type=Path, default=STATE_ROOT / "devcluster-bench")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     args = parser.parse_args()
-
-    def report(message: str) -> None:
-        print(f"[bench] {message}", file=sys.stderr, flush=True)
+    run = Run("devcluster")
+    report = logger("bench")
 
     build.ensure_built(report)
     cluster = launcher.Cluster(args.state_dir, progress=report)
@@ -80,7 +93,6 @@ def main() -> int:
         cluster.down()
 
     summary = {
-        "benchmark": "devcluster",
         "versions": {
             "kubernetes": build.versions.KUBERNETES_VERSION,
             "etcd": build.versions.ETCD_VERSION,
@@ -98,7 +110,7 @@ def main() -> int:
         "targets": TARGETS,
         "within_targets": up_seconds < TARGETS["up_seconds"] and nodes_ready_seconds < TARGETS["nodes_ready_seconds"],
     }
-    print(json.dumps(summary))
+    run.finish(summary)
     return 0
 
 

@@ -1,7 +1,7 @@
 """Benchmark of lending idle reserved GPUs: one synthetic day of three teams replayed twice on a local cluster,
 lending off and lending on, side by side in one run (same seed, same trace).
 
-What runs, each as it runs in production (the machinery of bench/admission.py, reused):
+What runs, each as it runs in production (bench/pipeline.py, as in the admission benchmark):
 - a local control plane with Kueue (its own state directory) and KWOK nodes: a reserved pool of `--reserved-nodes`
   eight-GPU nodes (32 GPUs by default) and an elastic pool of `--elastic-nodes` that soft jobs may spill into;
 - the portal's rows made through its services: three teams reserving 1/2, 1/4 and 1/4 of the reserved pool (16/8/8;
@@ -62,40 +62,30 @@ Uses its own cluster state directory (.state/devcluster-bench-exchange) and data
 (`<DATABASE_URL name>_exchangebench`, dropped and made afresh each run); REDIS_URL's database is purged of queued
 tasks: give it one of its own. Stop its cluster, if left running with ``--keep``: ``python -c "from pathlib import
 Path; from devcluster import launcher; launcher.Cluster(Path('.state/devcluster-bench-exchange')).down()"``.
+The smoke tests (tests/bench/) run it with ``--shared-cluster --day-seconds 12 --reserved-nodes 1 --elastic-nodes 1
+--drain-timeout 60``. The trace is bench/exchange_trace.py, a replay and its figures bench/exchange_replay.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.admission import (  # noqa: E402 - after the path
-    GPUS_PER_NODE,
-    RESERVED_POOL,
-    TRIGGERS,
-    job_spec,
-    make_bench_pools,
-    marks,
-    spread,
-    start_cluster,
-    wait_listed,
-    wait_queues_active,
-    wait_workers,
-)
+from bench import harness, pipeline  # noqa: E402
+from bench.exchange_replay import measure, money, replay  # noqa: E402
+from bench.exchange_trace import SHARES, make_shift_trace, make_trace, reservation_sizes, trace_summary  # noqa: E402
+from bench.harness import NUMBER, NUMBER_OR_NONE, Run  # noqa: E402
+from bench.pipeline import GPUS_PER_NODE, RESERVED_POOL, make_bench_pools  # noqa: E402
 
 TARGETS = {
     "utilisation_gain_points": 25.0,
@@ -105,124 +95,57 @@ TARGETS = {
     "lent_equals_borrowed": True,
 }
 DEFAULT_STATE_NAME = "devcluster-bench-exchange"
-SHARES = (0.5, 0.25, 0.25)  # reservations, as shares of the reserved pool
-SIZES = ((1, 40), (2, 35), (4, 25))  # GPUs per job and weight
-
-
-def log(message: str) -> None:
-    print(f"[exchange {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def _r(value, digits: int = 1):
-    return None if value is None else round(float(value), digits)
-
-
-# === The trace =====================================================================================================
-
-
-@dataclass(frozen=True)
-class TraceJob:
-    index: int
-    team: int
-    at: float  # seconds after the replay's start
-    gpus: int
-    run_seconds: int
-    soft: bool
-
-
-def make_trace(jobs: int, day: float, soft_share: float, seed: int) -> list[TraceJob]:
-    """The earlier trace (``--trace uniform``): `jobs` jobs, three quarters of a team's in its third of the day."""
-    chooser = random.Random(seed)
-    third = day / 3
-    trace = []
-    for index in range(jobs):
-        team = chooser.choices(range(len(SHARES)), SHARES)[0]
-        if chooser.random() < 0.75:
-            at = team * third + chooser.uniform(0, third)
-        else:  # off peak: one of the two other thirds
-            other = chooser.choice([k for k in range(3) if k != team])
-            at = other * third + chooser.uniform(0, third)
-        trace.append(
-            TraceJob(
-                index=index,
-                team=team,
-                at=round(at, 2),
-                gpus=chooser.choices([g for g, _ in SIZES], [w for _, w in SIZES])[0],
-                run_seconds=max(5, round(third * chooser.uniform(0.6, 1.0))),
-                soft=chooser.random() < soft_share,
-            )
-        )
-    return sorted(trace, key=lambda job: (job.at, job.index))
-
-
-RUN_SPAN = (0.6, 1.0)  # a job's run time, as a share of a sixth of the day
-
-
-def make_shift_trace(
-    reservations: list[int], day: float, peak_factor: float, night_load: float, soft_share: float, seed: int
-) -> list[TraceJob]:
-    """Seed 000's day (``--trace shifts``): team k works in the k-th third of the day. In each stretch of a team's
-    day or night it submits jobs, at uniformly random moments of the stretch, until their GPU·s reach the stretch's
-    load × its reservation × its length (`peak_factor` by day, `night_load` at night): the load is what the trace
-    offers, the randomness is only in when, how big and how long."""
-    chooser = random.Random(seed)
-    third = day / 3
-    run_base = day / 6
-    trace = []
-    for team, reserved in enumerate(reservations):
-        for start, end, load in (
-            (0.0, team * third, night_load),
-            (team * third, (team + 1) * third, peak_factor),
-            ((team + 1) * third, day, night_load),
-        ):
-            wanted = load * reserved * (end - start)
-            offered = 0
-            while offered < wanted:
-                job = TraceJob(
-                    index=0,
-                    team=team,
-                    at=round(chooser.uniform(start, end), 2),
-                    gpus=chooser.choices([g for g, _ in SIZES], [w for _, w in SIZES])[0],
-                    run_seconds=max(3, round(run_base * chooser.uniform(*RUN_SPAN))),
-                    soft=chooser.random() < soft_share,
-                )
-                offered += job.gpus * job.run_seconds
-                trace.append(job)
-    trace.sort(key=lambda job: (job.at, job.team))
-    return [TraceJob(index, j.team, j.at, j.gpus, j.run_seconds, j.soft) for index, j in enumerate(trace)]
-
-
-def reservation_sizes(reserved_nodes: int) -> list[int]:
-    """The teams' reservations: SHARES of the reserved pool, the rounding remainder to the first team."""
-    contract = reserved_nodes * GPUS_PER_NODE
-    gpus = [int(contract * share) for share in SHARES]
-    gpus[0] += contract - sum(gpus)
-    return gpus
-
-
-def trace_summary(trace: list[TraceJob], day: float, reservations: list[int]) -> dict:
-    """What the trace offers: GPU·s per team by its day and by its night, and what is submitted to run past the
-    day (work that cannot count in the utilisation window, whatever the scheduling)."""
-    third = day / 3
-    teams = []
-    for team, reserved in enumerate(reservations):
-        jobs = [job for job in trace if job.team == team]
-        by_day = sum(j.gpus * j.run_seconds for j in jobs if team * third <= j.at < (team + 1) * third)
-        total = sum(j.gpus * j.run_seconds for j in jobs)
-        teams.append(
-            {
-                "jobs": len(jobs),
-                "reserved_gpus": reserved,
-                "day_gpu_seconds": by_day,
-                "night_gpu_seconds": total - by_day,
-                "day_load_over_reservation": round(by_day / (reserved * third), 2) if reserved else None,
-            }
-        )
-    past = sum(max(0.0, job.at + job.run_seconds - day) * job.gpus for job in trace)
-    return {"teams": teams, "gpu_seconds_after_window_even_without_waiting": round(past, 1)}
+# The figures the README quotes, per replay (lending off, on): utilisation and the owners' own U/R, queue wait
+# p50/p95, spill GPU-hours, reclaim p50/p99 and its samples, preemptions (of lender pods inside their reservation),
+# lent = borrowed; the gain and the ratio between the replays; the invoice's credit lines; the trace's work after
+# the window; the load beside the run. A percentile is None over no samples, the gain and the ratio when a replay
+# measured nothing to compare.
+SUMMARY_KEYS = {
+    **{
+        f"replays.{label}.{path}": kind
+        for label in ("off", "on")
+        for path, kind in {
+            "jobs_submitted": int,
+            "utilisation.reserved_in_use_by_anyone": NUMBER_OR_NONE,
+            "utilisation.owners_own_use_U_over_R": NUMBER_OR_NONE,
+            "utilisation.per_team_U_over_R": dict,
+            "queue_wait_s.p50": NUMBER_OR_NONE,
+            "queue_wait_s.p95": NUMBER_OR_NONE,
+            "queue_wait_s.never_ran": int,
+            "spill_gpu_hours": NUMBER,
+            "reclaim_s.p50": NUMBER_OR_NONE,
+            "reclaim_s.p99": NUMBER_OR_NONE,
+            "reclaim_s.samples": int,
+            "preemptions": int,
+            "lender_pods_preempted_inside_reservation": int,
+            "lending.lent_gpu_seconds": str,
+            "lending.borrowed_gpu_seconds": str,
+            "lending.equal": bool,
+        }.items()
+    },
+    "sizes.jobs_per_replay": int,
+    "sizes.trace_gpu_seconds": int,
+    "trace.gpu_seconds_after_window_even_without_waiting": NUMBER,
+    "utilisation_gain_points": NUMBER_OR_NONE,
+    "queue_wait_p95_ratio": NUMBER_OR_NONE,
+    "invoice.lending_credit_lines": str,
+    "invoice.each_credit_line_equals_its_lent_at_lending_price": bool,
+    "invoice.credits_equal_borrowed_at_lending_price": bool,
+    "load_average_1m.min": NUMBER,
+    "load_average_1m.mean": NUMBER,
+    "load_average_1m.max": NUMBER,
+    "wall_seconds": NUMBER,
+    "targets_met.*": bool,
+    "targets_met.lent_equals_borrowed": bool,
+}
+log = harness.logger("exchange")
 
 
 # === The portal's rows =============================================================================================
+
+
+def team_slug(index: int) -> str:
+    return f"exchange-{'abc'[index]}"
 
 
 def make_portal_rows(reserved_nodes: int, elastic_nodes: int, elastic_quota: int):
@@ -239,7 +162,7 @@ def make_portal_rows(reserved_nodes: int, elastic_nodes: int, elastic_quota: int
     teams = []
     for index, reserved_gpus in enumerate(gpus):
         user = User.objects.create(username=f"exchange-lead-{index}", password="!")  # noqa: S106
-        team = Team.objects.create(slug=f"exchange-{'abc'[index]}", name=f"Exchange team {'ABC'[index]}")
+        team = Team.objects.create(slug=team_slug(index), name=f"Exchange team {'ABC'[index]}")
         Membership.objects.create(user=user, team=team, role=Role.LEAD)
         pool_services.set_namespace_limits(
             team=team, max_pods=200, requests_cpu_millicores=128_000, requests_memory_mib=512 * 1024
@@ -295,234 +218,6 @@ def set_all_lending(teams, lending: str) -> dict:
         time.sleep(1)
 
 
-# === One replay ====================================================================================================
-
-
-@dataclass
-class Submitted:
-    job: TraceJob
-    started: float = 0.0
-    job_id: int | None = None
-    error: str = ""
-    reclaim: bool = False
-
-
-@dataclass
-class Watch:
-    """Every second: which jobs hold borrowed GPUs, and whose preemption counter rose."""
-
-    reserved_pool_id: int
-    stop: threading.Event = field(default_factory=threading.Event)
-    borrowed: dict[int, int] = field(default_factory=dict)  # the last poll's job id -> borrowed GPUs
-    held: dict[int, int] = field(default_factory=dict)  # the last poll's team id -> GPUs held in the reserved pool
-    preemptions: dict[int, int] = field(default_factory=dict)
-    preempted: list[dict] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def poll(self) -> None:
-        from jobs.choices import ADMITTED_STATES
-        from jobs.models import Job
-        from jobs.selectors import borrowed_gpus
-
-        admitted = list(Job.objects.filter(state__in=ADMITTED_STATES, admitted_pool_id=self.reserved_pool_id))
-        borrowed = borrowed_gpus(admitted)
-        held: dict[int, int] = {}
-        for job in admitted:
-            held[job.team_id] = held.get(job.team_id, 0) + job.total_gpus
-        counts = dict(Job.objects.filter(preemptions__gt=0).values_list("pk", "preemptions"))
-        with self.lock:
-            for job_id, count in counts.items():
-                if count > self.preemptions.get(job_id, 0):
-                    self.preempted.append({"job": job_id, "held_borrowed_gpus": self.borrowed.get(job_id, 0)})
-            self.preemptions, self.borrowed, self.held = counts, borrowed, held
-
-    def run(self) -> None:
-        from django.db import connection
-
-        try:
-            while not self.stop.wait(1.0):
-                try:
-                    self.poll()
-                except Exception as error:  # noqa: BLE001 - a missed poll is logged, the next one catches up
-                    log(f"watch poll failed: {error}")
-        finally:
-            connection.close()
-
-
-def replay(trace, teams, reserved, elastic, label: str, timeout: float) -> dict:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from django.db import connection
-
-    from jobs import services
-    from jobs.choices import FINAL_STATES
-    from jobs.models import Job
-
-    reservation_gpus = {team.pk: reservation.gpus for team, _user, reservation in teams}
-    watch = Watch(reserved_pool_id=reserved.pk)
-    watch.poll()
-    watcher = threading.Thread(target=watch.run, daemon=True)
-    watcher.start()
-    submitted = [Submitted(job=job) for job in trace]
-    t0 = time.time()
-
-    def submit(item: Submitted) -> None:
-        job = item.job
-        team, user, _reservation = teams[job.team]
-        delay = t0 + job.at - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        with watch.lock:
-            others_borrow = any(
-                held > reservation_gpus[team_id] for team_id, held in watch.held.items() if team_id != team.pk
-            )
-            fits = watch.held.get(team.pk, 0) + job.gpus <= reservation_gpus[team.pk]
-        item.reclaim = others_borrow and fits
-        spec = job_spec(f"{label}-{job.index:03d}", job.gpus, job.soft, job.run_seconds)
-        item.started = time.time()
-        try:
-            item.job_id = services.submit_job(team=team, pool=reserved, user=user, spec=spec).pk
-        except Exception as error:  # noqa: BLE001 - counted and reported
-            item.error = f"{type(error).__name__}: {error}"[:300]
-        finally:
-            connection.close()
-
-    with ThreadPoolExecutor(max_workers=8) as executor:
-        list(executor.map(submit, submitted))
-    ids = [item.job_id for item in submitted if item.job_id is not None]
-    log(f"{label}: {len(ids)} submitted ({len(submitted) - len(ids)} refused) in {time.time() - t0:.0f}s")
-    deadline = t0 + timeout
-    while time.time() < deadline:
-        open_jobs = Job.objects.filter(pk__in=ids).exclude(state__in=FINAL_STATES).count()
-        if not open_jobs:
-            break
-        time.sleep(3)
-    t_end = time.time()
-    watch.stop.set()
-    watcher.join(timeout=10)
-    watch.poll()  # a last look at the counters
-    log(f"{label}: done after {t_end - t0:.0f}s ({open_jobs} jobs unfinished)")
-    return {"t0": t0, "t_end": t_end, "submitted": submitted, "watch": watch, "unfinished": open_jobs}
-
-
-def measure(run: dict, label: str, day: float, teams, reserved, elastic) -> dict:
-    from django.utils import timezone
-
-    from billing.metering import meter
-    from jobs.models import Job
-
-    running = marks().get("job_running", {})
-    submitted = run["submitted"]
-    waits = [running[str(s.job_id)] - s.started for s in submitted if s.job_id and str(s.job_id) in running]
-    reclaims = [
-        running[str(s.job_id)] - s.started for s in submitted if s.reclaim and s.job_id and str(s.job_id) in running
-    ]
-    reclaim_never = sum(1 for s in submitted if s.reclaim and s.job_id and str(s.job_id) not in running)
-    now = timezone.now()
-    start = datetime.fromtimestamp(run["t0"], tz=UTC)
-    day_end = min(start + timedelta(seconds=day), now)
-    end = min(datetime.fromtimestamp(run["t_end"], tz=UTC), now)
-    day_rows = [row for row in meter(start=start, end=day_end, now=now) if row.pool_id == reserved.pk]
-    rows = meter(start=start, end=end, now=now)
-    reserved_s = sum((row.reserved for row in day_rows), Decimal(0))
-    own_s = sum((row.in_reservation for row in day_rows), Decimal(0))
-    lent_day_s = sum((row.lent for row in day_rows), Decimal(0))
-    names = {team.pk: team.slug for team, _user, _reservation in teams}
-    lent = sum((row.lent for row in rows if row.pool_id == reserved.pk), Decimal(0))
-    borrowed = sum((row.borrowed for row in rows if row.pool_id == reserved.pk), Decimal(0))
-    spill = sum((row.spill for row in rows if row.pool_id == elastic.pk), Decimal(0))
-    preempted = run["watch"].preempted
-    ids = [s.job_id for s in submitted if s.job_id]
-    states: dict[str, int] = {}
-    for state in Job.objects.filter(pk__in=ids).values_list("state", flat=True):
-        states[state] = states.get(state, 0) + 1
-    pools: dict[str, int] = {}
-    for slug in Job.objects.filter(pk__in=ids).values_list("admitted_pool__slug", flat=True):
-        pools[str(slug)] = pools.get(str(slug), 0) + 1
-    return {
-        "replay": label,
-        "window_seconds": {
-            "day": round((day_end - start).total_seconds(), 1),
-            "replay": round(run["t_end"] - run["t0"], 1),
-        },
-        "jobs_submitted": len(ids),
-        "jobs_refused": sum(1 for s in submitted if s.job_id is None),
-        "final_states": states,
-        "admitted_pools": pools,
-        "utilisation": {
-            "reserved_in_use_by_anyone": _r(100 * (own_s + lent_day_s) / reserved_s) if reserved_s else None,
-            "owners_own_use_U_over_R": _r(100 * own_s / reserved_s) if reserved_s else None,
-            "per_team_U_over_R": {
-                names[row.team_id]: _r(100 * row.in_reservation / row.reserved) for row in day_rows if row.reserved
-            },
-            "reserved_gpu_hours": _r(reserved_s / 3600, 3),
-        },
-        "queue_wait_s": {**spread(waits, tail=0.95), "never_ran": len(ids) - len(waits)},
-        "spill_gpu_hours": _r(spill / 3600, 4),
-        "reclaim_s": {**spread(reclaims), "never_ran": reclaim_never},
-        "preemptions": len(preempted),
-        "lender_pods_preempted_inside_reservation": sum(1 for p in preempted if not p["held_borrowed_gpus"]),
-        "lending": {
-            "lent_gpu_seconds": str(lent),
-            "borrowed_gpu_seconds": str(borrowed),
-            "equal": lent == borrowed,
-            "lent_gpu_hours": _r(lent / 3600, 4),
-        },
-    }
-
-
-def money(reserved) -> dict:
-    """The month's invoice figures after both replays: each lender's lending credit line vs its own lent GPU-hours
-    at the lending price (to the cent, as the line is computed), and Σ credit lines vs the borrowed GPU-hours."""
-    from django.utils import timezone
-
-    from billing import services as billing_services
-    from billing.choices import LineKind
-    from billing.metering import meter
-    from billing.money import hourly_cost
-    from billing.periods import month_bounds
-
-    now = timezone.now()
-    billing_services.refresh_usage(now=now)
-    month = now.date().replace(day=1)
-    charges = billing_services.month_charges(month=month, now=now)
-    price = reserved.lending_price_per_gpu
-    start, _end = month_bounds(month)
-    rows = [row for row in meter(start=start, end=now, now=now) if row.pool_id == reserved.pk]
-    borrowed = sum((row.borrowed for row in rows), Decimal(0))
-    lent = sum((row.lent for row in rows), Decimal(0))
-    lent_by_team: dict[int, Decimal] = {}
-    for row in rows:
-        lent_by_team[row.team_id] = lent_by_team.get(row.team_id, Decimal(0)) + row.lent
-    lines = {
-        team_id: sum((c.amount for c in team_lines if c.kind == LineKind.LENDING_CREDIT), Decimal(0))
-        for team_id, team_lines in charges.items()
-    }
-    per_line = {
-        str(team_id): {"credit_line": str(lines.get(team_id, Decimal(0))), "lent_gpu_seconds": str(gpu_seconds)}
-        for team_id, gpu_seconds in sorted(lent_by_team.items())
-        if gpu_seconds or lines.get(team_id)
-    }
-    credits = sum(lines.values(), Decimal(0))
-    return {
-        "month": month.isoformat(),
-        "lending_credit_lines": str(credits),
-        "lent_gpu_seconds": str(lent),
-        "borrowed_gpu_seconds": str(borrowed),
-        "borrowed_at_lending_price": str(-hourly_cost(borrowed, price)),
-        "borrowed_at_hourly_price_paid_by_borrowers": str(hourly_cost(borrowed, reserved.hourly_price_per_gpu)),
-        "lending_price_per_gpu_hour": str(price),
-        "per_lender": per_line,
-        # Each line is its own team's lent GPU-hours × the price, rounded to the cent: what the invoice must say.
-        "each_credit_line_equals_its_lent_at_lending_price": all(
-            lines.get(team_id, Decimal(0)) == -hourly_cost(gpu_seconds, price)
-            for team_id, gpu_seconds in lent_by_team.items()
-        ),
-        # Σ of lines rounded one by one vs the rounded Σ: may differ by up to half a cent per line.
-        "credits_equal_borrowed_at_lending_price": credits == -hourly_cost(borrowed, price),
-    }
-
-
 # === Main ==========================================================================================================
 
 
@@ -550,71 +245,33 @@ def main() -> int:
     parser.add_argument("--elastic-quota", type=int, default=8, help="each team's quota in the elastic pool")
     parser.add_argument("--drain-timeout", type=float, default=240, help="seconds a replay may run past its day")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / DEFAULT_STATE_NAME)
-    parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    harness.add_cluster_arguments(parser, DEFAULT_STATE_NAME)
     args = parser.parse_args()
+    run = Run("exchange")
     wall_started = time.monotonic()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    from bench.benchdb import bench_database
-
-    url = bench_database("exchangebench", fresh=True)
-    env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE="portal.settings.dev", DJANGO_DEBUG="false")
-    env.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, env=env, check=True)
+    env = pipeline.bench_env("exchangebench")
     nodes = args.reserved_nodes + args.elastic_nodes
-    cluster, reserved_nodes, elastic_nodes = start_cluster(args.state_dir, nodes, args.elastic_nodes / nodes, None)
-    env["KUBECONFIG"] = str(cluster.kubeconfig_path)
-    os.environ.update(
-        {key: env[key] for key in ("DATABASE_URL", "KUBECONFIG", "DJANGO_SETTINGS_MODULE", "DJANGO_DEBUG")}
-    )
-    os.environ.setdefault("REDIS_URL", env["REDIS_URL"])
-    import django
-
-    django.setup()
-    from django.conf import settings
-    from django.db import connection
-
-    settings.KUBECONFIG = env["KUBECONFIG"]
+    cluster, reserved_nodes, elastic_nodes = pipeline.start_cluster(args, nodes, args.elastic_nodes / nodes, log)
+    pipeline.setup_django(env, cluster)
+    if args.shared_cluster:
+        pipeline.clear_earlier_runs([team_slug(index) for index in range(len(SHARES))], log)
     from pools import kueue as kueue_projection
     from portal.celery import app as celery_app
 
-    load_averages = [os.getloadavg()[0]]
-    load_stop = threading.Event()
-
-    def sample_load() -> None:
-        while not load_stop.wait(10):
-            load_averages.append(os.getloadavg()[0])
-
-    threading.Thread(target=sample_load, daemon=True).start()
     children: list[subprocess.Popen] = []
     results = []
     try:
         reserved, elastic, teams = make_portal_rows(reserved_nodes, elastic_nodes, args.elastic_quota)
         celery_app.control.purge()
         kueue_projection.reconcile()
-        wait_queues_active(len(teams))
-        with connection.cursor() as cursor:
-            cursor.execute(TRIGGERS)
-        sync = subprocess.Popen(  # noqa: S603 - our own management command
-            [sys.executable, "manage.py", "sync_cluster", "--relist"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(args.state_dir / "sync.log", "w"),  # noqa: SIM115 - closed with the process
-        )
+        pipeline.wait_queues_active(len(teams))
+        pipeline.install_marks()
+        sync = pipeline.start_sync(env, args.state_dir)
         children.append(sync)
-        wait_listed(("nodes", "pods", "jobs", "workloads"), sync)
-        worker = subprocess.Popen(  # noqa: S603 - celery from this venv
-            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "cluster", "-P", "threads", "-c", "8"]
-            + ["-n", "bench-admission-exchange@%h", "--loglevel=WARNING", "--without-gossip", "--without-mingle"]
-            + ["--without-heartbeat"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(args.state_dir / "worker.log", "w"),  # noqa: SIM115
-        )
-        children.append(worker)
-        wait_workers(celery_app, 1, children)
+        pipeline.wait_listed(("nodes", "pods", "jobs", "workloads"), sync)
+        children.append(pipeline.start_worker(env, args.state_dir, "bench-exchange", 8))
+        pipeline.wait_workers(celery_app, {"bench-exchange"}, children, log)
         log(f"setup done after {time.monotonic() - wall_started:.0f}s")
 
         if args.trace == "shifts":
@@ -634,22 +291,13 @@ def main() -> int:
         for label, lending in (("off", "none"), ("on", "idle")):
             limits[label] = set_all_lending(teams, lending)
             log(f"lending {lending}: lendingLimits {limits[label]}")
-            run = replay(trace, teams, reserved, elastic, label, args.day_seconds + args.drain_timeout)
-            results.append(measure(run, label, args.day_seconds, teams, reserved, elastic))
+            replayed = replay(trace, teams, reserved, elastic, label, args.day_seconds + args.drain_timeout)
+            results.append(measure(replayed, label, args.day_seconds, teams, reserved, elastic))
             log(json.dumps(results[-1]))
         invoice = money(reserved)
     finally:
-        load_stop.set()
-        for child in reversed(children):
-            if child.poll() is None:
-                child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        if not args.keep:
-            cluster.down()
+        pipeline.stop_children(children)
+        harness.stop_cluster(args, cluster)
 
     off, on = results
     gain = None
@@ -661,7 +309,6 @@ def main() -> int:
     ratio = round(p95_on / p95_off, 3) if p95_on is not None and p95_off else None
     reclaim_p99 = on["reclaim_s"]["p99"]
     summary = {
-        "benchmark": "exchange",
         "sizes": {
             "reserved_gpus": reserved_nodes * GPUS_PER_NODE,
             "reservations": [reservation.gpus for _t, _u, reservation in teams],
@@ -673,6 +320,7 @@ def main() -> int:
             "soft_share": args.soft_share,
             "seed": args.seed,
             "trace_gpu_seconds": sum(job.gpus * job.run_seconds for job in trace),
+            "shared_cluster": args.shared_cluster,
         },
         "trace": {
             "kind": args.trace,
@@ -684,11 +332,7 @@ def main() -> int:
             **trace_summary(trace, args.day_seconds, [reservation.gpus for _t, _u, reservation in teams]),
         },
         "lending_limits": limits,
-        "load_average_1m": {
-            "min": round(min(load_averages), 1),
-            "mean": round(sum(load_averages) / len(load_averages), 1),
-            "max": round(max(load_averages), 1),
-        },
+        "load_average_1m": run.load_spread(),
         "replays": {"off": off, "on": on},
         "utilisation_gain_points": gain,
         "queue_wait_p95_ratio": ratio,
@@ -708,7 +352,7 @@ def main() -> int:
         and Decimal(invoice["lent_gpu_seconds"]) == Decimal(invoice["borrowed_gpu_seconds"])
         and invoice["each_credit_line_equals_its_lent_at_lending_price"],
     }
-    print(json.dumps(summary))
+    run.finish(summary)
     return 0
 
 

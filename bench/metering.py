@@ -1,6 +1,6 @@
 """Benchmark: metering one month of a full-size install, from scratch and from the daily rollups.
 
-Builds its own database (`<DATABASE_URL name>_bench`, migrated here), fills it in SQL with generate_series —
+Builds its own database (`<DATABASE_URL name>_bench`, bench/benchdb.py), fills it in SQL with generate_series —
 TEAMS teams, POOLS pools (70 % reserved, the rest elastic and shared), reservations, and INTERVALS pod intervals
 spread over the month and a few days either side (some still open, some of zero length) — then measures:
 
@@ -14,11 +14,11 @@ It checks that the rollups add up to the month from scratch exactly. The JSON su
 
     .venv/bin/python bench/metering.py                       # full size: 300 teams, 20 pools, 2,000,000 intervals
     .venv/bin/python bench/metering.py --intervals 100000    # a quick check
+    .venv/bin/python bench/metering.py --teams 3 --pools 3 --intervals 300 --repeat 1   # the smoke size (tests/bench/)
 """
 
 import argparse
 import contextlib
-import json
 import os
 import resource
 import sys
@@ -31,6 +31,25 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchdb import bench_database  # noqa: E402
+from bench.harness import NUMBER, Run  # noqa: E402
+
+# The figures the README quotes: the month from scratch and from the rollups, the floor, the ratio, the rollups'
+# build, whether they equal the scratch figures, memory and PostgreSQL's temporary files.
+SUMMARY_KEYS = {
+    "intervals": int,
+    "teams": int,
+    "pools": int,
+    "floor_sum_scan_seconds": NUMBER,
+    "scratch_seconds": NUMBER,
+    "scratch_runs_seconds": list,
+    "scratch_ratio_to_floor": NUMBER,
+    "rollups_build_month_seconds": NUMBER,
+    "from_rollups_seconds": NUMBER,
+    "rollups_equal_scratch": bool,
+    "peak_rss_postgres_backend_mb.scratch": NUMBER,
+    "postgres_temp_mb_per_scratch_run": NUMBER,
+    "targets_met": bool,
+}
 
 
 def parse_args():
@@ -150,6 +169,7 @@ def best_of(repeat: int, function):
 
 def main():
     args = parse_args()
+    run = Run("metering")
     os.environ["DATABASE_URL"] = bench_database("bench")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
     os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only")
@@ -157,14 +177,12 @@ def main():
     import django
 
     django.setup()
-    from django.core.management import call_command
     from django.db import connection, transaction
 
     from billing import metering, services
     from billing.models import DailyUsage, UsageInterval
     from billing.periods import days_of, month_bounds, next_month, parse_month
 
-    call_command("migrate", verbosity=0)
     month = parse_month(args.month)
     start, end = month_bounds(month)
     now = datetime(end.year, end.month, 2, 6, tzinfo=UTC)  # the month has ended: everything counts to its end
@@ -235,7 +253,6 @@ def main():
         cursor.execute("SELECT count(*), count(*) FILTER (WHERE ended_at IS NULL) FROM billing_usageinterval")
         interval_count, open_count = cursor.fetchone()
     summary = {
-        "benchmark": "metering",
         "month": args.month,
         "teams": args.teams,
         "pools": args.pools,
@@ -266,7 +283,7 @@ def main():
         "targets": {"scratch_seconds": 30, "from_rollups_seconds": 1},
         "targets_met": scratch_best < 30 and rollup_best < 1,
     }
-    print(json.dumps(summary))
+    run.finish(summary)
     return 0 if summary["rollups_equal_scratch"] else 1
 
 

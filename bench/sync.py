@@ -20,7 +20,8 @@ Sizes: ``--size default`` is 1,000 nodes and 10,000 pods; ``--size install`` is 
 nodes and 50,000 pods (16,000 of them GPU pods); ``--nodes`` / ``--pods`` override either.
 
 Usage: ``python bench/sync.py [--size default|install] [--repeat 3] [--lag-samples 200] [--relists 3] [--churn 10]
-[--keep] [--reuse]``.
+[--keep] [--reuse] [--shared-cluster]`` (the smoke tests, tests/bench/: ``--shared-cluster --nodes 9 --pods 40
+--repeat 1 --lag-samples 5 --relists 1 --churn 2``; on a shared cluster its namespace is deleted at the end).
 It uses its own cluster state directory (.state/devcluster-bench-sync) and its own database
 (`<DATABASE_URL name>_syncbench`), so it never touches the development data. The last line printed is a JSON summary.
 """
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import subprocess
@@ -42,25 +42,41 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench import harness  # noqa: E402
 from bench.benchdb import bench_database  # noqa: E402
+from bench.harness import NUMBER, NUMBER_OR_NONE, Run, percentile  # noqa: E402
 
 TARGETS = {"resync_ratio": 2.0, "watch_lag_p99_ms": 2000.0, "sync_peak_rss_mb": 500.0, "after_relist_seconds": 2.0}
 SIZES = {"default": (1000, 10000), "install": (2000, 50000)}
 NAMESPACE = "bench-sync"
+# The figures the README quotes: the resync against the bare LIST, the watch lag, the time back within 2 s after a
+# full list (None when no sample came back within 2 s), the sync's peak memory.
+SUMMARY_KEYS = {
+    "nodes": int,
+    "pods": int,
+    "bare_list_seconds": NUMBER,
+    "resync_seconds": NUMBER,
+    "resync_ratio": NUMBER,
+    "watch_lag_p50_ms": NUMBER,
+    "watch_lag_p99_ms": NUMBER,
+    "after_relist_seconds": NUMBER_OR_NONE,
+    "after_relist_runs": list,
+    "churn_per_second": NUMBER,
+    "sync_peak_rss_mb": NUMBER,
+    "targets_met": bool,
+}
+
+log = harness.logger("bench")
 
 
-def log(message: str) -> None:
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
+def start_cluster(args):
+    """The benchmark's cluster with `args.nodes` nodes (harness.start_cluster) — or, with `--reuse`, the one a
+    `--keep` run left up in `--state-dir` when it answers with exactly as many nodes (its pods are kept: none are
+    made again)."""
+    from devcluster import launcher
 
-
-def start_cluster(state_dir: Path, nodes: int, *, reuse: bool = False):
-    """The benchmark's own local cluster with `nodes` nodes, started afresh — or, with `reuse`, the one a `--keep`
-    run left up in `state_dir` when it answers with exactly as many nodes (its pods are kept: none are made again)."""
-    from devcluster import build, launcher
-
-    build.ensure_built(log)
-    cluster = launcher.Cluster(state_dir, progress=log)
-    if reuse and cluster.kubeconfig_path.exists():
+    cluster = launcher.Cluster(args.state_dir, progress=log)
+    if args.reuse and cluster.kubeconfig_path.exists():
         try:
             from kubernetes import client as k8s
 
@@ -68,12 +84,10 @@ def start_cluster(state_dir: Path, nodes: int, *, reuse: bool = False):
             present = len(found.items) + (found.metadata.remaining_item_count or 0)
         except Exception:  # noqa: BLE001 - not up (or not answering): start afresh
             present = 0
-        if present == nodes:
-            log(f"reusing the cluster left up in {state_dir} ({present} nodes)")
+        if present == args.nodes:
+            log(f"reusing the cluster left up in {args.state_dir} ({present} nodes)")
             return cluster
-    cluster.down()
-    cluster.up(scale_nodes=nodes)
-    return cluster
+    return harness.start_cluster(args, scale_nodes=args.nodes, log=log)
 
 
 def gpu_pod_count(node_names: list[str], count: int) -> int:
@@ -316,11 +330,6 @@ def measure_lag(samples: int, env: dict, churn: Churn, relists: int):
     return lags, peak / 2**20, afters
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -332,22 +341,21 @@ def main() -> int:
     parser.add_argument("--lag-samples", type=int, default=200)
     parser.add_argument("--relists", type=int, default=3, help="times the sync is started afresh (a full list each)")
     parser.add_argument("--churn", type=float, default=10.0, help="GPU pods deleted and re-created a second meanwhile")
-    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / ".state" / "devcluster-bench-sync")
-    parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    harness.add_cluster_arguments(parser, "devcluster-bench-sync")
     parser.add_argument("--reuse", action="store_true", help="use the cluster a --keep run left running, if it is up")
     args = parser.parse_args()
+    run = Run("sync")
     size_nodes, size_pods = SIZES[args.size]
     args.nodes = args.nodes or size_nodes
     args.pods = args.pods or size_pods
 
     url = bench_database("syncbench")
     env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE="portal.settings.dev")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO_ROOT, env=env, check=True)
     subprocess.run(
         [sys.executable, "manage.py", "seed_demo"], cwd=REPO_ROOT, env=env, check=True, stdout=subprocess.DEVNULL
     )
 
-    cluster = start_cluster(args.state_dir, args.nodes, reuse=args.reuse)
+    cluster = start_cluster(args)
     env["KUBECONFIG"] = str(cluster.kubeconfig_path)
     os.environ.update(DATABASE_URL=url, KUBECONFIG=env["KUBECONFIG"], DJANGO_SETTINGS_MODULE="portal.settings.dev")
     import django
@@ -366,12 +374,12 @@ def main() -> int:
     churn = Churn(core, node_names, gpu_pod_count(node_names, args.pods), args.churn)
     lags, peak_mb, afters = measure_lag(args.lag_samples, env, churn, args.relists)
     after_relist = None if None in afters else statistics.median(afters)
-    if not args.keep:
-        cluster.down()
+    if args.shared_cluster:
+        core.delete_namespace(NAMESPACE)  # its pods hold GPUs of nodes the next benchmark may use
+    harness.stop_cluster(args, cluster)
 
     bare_median, resync_median = statistics.median(bare), statistics.median(resync)
     summary = {
-        "benchmark": "sync",
         "size": args.size if (args.nodes, args.pods) == SIZES[args.size] else f"{args.nodes} nodes / {args.pods} pods",
         "nodes": counts["nodes"],
         "pods": counts["pods"],
@@ -400,7 +408,7 @@ def main() -> int:
         and after_relist is not None
         and after_relist < TARGETS["after_relist_seconds"]
     )
-    print(json.dumps(summary))
+    run.finish(summary)
     return 0
 
 

@@ -1,9 +1,10 @@
 """Benchmark: server time of the busiest pages at full size — the pools dashboard, the pending view and the jobs list.
 
-Builds its own database (`<DATABASE_URL name>_uibench`, migrated here) and fills it in SQL: TEAMS teams, POOLS pools
-sharing NODES nodes of 8 GPUs (2 % NotReady), PODS pods (most Running and bound, some holding no GPU, PENDING_PODS
-unschedulable with the scheduler's message, a few finished), JOBS past jobs spread over a year plus QUEUED queued
-jobs. Two viewers: a researcher of two teams and a platform admin (who sees every team's jobs).
+Builds its own database (`<DATABASE_URL name>_uibench`, bench/benchdb.py) and fills it through the models (bulk
+creates: every column gets its model default): TEAMS teams, POOLS pools sharing NODES nodes of 8 GPUs (2 % NotReady),
+PODS pods (most Running and bound, some holding no GPU, PENDING_PODS unschedulable with the scheduler's message, a
+few finished), JOBS past jobs spread over a year plus QUEUED queued jobs. Two viewers: a researcher of two teams and a
+platform admin (who sees every team's jobs).
 
 Each page is requested in-process through Django's test client (URL routing, middleware, session, views, templates:
 everything but the network), WARMUP times untimed, then REQUESTS times timed; queries per request are counted in a
@@ -14,12 +15,13 @@ bytes) is the last line printed.
     .venv/bin/python bench/ui.py                    # 1,000 nodes, 10,000 pods, 100,000 past jobs
     .venv/bin/python bench/ui.py --reuse            # keep the data of a previous run of the same size
     .venv/bin/python bench/ui.py --requests 20      # a quicker look
+    .venv/bin/python bench/ui.py --teams 3 --pools 4 --nodes 8 --pods 40 --pending-pods 4 --jobs 50 --queued 5 \
+        --requests 2 --warmup 1                     # the smoke size (tests/bench/)
 """
 
 import argparse
 import gzip
 import html
-import json
 import os
 import re
 import statistics
@@ -31,9 +33,31 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchdb import bench_database  # noqa: E402
+from bench.harness import NUMBER, Run, percentile  # noqa: E402
 
 TARGET_P95_MS = 150
 TARGET_REFRESH_BYTES = 50_000  # a live refresh at full size, on the wire (issue 16)
+PAGES = {
+    "pools_dashboard": "/pools/",
+    "pending": "/jobs/pending/",
+    "jobs_list": "/jobs/",
+    "jobs_list_filtered": "/jobs/?state=failed&pool=pool-2",
+}
+VIEWERS = ("researcher", "admin")
+# The figures the README quotes: p95 and queries of each page for each viewer, the bytes of a live refresh.
+SUMMARY_KEYS = {
+    **{f"pages.{page}[{viewer}].p95_ms": NUMBER for page in PAGES for viewer in VIEWERS},
+    "pages.*.p50_ms": NUMBER,
+    "pages.*.queries": int,
+    "pages.*.refresh_bytes_on_wire": int,
+    "pages.*.refresh_bytes_uncompressed": int,
+    "pages.*.refresh_bytes_unchanged": int,
+    "data.nodes": int,
+    "data.pods": int,
+    "data.past_jobs": int,
+    "all_within_target": bool,
+    "refreshes_within_target": bool,
+}
 
 
 def parse_args():
@@ -51,105 +75,151 @@ def parse_args():
     return parser.parse_args()
 
 
-LOAD_SQL = """
-TRUNCATE jobs_jobevent, jobs_pod, jobs_job, pools_quota, pools_reservation, pools_node, pools_pool_spill_pools,
-         pools_pool, portal_membership, portal_team RESTART IDENTITY CASCADE;
-
-INSERT INTO portal_team (slug, name, description, queueing_strategy, allow_high_priority, created_at)
-SELECT 'team-' || n, 'Team ' || n, '', 'StrictFIFO', false, now() FROM generate_series(1, %(teams)s) n;
-
-INSERT INTO pools_pool (slug, name, kind, gpu_model, node_selector, taints, apply_taints, contracted_gpus,
-                        monthly_price_per_gpu, hourly_price_per_gpu, min_nodes, max_nodes, created_at, updated_at)
-SELECT 'pool-' || n, 'Pool ' || n, CASE WHEN n %% 4 = 0 THEN 'elastic' ELSE 'reserved' END, 'NVIDIA-A800-SXM4-80GB',
-       jsonb_build_object('node-role', 'pool-' || n), '[]'::jsonb, false,
-       CASE WHEN n %% 4 = 0 THEN NULL ELSE 8 * (%(nodes)s / %(pools)s) END, 9800.00, 18.0, 0, 1000, now(), now()
-FROM generate_series(1, %(pools)s) n;
-
-INSERT INTO pools_pool_spill_pools (from_pool_id, to_pool_id)
-SELECT p.id, (SELECT id FROM pools_pool WHERE kind = 'elastic' ORDER BY id LIMIT 1)
-FROM pools_pool p WHERE p.kind = 'reserved';
-
-INSERT INTO pools_node (name, pool_id, labels, taints, gpu_capacity, gpu_allocatable, ready, missing_taints,
-                        unschedulable, last_seen_at)
-SELECT 'gpu-node-' || lpad(n::text, 5, '0'), (SELECT id FROM pools_pool ORDER BY id OFFSET (n %% %(pools)s) LIMIT 1),
-       '{}'::jsonb, '[]'::jsonb, 8, 8, n %% 50 <> 0, '[]'::jsonb, false, now()
-FROM generate_series(1, %(nodes)s) n;
-
-INSERT INTO pools_quota (team_id, pool_id, max_gpus, updated_at)
-SELECT t.id, p.id, 16, now() FROM portal_team t CROSS JOIN pools_pool p;
-
-INSERT INTO pools_reservation (team_id, pool_id, gpus, starts_at, ends_at, monthly_price_per_gpu, created_at)
-SELECT t.id, (SELECT id FROM pools_pool WHERE kind = 'reserved' ORDER BY id OFFSET (t.id %% 3) LIMIT 1), 8,
-       now() - interval '20 days', now() + interval '40 days', 9800.00, now()
-FROM portal_team t WHERE t.id <= 60;
-
--- Past jobs over a year, every team; then queued jobs waiting for quota.
-INSERT INTO jobs_job (team_id, pool_id, submitted_by_id, name, image, command, args, env, gpus, cpu_millicores,
-                      memory_mib, placement, priority, max_run_minutes, state, state_changed_at, created_at,
-                      started_at, finished_at, node_name, pending_reason, last_error, submit_attempts,
-                      anti_affinity_group, pod_annotations, spilled, preemptions)
-SELECT 1 + n %% %(teams)s, 1 + n %% %(pools)s, %(user)s, 'job-' || n, 'registry.example.com/train:1.0',
-       '["python", "train.py"]'::jsonb, '[]'::jsonb, '{}'::jsonb, (ARRAY[1, 1, 2, 4, 8])[1 + n %% 5], 1000, 4096,
-       'strict', 50, 1440, (ARRAY['succeeded', 'succeeded', 'succeeded', 'failed', 'cancelled'])[1 + n %% 5],
-       now() - (n * interval '5 minutes'), now() - (n * interval '5 minutes') - interval '2 hours',
-       now() - (n * interval '5 minutes') - interval '100 minutes', now() - (n * interval '5 minutes'),
-       'gpu-node-' || lpad((1 + n %% %(nodes)s)::text, 5, '0'), '', '', 1, '', '{}'::jsonb, false, 0
-FROM generate_series(1, %(jobs)s) n;
-
-INSERT INTO jobs_job (team_id, pool_id, submitted_by_id, name, image, command, args, env, gpus, cpu_millicores,
-                      memory_mib, placement, priority, max_run_minutes, state, state_changed_at, created_at,
-                      node_name, pending_reason, last_error, submit_attempts, anti_affinity_group, pod_annotations,
-                      spilled, preemptions)
-SELECT 1 + n %% 40, 1 + n %% %(pools)s, %(user)s, 'queued-' || n, 'registry.example.com/train:1.0', '[]'::jsonb,
-       '[]'::jsonb, '{}'::jsonb, 8, 1000, 4096, 'strict', 50, 1440, 'queued', now() - n * interval '1 minute',
-       now() - n * interval '1 minute', '', '', '', 0, '', '{}'::jsonb, false, 0
-FROM generate_series(1, %(queued)s) n;
-
--- Pods: running and bound (a quarter without GPUs), unschedulable ones with the scheduler's message, finished ones.
-INSERT INTO jobs_pod (uid, namespace, name, team_id, pool_id, job_id, node_name, gpus, phase, scheduled,
-                      pending_reason, created_at, bound_at, finished_at, seen_at)
-SELECT 'uid-' || n, 'team-' || (1 + n %% %(teams)s), 'pod-' || n, 1 + n %% %(teams)s,
-       CASE WHEN n <= %(running)s THEN 1 + ((n %% %(nodes)s) %% %(pools)s) ELSE 1 + n %% %(pools)s END,
-       NULL,
-       CASE WHEN n <= %(running)s OR n > %(running)s + %(pending)s
-            THEN 'gpu-node-' || lpad((1 + n %% %(nodes)s)::text, 5, '0') ELSE '' END,
-       CASE WHEN n %% 4 = 0 THEN 0 ELSE 1 END,
-       CASE WHEN n <= %(running)s THEN 'Running'
-            WHEN n <= %(running)s + %(pending)s THEN 'Pending' ELSE 'Succeeded' END,
-       n <= %(running)s OR n > %(running)s + %(pending)s,
-       CASE WHEN n > %(running)s AND n <= %(running)s + %(pending)s THEN
-            '0/1000 nodes are available: 980 Insufficient nvidia.com/gpu, 20 node(s) had untolerated taint '
-            || '{node.kubernetes.io/not-ready: }. preemption: 0/1000 nodes are available.' ELSE '' END,
-       now() - n * interval '3 seconds', now() - n * interval '3 seconds', NULL, now()
-FROM generate_series(1, %(pods)s) n;
-"""
+def _batches(rows, size: int = 5000):
+    batch = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
-def load(cursor, args, user_id: int) -> float:
+def load(args, researcher) -> float:
+    """Fill the emptied database through the models (bulk_create: every column gets its model default, so a field
+    added to a model cannot break the load): teams, pools, nodes, quotas, reservations, past and queued jobs, pods."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from jobs.models import Job, Pod
+    from pools.choices import PoolKind
+    from pools.models import Node, Pool, Quota, Reservation
+    from portal.models import Team
+
     started = time.perf_counter()
+    now = timezone.now()
+    teams = Team.objects.bulk_create(
+        [Team(slug=f"team-{n}", name=f"Team {n}") for n in range(1, args.teams + 1)], batch_size=1000
+    )
+    pools = [
+        Pool.objects.create(
+            slug=f"pool-{n}",
+            name=f"Pool {n}",
+            kind=PoolKind.ELASTIC if n % 4 == 0 else PoolKind.RESERVED,
+            gpu_model="NVIDIA-A800-SXM4-80GB",
+            node_selector={"node-role": f"pool-{n}"},
+            contracted_gpus=None if n % 4 == 0 else 8 * (args.nodes // args.pools),
+            monthly_price_per_gpu=Decimal("9800.00"),
+            hourly_price_per_gpu=Decimal("18.0"),
+            min_nodes=0,
+            max_nodes=1000,
+        )
+        for n in range(1, args.pools + 1)
+    ]
+    reserved = [pool for pool in pools if pool.kind == PoolKind.RESERVED]
+    elastic = [pool for pool in pools if pool.kind == PoolKind.ELASTIC]
+    for pool in reserved if elastic else []:
+        pool.spill_pools.set(elastic[:1])
+    Node.objects.bulk_create(
+        Node(
+            name=f"gpu-node-{n:05d}",
+            pool=pools[n % args.pools],
+            gpu_capacity=8,
+            gpu_allocatable=8,
+            ready=n % 50 != 0,
+            last_seen_at=now,
+        )
+        for n in range(1, args.nodes + 1)
+    )
+    for batch in _batches(Quota(team=team, pool=pool, max_gpus=16) for team in teams for pool in pools):
+        Quota.objects.bulk_create(batch)
+    Reservation.objects.bulk_create(
+        Reservation(
+            team=team,
+            pool=reserved[index % len(reserved)],
+            gpus=8,
+            starts_at=now - timedelta(days=20),
+            ends_at=now + timedelta(days=40),
+            monthly_price_per_gpu=Decimal("9800.00"),
+        )
+        for index, team in enumerate(teams[:60], start=1)
+    )
+
+    # Past jobs over a year, every team; then queued jobs waiting for quota.
+    past_states = ["succeeded", "succeeded", "succeeded", "failed", "cancelled"]
+
+    def past_job(n: int) -> Job:
+        ended = now - n * timedelta(minutes=5)
+        return Job(
+            team=teams[n % args.teams],
+            pool=pools[n % args.pools],
+            submitted_by=researcher,
+            name=f"job-{n}",
+            image="registry.example.com/train:1.0",
+            command=["python", "train.py"],
+            gpus=[1, 1, 2, 4, 8][n % 5],
+            max_run_minutes=1440,
+            state=past_states[n % 5],
+            state_changed_at=ended,
+            created_at=ended - timedelta(hours=2),
+            started_at=ended - timedelta(minutes=100),
+            finished_at=ended,
+            node_name=f"gpu-node-{1 + n % args.nodes:05d}",
+            submit_attempts=1,
+        )
+
+    def queued_job(n: int) -> Job:
+        at = now - n * timedelta(minutes=1)
+        return Job(
+            team=teams[n % min(40, args.teams)],
+            pool=pools[n % args.pools],
+            submitted_by=researcher,
+            name=f"queued-{n}",
+            image="registry.example.com/train:1.0",
+            gpus=8,
+            max_run_minutes=1440,
+            state="queued",
+            state_changed_at=at,
+            created_at=at,
+        )
+
+    for batch in _batches(past_job(n) for n in range(1, args.jobs + 1)):
+        Job.objects.bulk_create(batch)
+    Job.objects.bulk_create(queued_job(n) for n in range(1, args.queued + 1))
+
+    # Pods: running and bound (a quarter without GPUs), unschedulable ones with the scheduler's message, finished ones.
     finished = max(args.pods // 50, 1)
     running = args.pods - args.pending_pods - finished
-    cursor.execute(
-        LOAD_SQL,
-        {
-            "teams": args.teams,
-            "pools": args.pools,
-            "nodes": args.nodes,
-            "pods": args.pods,
-            "pending": args.pending_pods,
-            "running": running,
-            "jobs": args.jobs,
-            "queued": args.queued,
-            "user": user_id,
-        },
+    unschedulable = (
+        f"0/{args.nodes} nodes are available: {args.nodes - args.nodes // 50} Insufficient nvidia.com/gpu, "
+        f"{args.nodes // 50} node(s) had untolerated taint {{node.kubernetes.io/not-ready: }}. "
+        f"preemption: 0/{args.nodes} nodes are available."
     )
+
+    def pod(n: int) -> Pod:
+        is_running, is_pending = n <= running, running < n <= running + args.pending_pods
+        at = now - n * timedelta(seconds=3)
+        return Pod(
+            uid=f"uid-{n}",
+            namespace=f"team-{1 + n % args.teams}",
+            name=f"pod-{n}",
+            team=teams[n % args.teams],
+            pool=pools[(n % args.nodes) % args.pools] if is_running else pools[n % args.pools],
+            node_name="" if is_pending else f"gpu-node-{1 + n % args.nodes:05d}",
+            gpus=0 if n % 4 == 0 else 1,
+            phase="Running" if is_running else "Pending" if is_pending else "Succeeded",
+            scheduled=not is_pending,
+            pending_reason=unschedulable if is_pending else "",
+            created_at=at,
+            bound_at=at,
+        )
+
+    for batch in _batches(pod(n) for n in range(1, args.pods + 1)):
+        Pod.objects.bulk_create(batch)
     return time.perf_counter() - started
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def _on_wire(response) -> int:
@@ -179,6 +249,7 @@ def wire_bytes(client, path: str) -> dict:
 
 def main():
     args = parse_args()
+    run = Run("ui")
     os.environ["DATABASE_URL"] = bench_database("uibench")
     os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings.test"
 
@@ -196,32 +267,28 @@ def main():
     from portal.models import Membership, Team, User
 
     setup_test_environment()
-    call_command("migrate", verbosity=0)
-    researcher, _ = User.objects.get_or_create(username="bench-researcher")
-    admin, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_platform_admin": True})
     sizes = (Node.objects.count(), Pod.objects.count(), Job.objects.count())
     expected = (args.nodes, args.pods, args.jobs + args.queued)
     load_seconds = None
-    if not (args.reuse and sizes == expected):
+    reuse = args.reuse and sizes == expected
+    if not reuse:
+        call_command("flush", interactive=False, verbosity=0)  # every table emptied: the sizes asked, nothing else
+    researcher, _ = User.objects.get_or_create(username="bench-researcher")
+    admin, _ = User.objects.get_or_create(username="bench-admin", defaults={"is_platform_admin": True})
+    if not reuse:
         print(f"loading {args.nodes:,} nodes, {args.pods:,} pods, {args.jobs:,} jobs …", flush=True)
-        with transaction.atomic(), connection.cursor() as cursor:
-            load_seconds = load(cursor, args, researcher.pk)
+        with transaction.atomic():
+            load_seconds = load(args, researcher)
         for team in Team.objects.filter(slug__in=["team-1", "team-2"]):
             Membership.objects.get_or_create(user=researcher, team=team, defaults={"role": Role.RESEARCHER})
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE")
 
-    pages = {
-        "pools_dashboard": "/pools/",
-        "pending": "/jobs/pending/",
-        "jobs_list": "/jobs/",
-        "jobs_list_filtered": "/jobs/?state=failed&pool=pool-2",
-    }
     results = {}
     for viewer in (researcher, admin):
         client = Client()
         client.force_login(viewer)
-        for page, path in pages.items():
+        for page, path in PAGES.items():
             for _ in range(args.warmup):
                 assert client.get(path).status_code == 200, (page, viewer)
             timings = []
@@ -251,7 +318,6 @@ def main():
                 flush=True,
             )
     summary = {
-        "benchmark": "ui",
         "data": {
             "nodes": args.nodes,
             "pods": args.pods,
@@ -269,7 +335,7 @@ def main():
         "all_within_target": all(r["p95_ms"] < TARGET_P95_MS for r in results.values()),
         "refreshes_within_target": all(r["refresh_bytes_on_wire"] <= TARGET_REFRESH_BYTES for r in results.values()),
     }
-    print(json.dumps(summary))
+    run.finish(summary)
 
 
 if __name__ == "__main__":

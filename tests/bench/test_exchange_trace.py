@@ -1,6 +1,6 @@
-"""The lending benchmark's traces (bench/exchange.py): pure functions, no cluster."""
+"""The lending benchmark's traces (bench/exchange_trace.py): pure functions, no cluster."""
 
-from bench.exchange import RUN_SPAN, SIZES, make_shift_trace, make_trace, reservation_sizes, trace_summary
+from bench.exchange_trace import RUN_SPAN, SIZES, make_shift_trace, make_trace, reservation_sizes, trace_summary
 
 DAY = 150.0
 

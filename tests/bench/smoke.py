@@ -1,0 +1,95 @@
+"""Every benchmark at its smoke size: the smallest that runs its whole path (seconds each where it can), and a run
+helper that checks the summary it prints last. Used by the smoke tests beside this module."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bench.harness import REPO_ROOT, STATE_ROOT, last_json_line, summary_problems
+
+# The cluster the cluster benchmarks share in a test run: started by bench/cluster_up.py's smoke run, apart from the
+# tests' own cluster (.state/devcluster-test).
+SMOKE_STATE_DIR = STATE_ROOT / "devcluster-bench-smoke"
+ON_SHARED = ["--shared-cluster", "--state-dir", str(SMOKE_STATE_DIR)]
+
+SMOKE_ARGS = {
+    "ui": "--teams 3 --pools 4 --nodes 8 --pods 40 --pending-pods 4 --jobs 50 --queued 5 --requests 2 --warmup 1",
+    "api": "--clients 2 --jobs 50 --teams 2 --duration 0.5 --warmup 0.2 --workers 1 --threads 2",
+    "metering": "--teams 3 --pools 3 --intervals 300 --repeat 1",
+    # Starts the shared cluster and leaves it up (--keep) for the others.
+    "cluster_up": f"--nodes 2 --keep --state-dir {SMOKE_STATE_DIR}",
+    "cluster_idle": "--nodes 2 --settle-seconds 1 --idle-seconds 2",
+    "sync": "--nodes 9 --pods 40 --repeat 1 --lag-samples 5 --relists 1 --churn 2",
+    "admission": "--nodes 4 --teams 2 --jobs 6 --run-seconds 2 --workers 1 --worker-threads 2 --submitters 2 "
+    "--timeout 240",
+    "exchange": "--day-seconds 12 --reserved-nodes 1 --elastic-nodes 1 --drain-timeout 90",
+    "faults": "--burst 4 --rate 1 --fault-at 1 --runs-for 1s --outage 1 --converge-timeout 90",
+}
+ON_SHARED_CLUSTER = {"cluster_idle", "sync", "admission", "exchange", "faults"}
+
+
+def smoke_args(name: str) -> list[str]:
+    return SMOKE_ARGS[name].split() + (ON_SHARED if name in ON_SHARED_CLUSTER else [])
+
+
+def benchmark_names() -> list[str]:
+    """Every script of bench/ that is a benchmark (a `main()` run when the file is run)."""
+    names = []
+    for path in sorted((REPO_ROOT / "bench").glob("*.py")):
+        text = path.read_text()
+        if "\ndef main(" in text and '\nif __name__ == "__main__":' in text:
+            names.append(path.stem)
+    return names
+
+
+def _tail(text: str, lines: int = 80) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def run_benchmark(name: str, env: dict, *, timeout: float = 600) -> dict:
+    """Run `python bench/<name>.py` at its smoke size; fail with its output's tail unless it exits 0 and its last
+    line is a summary holding the keys it declares (SUMMARY_KEYS) with their types. Returns the summary.
+
+    On a timeout the benchmark is interrupted (SIGINT to its process group: its `finally` blocks stop what it
+    started), then killed."""
+    command = [sys.executable, str(REPO_ROOT / "bench" / f"{name}.py"), *smoke_args(name)]
+    started = time.monotonic()
+    process = subprocess.Popen(  # noqa: S603 - our own benchmark
+        command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            stdout, stderr = process.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+        pytest.fail(f"{' '.join(command)} did not finish in {timeout:.0f}s\n{_tail(stderr)}\n{_tail(stdout, 5)}")
+    seconds = time.monotonic() - started
+    print(f"[bench smoke] {name}: {seconds:.0f}s")
+    if process.returncode != 0:
+        pytest.fail(f"{' '.join(command)} exited {process.returncode}\n{_tail(stderr)}\n{_tail(stdout, 5)}")
+    try:
+        summary = last_json_line(stdout)
+    except ValueError as error:
+        pytest.fail(f"{name}: the last line printed is not a JSON summary ({error})\n{_tail(stdout, 5)}")
+    module = importlib.import_module(f"bench.{name}")
+    problems = summary_problems(summary, module.SUMMARY_KEYS)
+    assert not problems, f"{name}'s summary: {problems}\n{stdout.splitlines()[-1][:3000]}"
+    assert summary["benchmark"] == name or name == "cluster_up"
+    return summary

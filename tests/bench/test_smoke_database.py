@@ -1,0 +1,23 @@
+"""The benchmarks that need only PostgreSQL, each run at its smoke size: it must finish and print a summary holding
+every key its figures quote (tests/bench/smoke.py)."""
+
+from tests.bench.smoke import run_benchmark
+
+
+def test_ui_benchmark_serves_every_page_to_both_viewers(bench_env):
+    summary = run_benchmark("ui", bench_env)
+    assert len(summary["pages"]) == 8
+    assert all(page["queries"] > 0 and page["refresh_bytes_on_wire"] > 0 for page in summary["pages"].values())
+
+
+def test_api_benchmark_answers_every_request(bench_env):
+    summary = run_benchmark("api", bench_env)
+    for scenario in ("jobs_running", "quota_updates"):
+        assert summary[scenario]["requests"] > 0
+        assert summary[scenario]["errors"] == {}
+
+
+def test_metering_benchmark_rollups_equal_the_month_from_scratch(bench_env):
+    summary = run_benchmark("metering", bench_env)
+    assert summary["intervals"] == 300
+    assert summary["rollups_equal_scratch"] is True
