@@ -47,6 +47,7 @@ cluster: install
 lint: install
 	@$(VENV)/bin/ruff check .
 	@$(VENV)/bin/ruff format --check .
+	@$(VENV)/bin/lint-imports
 
 format: install
 	@$(VENV)/bin/ruff format .

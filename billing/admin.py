@@ -61,7 +61,7 @@ class InvoiceAdmin(admin.ModelAdmin):
     def close_months(self, request, queryset):
         months = sorted(set(queryset.values_list("month", flat=True)))
         for month in months:
-            outbox.send(tasks.close_month, format_month(month), user_id=request.user.pk)
+            outbox.send(tasks.close_month.name, format_month(month), user_id=request.user.pk)
         self.message_user(
             request,
             _("Closing %(months)s: the billing queue meters and freezes them.")

@@ -19,7 +19,7 @@ from datetime import datetime
 
 from django.utils.dateparse import parse_datetime
 
-from .manifests import GPU_RESOURCE, LABEL_JOB_ID, USAGE_FINALIZER
+from .labels import GPU_RESOURCE, LABEL_JOB_ID, USAGE_FINALIZER
 
 
 def _time(value: str | None) -> datetime | None:

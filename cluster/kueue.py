@@ -24,7 +24,7 @@ out, so that an object read back from the cluster equals its rendering unless so
 import copy
 from dataclasses import dataclass
 
-from .manifests import (
+from .labels import (
     GPU_RESOURCE,
     LABEL_MANAGED_BY,
     LABEL_POOL,
@@ -32,11 +32,8 @@ from .manifests import (
     LOCAL_QUEUE_NAME,
     MANAGED_BY,
     PRIORITY_VALUES,
-    PoolTarget,
-    cpu_quantity,
-    memory_quantity,
-    tolerations_for,
 )
+from .manifests import PoolTarget, cpu_quantity, memory_quantity, tolerations_for
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"

@@ -10,7 +10,7 @@ import base64
 import json
 from dataclasses import dataclass
 
-from .manifests import LABEL_MANAGED_BY, LABEL_TEAM, MANAGED_BY
+from .labels import LABEL_MANAGED_BY, LABEL_TEAM, MANAGED_BY
 
 DOCKER_CONFIG_JSON = "kubernetes.io/dockerconfigjson"
 DOCKER_CONFIG_KEY = ".dockerconfigjson"

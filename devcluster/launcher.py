@@ -14,7 +14,6 @@ alone.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import http.client
@@ -29,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 
 from devcluster import build, certs
 from devcluster import kueue as kueue_module
 from devcluster import topology as topology_module
+from devcluster.config_files import ConfigFiles
+from devcluster.nodes import ClusterError, NodesAndStorage
 from devcluster.processes import (
     ApiConnection,
     ClusterStatus,
@@ -49,12 +49,9 @@ from devcluster.processes import (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STATE_DIR = REPO_ROOT / ".state" / "devcluster"
-STAGES_DIR = Path(__file__).with_name("stages")
 STATE_FILE = "cluster.json"
 # The control plane; Kueue (kueue_module.NAME) is started after it and recorded beside it.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-# Fake pod IPs come from here; nothing ever sends traffic to them (there is no pod network).
-POD_CIDR = "10.64.0.0/10"
 # Each fake node's Lease lasts this long; kwok renews it every quarter of that, as a kubelet does (a kubelet's
 # default is 40 s: 1,000 nodes then write 100 Leases a second, half a core of this machine's two while the cluster
 # idles). The node lifecycle controller marks a node unreachable after NODE_MONITOR_GRACE_FACTOR × this without a
@@ -68,11 +65,7 @@ def node_monitor_grace_period(node_lease_seconds: int) -> str:
     return f"{round(node_lease_seconds * NODE_MONITOR_GRACE_FACTOR)}s"
 
 
-class ClusterError(RuntimeError):
-    """The cluster could not be started or is not healthy; the message says which component and why."""
-
-
-class Cluster:
+class Cluster(ConfigFiles, NodesAndStorage):
     """A local control plane in one state directory.
 
     >>> cluster = Cluster(state_dir)                 # doctest: +SKIP
@@ -236,75 +229,6 @@ class Cluster:
                 )
             time.sleep(0.1)
 
-    def _write_kubeconfig(self, port: int) -> None:
-        def b64(path: Path) -> str:
-            return base64.b64encode(path.read_bytes()).decode()
-
-        kubeconfig = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "reservoir-dev",
-                    "cluster": {
-                        "server": f"https://127.0.0.1:{port}",
-                        "certificate-authority-data": b64(self.pki.ca_cert),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": certs.ADMIN_USER,
-                    "user": {
-                        "client-certificate-data": b64(self.pki.admin_cert),
-                        "client-key-data": b64(self.pki.admin_key),
-                    },
-                }
-            ],
-            "contexts": [{"name": "reservoir-dev", "context": {"cluster": "reservoir-dev", "user": certs.ADMIN_USER}}],
-            "current-context": "reservoir-dev",
-        }
-        temporary = self.kubeconfig_path.with_suffix(".tmp")
-        temporary.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
-        temporary.chmod(0o600)
-        temporary.replace(self.kubeconfig_path)
-
-    def _write_scheduler_config(self) -> Path:
-        path = self.state_dir / "scheduler.yaml"
-        config = {
-            "apiVersion": "kubescheduler.config.k8s.io/v1",
-            "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.kubeconfig_path), "qps": 500, "burst": 1000},
-            "leaderElection": {"leaderElect": False},
-        }
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        return path
-
-    def _write_kwok_config(self, port: int) -> Path:
-        path = self.state_dir / "kwok.yaml"
-        options = {
-            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-            "kind": "KwokConfiguration",
-            "options": {
-                "cidr": POD_CIDR,
-                "nodeIP": "127.0.0.1",
-                "nodePort": port,
-                "serverAddress": f"127.0.0.1:{port}",
-                "manageAllNodes": False,
-                "manageNodesWithAnnotationSelector": (
-                    f"{topology_module.KWOK_NODE_ANNOTATION}={topology_module.KWOK_NODE_ANNOTATION_VALUE}"
-                ),
-                "nodeLeaseDurationSeconds": self.node_lease_seconds,
-                "nodePlayStageParallelism": 16,
-                "podPlayStageParallelism": 16,
-                "nodeLeaseParallelism": 16,
-            },
-        }
-        documents = [yaml.safe_dump(options, sort_keys=False)]
-        documents += [stage.read_text() for stage in sorted(STAGES_DIR.glob("*.yaml"))]
-        path.write_text("\n---\n".join(documents))
-        return path
-
     def _start_processes(self, binaries: Path, on_apiserver_ready: Callable[[], None] | None = None) -> None:
         """Start etcd, the API server (and, once it answers, call ``on_apiserver_ready``), then the
         controller-manager, scheduler and kwok; wait until each is healthy."""
@@ -444,82 +368,6 @@ class Cluster:
             f"http://127.0.0.1:{ports['kwok']}/healthz",
         )
         self._wait_healthy([controller_manager, scheduler, kwok], timeout=60)
-
-    # -- nodes -----------------------------------------------------------------------------------------------------
-    def apply_topology(self, topology: topology_module.Topology, *, timeout: float | None = None) -> float:
-        """Create the topology's nodes that are missing and wait until every one is Ready and schedulable
-        (the not-ready taint lifted). Returns the seconds the wait took."""
-        api = self.api()
-        started = time.monotonic()
-        code, body = api.request("GET", "/api/v1/nodes")
-        if code != 200:
-            raise ClusterError(f"cannot list nodes: HTTP {code}: {body}")
-        existing = {node["metadata"]["name"] for node in body.get("items", [])}
-        wanted = topology.node_manifests()
-        missing = [node for node in wanted if node["metadata"]["name"] not in existing]
-        if missing:
-            self.progress(f"creating {len(missing)} nodes ({topology.source})")
-
-            def create(node: dict[str, Any]) -> None:
-                code, body = api.request("POST", "/api/v1/nodes", node)
-                if code not in (201, 409):
-                    raise ClusterError(f"cannot create node {node['metadata']['name']}: HTTP {code}: {body}")
-
-            with ThreadPoolExecutor(max_workers=8) as pool:
-                list(pool.map(create, missing))
-        self.apply_storage(topology)
-        names = {node["metadata"]["name"] for node in wanted}
-        timeout = timeout if timeout is not None else 60 + len(names) / 10
-        deadline = time.monotonic() + timeout
-        last_report = 0.0
-        while True:
-            code, body = api.request("GET", "/api/v1/nodes")
-            usable = {node["metadata"]["name"] for node in body.get("items", []) if node_usable(node)}
-            ready = len(names & usable)
-            now = time.monotonic()
-            if ready == len(names):
-                self.progress(f"{ready} nodes Ready in {now - started:.1f}s")
-                return now - started
-            if now > deadline:
-                raise ClusterError(
-                    f"only {ready}/{len(names)} nodes Ready and untainted after {timeout:.0f}s; "
-                    f"see {self.log_path('kwok')} and {self.log_path('kube-controller-manager')}"
-                )
-            if now - last_report > 5:
-                last_report = now
-                self.progress(f"waiting for nodes: {ready}/{len(names)} Ready")
-            time.sleep(0.25)
-
-    def apply_storage(self, topology: topology_module.Topology) -> int:
-        """Create the topology's StorageClass and PersistentVolumes that are missing (existing ones, bound or not,
-        are left as they are, but for their labels: a volume assigned to a team since it was made gets the label).
-        Returns how many were created."""
-        api = self.api()
-        created = 0
-        for manifest in topology.storage_manifests():
-            path = (
-                "/apis/storage.k8s.io/v1/storageclasses"
-                if manifest["kind"] == "StorageClass"
-                else "/api/v1/persistentvolumes"
-            )
-            code, body = api.request("POST", path, manifest)
-            if code == 409 and manifest["kind"] == "PersistentVolume":
-                labels = {"metadata": {"labels": manifest["metadata"]["labels"]}}
-                code, body = api.request(
-                    "PATCH",
-                    f"{path}/{manifest['metadata']['name']}",
-                    labels,
-                    content_type="application/merge-patch+json",
-                )
-                code = 409 if code == 200 else code
-            if code not in (201, 409):
-                raise ClusterError(
-                    f"cannot create {manifest['kind']} {manifest['metadata']['name']}: HTTP {code}: {body}"
-                )
-            created += code == 201
-        if created:
-            self.progress(f"created {created} storage objects ({topology.source})")
-        return created
 
     # -- public commands -------------------------------------------------------------------------------------------
     def up(

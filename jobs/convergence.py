@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 # PostgreSQL advisory lock key: one convergence at a time, however many workers pick up beat's messages.
 LOCK_KEY = 7_340_014
 
+# The task that creates a job's Job in the cluster (jobs/tasks.py), asked for by name through the outbox.
+SUBMIT_TASK = "jobs.submit_job"
+
 
 def _grace() -> timedelta:
     return timedelta(seconds=settings.CONVERGENCE_GRACE_SECONDS)
@@ -49,8 +52,6 @@ def _grace() -> timedelta:
 
 def missing_job_ids(*, now: datetime) -> list[int]:
     """Ids of the jobs to send again: expected in the cluster, not created there, untouched for the grace."""
-    from .tasks import submit_job_to_cluster
-
     cutoff = now - _grace()
     quiet = (
         Job.objects.expected_in_cluster()
@@ -65,7 +66,7 @@ def missing_job_ids(*, now: datetime) -> list[int]:
         return []
     recently_sent = {
         args[0]
-        for args in OutboxMessage.objects.filter(task=submit_job_to_cluster.name, created_at__gte=cutoff).values_list(
+        for args in OutboxMessage.objects.filter(task=SUBMIT_TASK, created_at__gte=cutoff).values_list(
             "args", flat=True
         )
         if args
@@ -74,11 +75,9 @@ def missing_job_ids(*, now: datetime) -> list[int]:
 
 
 def resend_missing(*, now: datetime) -> list[int]:
-    from .tasks import submit_job_to_cluster
-
     job_ids = missing_job_ids(now=now)
     for job_id in job_ids:
-        outbox.send(submit_job_to_cluster, job_id)
+        outbox.send(SUBMIT_TASK, job_id)
     if job_ids:
         log.warning("convergence: %d job(s) had no Job in the cluster; sent again: %s", len(job_ids), job_ids)
     return job_ids

@@ -5,7 +5,8 @@ import hmac
 
 from django.conf import settings
 
-from cluster.manifests import JobManifestSpec, PoolTarget, render_gang_service, render_job, render_rendezvous_policy
+from cluster.manifests import JobManifestSpec, PoolTarget, render_gang_service, render_job
+from cluster.namespaces import render_rendezvous_policy
 from cluster.team_data import SecretEnv, VolumeMount
 from teamdata.selectors import read_only_volume_names
 

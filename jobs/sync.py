@@ -42,6 +42,7 @@ from pools import services as pools
 from pools.models import Node
 from portal.models import Team
 
+from . import observations
 from . import services as jobs
 from .models import Job, SyncState, job_name_for
 
@@ -180,7 +181,7 @@ class ClusterSync:
         facts = pod_facts(pod)
         return facts if facts.gpus > 0 or facts.job_id is not None else None
 
-    def _owners(self, pods: list[PodFacts]) -> list[jobs.PodOwner]:
+    def _owners(self, pods: list[PodFacts]) -> list[observations.PodOwner]:
         portal_jobs = self.attribution.jobs({f.job_id for f in pods if f.job_id is not None})
         owners = []
         for pod in pods:
@@ -191,11 +192,11 @@ class ClusterSync:
             if pool_id is None and job_id is not None:
                 pool_id = portal_jobs[job_id][1]  # not placed yet: the pool it was submitted to
             owners.append(
-                jobs.PodOwner(team_id=self.attribution.team_id(pod.namespace), pool_id=pool_id, job_id=job_id)
+                observations.PodOwner(team_id=self.attribution.team_id(pod.namespace), pool_id=pool_id, job_id=job_id)
             )
         return owners
 
-    def _interval(self, pod: PodFacts, owner: jobs.PodOwner, **kwargs):
+    def _interval(self, pod: PodFacts, owner: observations.PodOwner, **kwargs):
         """The pod's GPU time: metered in the pool of the node it is bound to (none: not metered)."""
         node_pool = self.attribution.pool_id(pod.node_name) if pod.scheduled else None
         return billing.usage_interval(pod, team_id=owner.team_id, pool_id=node_pool, job_id=owner.job_id, **kwargs)
@@ -205,11 +206,11 @@ class ClusterSync:
         owners = self._owners(pods)
         intervals = [i for i in (self._interval(f, o) for f, o in zip(pods, owners, strict=True)) if i]
         with transaction.atomic():
-            jobs.record_pods(pods=list(zip(pods, owners, strict=True)), complete=True)
+            observations.record_pods(pods=list(zip(pods, owners, strict=True)), complete=True)
             billing.record_usage(intervals=intervals)
             billing.close_usage_of_vanished_pods(present_pod_uids={f.uid for f in pods}, at=now)
             self.save_version("pods", version, listed=True)
-        jobs.record_pod_states(pods=[(o.job_id, f) for f, o in zip(pods, owners, strict=True) if o.job_id])
+        observations.record_pod_states(pods=[(o.job_id, f) for f, o in zip(pods, owners, strict=True) if o.job_id])
         self._release(pods)
 
     def pod_event(self, kind: str, pod: PodFacts) -> None:
@@ -238,13 +239,13 @@ class ClusterSync:
             if kind == "DELETED":
                 deleted.append(pod.uid)
         with transaction.atomic():
-            jobs.record_pods(pods=list(zip(pods, owners, strict=True)))
+            observations.record_pods(pods=list(zip(pods, owners, strict=True)))
             billing.record_usage(intervals=intervals)
-        jobs.record_pod_states(
+        observations.record_pod_states(
             pods=[(owner.job_id, pod) for pod, owner in zip(pods, owners, strict=True) if owner.job_id]
         )
         if deleted:
-            jobs.remove_pods(uids=deleted)
+            observations.remove_pods(uids=deleted)
         self._release([pod for kind, pod in latest.values() if kind != "DELETED"])
 
     @staticmethod
@@ -276,22 +277,22 @@ class ClusterSync:
         return accepted
 
     def job_event(self, kind: str, job: JobFacts) -> None:
-        if kind != "DELETED" and jobs.job_outcome_observation(job) is None:
+        if kind != "DELETED" and observations.job_outcome_observation(job) is None:
             # A Job that has not finished implies nothing (its Workload and pods say where the job is): no query for
             # the half dozen status updates each Job gets while it is created, unsuspended and running.
             return
         for job_id, facts in self._portal_jobs([job]):
             if kind == "DELETED":
-                jobs.fail_job_deleted_outside(job_id=job_id)
+                observations.fail_job_deleted_outside(job_id=job_id)
             else:
-                jobs.record_job_state(job_id=job_id, job=facts)
+                observations.record_job_state(job_id=job_id, job=facts)
 
     def relist_jobs(self, job_list: list[JobFacts], version: str) -> None:
         accepted = self._portal_jobs(job_list)
         for job_id, facts in accepted:
-            jobs.record_job_state(job_id=job_id, job=facts)
+            observations.record_job_state(job_id=job_id, job=facts)
         # Admitted jobs created in the cluster before this list whose Job is gone were deleted outside the portal.
-        jobs.settle_missing_jobs(
+        observations.settle_missing_jobs(
             present_job_ids={job_id for job_id, _facts in accepted}, created_before=timezone.now() - JUST_CREATED
         )
         self.save_version("jobs", version, listed=True)

@@ -1,6 +1,6 @@
 """Job tasks (queue: cluster). Thin: take ids, re-check state on entry, and let the services decide.
 
-Both cluster tasks use the one retry policy of `portal.celery.ClusterTask`: a transient cluster failure retries the
+Both cluster tasks use the one retry policy of `portal.retry.ClusterTask`: a transient cluster failure retries the
 task with backoff and jitter; when the submission gives up, the job is Failed with the reason. `jobs.submit_job`
 is safe to run twice or to be cut short by a dying worker: the Kubernetes Job's name derives from the portal job's
 id, and AlreadyExists counts as done. It reads the job under its row lock and checks again after creating the Job,
@@ -14,10 +14,10 @@ from django.utils.translation import gettext_noop
 
 from cluster import resources
 from cluster.errors import ClusterError, describe
-from cluster.manifests import rendezvous_policy_name
-from portal.celery import ClusterTask
+from cluster.namespaces import rendezvous_policy_name
+from portal.retry import ClusterTask
 
-from . import services
+from . import observations
 from .models import Job, Words
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class SubmitTask(ClusterTask):
     def gave_up(self, error: BaseException, job_id: int, *args, **kwargs) -> None:
         reason = str(error) if isinstance(error, ClusterError) else describe(error)
         message = Words(gettext_noop("could not create the Job in the cluster: %(reason)s"), {"reason": reason})
-        services.fail_job(job_id=job_id, message=message)
+        observations.fail_job(job_id=job_id, message=message)
 
 
 def _ensure_gang_service(job: Job) -> None:
@@ -89,7 +89,7 @@ def submit_job_to_cluster(self, job_id: int) -> str:
         _ensure_gang_service(job)
     except ClusterError as error:
         if error.transient and attempt <= self.max_retries:
-            services.note_submit_problem(
+            observations.note_submit_problem(
                 job_id=job_id,
                 message=Words(
                     gettext_noop("%(error)s — retrying (attempt %(attempt)d of %(attempts)d)"),
@@ -102,7 +102,7 @@ def submit_job_to_cluster(self, job_id: int) -> str:
         # Re-checked under the lock: a cancel that committed while the Job was being created found nothing to delete.
         wanted = Job.objects.expected_in_cluster().select_for_update().filter(pk=job_id).exists()
         if wanted:
-            services.mark_created_in_cluster(job_id=job_id, created=created)
+            observations.mark_created_in_cluster(job_id=job_id, created=created)
     if not wanted:
         resources.delete_job(job.team.namespace, job.job_name)
         return "final meanwhile: deleted"

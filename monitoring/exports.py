@@ -11,7 +11,7 @@ import shlex
 
 import yaml
 
-from cluster.manifests import render_limit_range, render_namespace, render_network_policies, render_resource_quota
+from cluster.namespaces import render_limit_range, render_namespace, render_network_policies, render_resource_quota
 from pools.models import Pool
 from pools.namespaces import desired_spec, network_spec
 from portal.models import Team

@@ -120,8 +120,6 @@ def _resolve(alert: Alert, now: datetime, *, value: float) -> None:
 
 
 def _queue_notification(alert: Alert, event: str) -> None:
-    from .tasks import send_alert_notification
-
     if not settings.ALERT_WEBHOOK_URL:
         AlertNotification.objects.get_or_create(
             alert=alert, event=event, defaults={"status": NotificationStatus.SKIPPED}
@@ -129,7 +127,7 @@ def _queue_notification(alert: Alert, event: str) -> None:
         return
     notification, created = AlertNotification.objects.get_or_create(alert=alert, event=event)
     if created:
-        outbox.send(send_alert_notification, notification.pk)
+        outbox.send("monitoring.send_alert_notification", notification.pk)
 
 
 def webhook_payload(alert: Alert, event: str) -> dict:

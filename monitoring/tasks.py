@@ -4,7 +4,8 @@ keeps its state in the Alert rows, a notification is sent at most once."""
 import logging
 
 from celery import shared_task
-from django.conf import settings
+
+from portal.retry import RetryingTask
 
 from . import services, telemetry
 
@@ -25,15 +26,21 @@ def evaluate_alerts() -> dict:
     return services.evaluate_alerts()
 
 
-@shared_task(name="monitoring.send_alert_notification", bind=True, acks_late=True, max_retries=WEBHOOK_ATTEMPTS - 1)
+@shared_task(
+    base=RetryingTask,
+    name="monitoring.send_alert_notification",
+    bind=True,
+    autoretry_for=(services.WebhookError,),
+    max_retries=WEBHOOK_ATTEMPTS - 1,
+    retry_backoff=5,
+    retry_backoff_max=600,
+    retry_jitter=False,
+)
 def send_alert_notification(self, notification_id: int) -> str:
+    """Deliver one notification; a webhook that did not take it is tried again after 5, 10, 20... s (at most 10
+    min), 6 attempts in all (portal/retry.py)."""
     final = self.request.retries + 1 >= WEBHOOK_ATTEMPTS
-    try:
-        return services.deliver_notification(notification_id, final_attempt=final)
-    except services.WebhookError as error:
-        if settings.CELERY_TASK_ALWAYS_EAGER:  # tests and eager runs: no waiting between attempts
-            raise self.retry(countdown=0, exc=error) from error
-        raise self.retry(countdown=min(600, 5 * 2**self.request.retries), exc=error) from error
+    return services.deliver_notification(notification_id, final_attempt=final)
 
 
 @shared_task(name="monitoring.prune_telemetry", acks_late=True, ignore_result=True)

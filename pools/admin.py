@@ -3,10 +3,26 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from portal.admin import AuditedAdminMixin
+from portal.admin import AuditedAdminMixin, MembershipInline
+from portal.models import Team
 
-from . import services
+from . import services, teams
 from .models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
+
+
+@admin.register(Team)
+class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    list_display = ["name", "slug", "namespace", "queueing_strategy", "allow_high_priority", "created_at"]
+    list_filter = ["queueing_strategy", "allow_high_priority"]
+    search_fields = ["name", "slug"]
+    inlines = [MembershipInline]
+
+    def save_model(self, request, obj, form, change):
+        # The service audits the team and sends the change to Kueue (its ClusterQueue's queueing order).
+        teams.save_team(team=obj, user=request.user)
+
+    def delete_model(self, request, obj):
+        teams.delete_team(team=obj, user=request.user)
 
 
 @admin.register(Pool)

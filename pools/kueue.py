@@ -37,9 +37,9 @@ from django.db.models import F, Max, Sum
 from django.utils import timezone
 
 from cluster import kueue as render
-from cluster import resources
+from cluster import kueue_objects, resources
 from cluster.errors import ClusterError, TransientClusterError
-from portal import audit
+from portal import audit, outbox
 from portal.models import Team
 
 from . import namespaces
@@ -75,12 +75,10 @@ def mark_changed() -> None:
 
 
 def _changed() -> None:
-    from .tasks import reconcile_kueue
-
     _row()
     KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).update(desired_version=F("desired_version") + 1)
     version = KueueProjection.objects.values_list("desired_version", flat=True).get(pk=KueueProjection.SINGLETON_PK)
-    reconcile_kueue.delay(version)
+    outbox.task_named("pools.reconcile_kueue").delay(version)
 
 
 # --- what the portal wants ---------------------------------------------------------------------------------------
@@ -213,7 +211,7 @@ def _reconcile_locked(state: KueueProjection) -> dict:
     pools = {pool.slug: pool for pool in Pool.objects.all()}
     teams = {team.slug: team for team in Team.objects.all()}
     try:
-        listed = {kind: resources.list_kueue_objects(kind) for kind in render.KINDS}
+        listed = {kind: kueue_objects.list_kueue_objects(kind) for kind in render.KINDS}
         existing = {render.object_key(obj): obj for objects in listed.values() for obj in objects}
         _ensure_namespaces(team_specs, teams)
         for manifest in desired:
@@ -236,14 +234,14 @@ def _reconcile_locked(state: KueueProjection) -> dict:
                 metadata = obj["metadata"]
                 quiet = render.without_lending(obj) if kind == "ClusterQueue" else None
                 if quiet is not None:
-                    resources.apply_kueue_object(quiet, obj)
+                    kueue_objects.apply_kueue_object(quiet, obj)
                     log.info("Kueue projection: %s lends nothing while it goes", key)
                 if metadata.get("deletionTimestamp"):
                     outcome[key] = "deleting"  # Kueue holds it until nothing uses it
                     if kind == "ClusterQueue":
                         _nudge_if_stuck(obj, now)
                     continue
-                resources.delete_kueue_object(kind, metadata["name"], metadata.get("namespace"))
+                kueue_objects.delete_kueue_object(kind, metadata["name"], metadata.get("namespace"))
                 log.info("Kueue projection: deleted %s (no pool or team wants it any more)", key)
                 outcome[key] = "deleted"
                 digests.pop(key, None)
@@ -276,7 +274,7 @@ def _nudge_if_stuck(cluster_queue: dict, now: datetime) -> None:
     deleted_at = parse_datetime(metadata["deletionTimestamp"])
     if deleted_at is None or (now - deleted_at).total_seconds() < STUCK_DELETING_SECONDS:
         return
-    resources.annotate_kueue_object("ClusterQueue", metadata["name"], {NUDGE_ANNOTATION: now.isoformat()})
+    kueue_objects.annotate_kueue_object("ClusterQueue", metadata["name"], {NUDGE_ANNOTATION: now.isoformat()})
     log.info("Kueue projection: ClusterQueue %s deleting since %s: nudged", metadata["name"], deleted_at)
 
 
@@ -299,7 +297,7 @@ def _ensure_namespaces(team_specs: list[render.TeamQueueSpec], teams: dict[str, 
 def _apply(manifest: dict, listed: dict | None, digests: dict, instance) -> str:
     key = render.object_key(manifest)
     if listed is None:
-        found = resources.read_kueue_object(
+        found = kueue_objects.read_kueue_object(
             manifest["kind"], manifest["metadata"]["name"], manifest["metadata"].get("namespace")
         )
         if found is not None and key not in digests:
@@ -309,7 +307,7 @@ def _apply(manifest: dict, listed: dict | None, digests: dict, instance) -> str:
                 "portal: rename or delete it, or label it app.kubernetes.io/managed-by=reservoir"
             )
         listed = found
-    result = resources.apply_kueue_object(manifest, listed)
+    result = kueue_objects.apply_kueue_object(manifest, listed)
     last = digests.get(key)
     if result.corrected and last is not None and _digest(result.before) != last:
         log.warning("Kueue projection: %s was edited in the cluster and was put back", key)

@@ -1,7 +1,7 @@
 """Team namespaces: render the desired ResourceQuota, LimitRange and NetworkPolicies from the portal's rows and
 settings, and put them in the cluster. A hand edit in the cluster is put back and written to the audit log.
 
-The NetworkPolicies (cluster/manifests.py) are the namespace's two standing ones and one per multi-node job that
+The NetworkPolicies (cluster/namespaces.py) are the namespace's two standing ones and one per multi-node job that
 should be in the cluster (its rendezvous port, open to the pods of that job only); the portal's policies of jobs
 that are over are deleted. The ResourceQuota caps the namespace's claims at the team's volume limits, and closes the
 cluster's storage classes that team volumes may not use (`teamdata.selectors.storage_class_allowed`)."""
@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from cluster import resources
 from cluster.errors import ClusterError
-from cluster.manifests import (
+from cluster.namespaces import (
     NamespaceSpec,
     NetworkSpec,
     render_limit_range,
@@ -102,12 +102,10 @@ def _stale_policies(team: Team, wanted: set[str]) -> list[str]:
 
 def mark_changed(team: Team) -> None:
     """Record that the team's quotas or limits changed, and reconcile once the change is committed."""
-    from .tasks import reconcile_team_namespace
-
     state, created = TeamNamespace.objects.get_or_create(team=team)
     if not created:
         TeamNamespace.objects.filter(pk=state.pk).update(desired_version=F("desired_version") + 1)
-    outbox.send(reconcile_team_namespace, team.pk)
+    outbox.send("pools.reconcile_team_namespace", team.pk)
 
 
 # First key of the PostgreSQL advisory lock that lets one reconcile of a team run at a time (second key: team id).

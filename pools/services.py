@@ -19,7 +19,7 @@ from billing import usage as billing_usage
 from cluster.facts import NodeFacts
 from portal import audit
 from portal.models import Team
-from portal.retries import retry_on_conflict
+from portal.retry import retry_on_conflict
 
 from . import kueue, namespaces
 from .choices import Lending, QuotaRequestState

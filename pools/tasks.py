@@ -1,15 +1,17 @@
 """Cluster reconcile tasks for pools and team namespaces (queue: cluster).
 
-The tasks that call the cluster use the one retry policy of `portal.celery.ClusterTask` (each cluster call tried
+The tasks that call the cluster use the one retry policy of `portal.retry.ClusterTask` (each cluster call tried
 once, the task retried with backoff and jitter on a transient failure). Two periodic sweeps do not retry as tasks:
 the namespace sweep goes on to the next team when one fails, and the reservation-boundary check runs every few
-seconds, so its next run is its retry (retries of it would pile up during an outage)."""
+seconds, so its next run is its retry (retries of it would pile up during an outage); their cluster calls are tried once
+(portal/retry.py)."""
 
 import logging
 
 from celery import shared_task
 
-from portal.celery import ClusterTask
+from cluster.errors import single_attempt
+from portal.retry import ClusterTask
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,8 @@ def reconcile_all_namespaces() -> int:
     count = 0
     for team in Team.objects.order_by("pk"):
         try:
-            reconcile(team)
+            with single_attempt():
+                reconcile(team)
             count += 1
         except Exception:  # noqa: BLE001 - one team's failure must not stop the others; it is logged and recorded
             log.exception("reconcile of team %s failed", team.slug)
@@ -64,5 +67,6 @@ def reconcile_kueue_at_reservation_boundary() -> dict | None:
     """Frequent and cheap: reconcile Kueue's objects when a reservation started or ended since the last rendering."""
     from . import kueue
 
-    outcome = kueue.reconcile_at_reservation_boundary()
+    with single_attempt():
+        outcome = kueue.reconcile_at_reservation_boundary()
     return None if outcome is None else kueue.summary(outcome)

@@ -3,7 +3,7 @@ from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.utils.translation import gettext_lazy as _
 
 from . import audit, services
-from .models import ApiToken, AuditEntry, Membership, OutboxMessage, Team, User
+from .models import ApiToken, AuditEntry, Membership, OutboxMessage, User
 
 
 class AuditedAdminMixin:
@@ -74,21 +74,6 @@ class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
     list_display = ["username", "email", "is_platform_admin", "is_staff", "language", "last_login"]
     list_filter = ["is_platform_admin", "is_staff", "is_active"]
     fieldsets = [*BaseUserAdmin.fieldsets, (_("Reservoir"), {"fields": ["is_platform_admin", "language"]})]
-
-
-@admin.register(Team)
-class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    list_display = ["name", "slug", "namespace", "queueing_strategy", "allow_high_priority", "created_at"]
-    list_filter = ["queueing_strategy", "allow_high_priority"]
-    search_fields = ["name", "slug"]
-    inlines = [MembershipInline]
-
-    def save_model(self, request, obj, form, change):
-        # The service audits the team and sends the change to Kueue (its ClusterQueue's queueing order).
-        services.save_team(team=obj, user=request.user)
-
-    def delete_model(self, request, obj):
-        services.delete_team(team=obj, user=request.user)
 
 
 @admin.register(Membership)

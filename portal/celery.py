@@ -1,9 +1,10 @@
-"""The Celery application. Beat schedules live next to their app (`<app>/beat.py`, a `SCHEDULE` dict)."""
+"""The Celery application. Beat schedules live next to their app (`<app>/beat.py`, a `SCHEDULE` dict); the retry
+policy of every task is in `portal/retry.py`."""
 
 import os
 from importlib import import_module
 
-from celery import Celery, Task
+from celery import Celery
 from celery.signals import beat_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
@@ -13,44 +14,6 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 BEAT_APPS = ("pools", "jobs", "billing", "monitoring", "teamdata")
-
-
-class ClusterTask(Task):
-    """The one retry policy for tasks that call the cluster: each cluster call is tried once
-    (`cluster.errors.single_attempt`), and a transient failure (unreachable, timeout, 429, 5xx) retries the whole
-    task with exponential backoff and jitter, up to `CLUSTER_TASK_MAX_RETRIES`; a verdict (400, 403, 404, 422)
-    fails at once. When the task gives up, `gave_up(error, *args)` is called so the task can leave its object in
-    a state that says why (a job Failed with the reason)."""
-
-    abstract = True
-    acks_late = True
-    retry_backoff = 2
-    retry_backoff_max = 300
-    retry_jitter = True
-
-    @property
-    def autoretry_for(self):
-        from cluster.errors import TransientClusterError
-
-        return (TransientClusterError,)
-
-    @property
-    def max_retries(self) -> int:
-        from django.conf import settings
-
-        return settings.CLUSTER_TASK_MAX_RETRIES
-
-    def __call__(self, *args, **kwargs):
-        from cluster.errors import single_attempt
-
-        with single_attempt():
-            return super().__call__(*args, **kwargs)
-
-    def on_failure(self, exc, task_id, args, kwargs, einfo):
-        self.gave_up(exc, *args, **kwargs)
-
-    def gave_up(self, error: BaseException, *args, **kwargs) -> None:
-        """Called once the task has failed for good; subclasses record why."""
 
 
 def collect_beat_schedule() -> dict:

@@ -1,6 +1,6 @@
 """Transactional outbox: a task asked for by a committed change is sent to Celery even if Redis is down then.
 
-Idea: a service that changes rows and wants a task to run afterwards calls `outbox.send(task, *args)` inside its
+Idea: a service that changes rows and wants a task to run afterwards calls `outbox.send(task_name, *args)` inside its
 transaction. That writes an `OutboxMessage` row in the same transaction, so the message exists exactly when the
 change committed: a rollback leaves no message, a commit cannot lose one. Right after the commit the message is
 published at once (best effort: an unreachable broker is logged, never turned into an error for the user, whose
@@ -38,24 +38,27 @@ class BrokerUnavailable(Exception):
     """The broker could not be reached; pending messages stay pending."""
 
 
-def send(task, *args, **kwargs) -> OutboxMessage:
-    """Ask for `task(*args, **kwargs)` to run once the current transaction commits (at once outside of one).
+def send(task: str, *args, **kwargs) -> OutboxMessage:
+    """Ask for the task registered as `task` (its name, `<app>.<verb>_<noun>`) to run with `*args, **kwargs` once
+    the current transaction commits (at once outside of one). By name, so that a service never imports the tasks
+    module that imports it back, and an app can ask for a task of a floor above it (a reconciler).
 
     Arguments must be JSON values (ids, not model instances)."""
-    message = OutboxMessage.objects.create(task=task.name, args=list(args), kwargs=kwargs)
+    message = OutboxMessage.objects.create(task=task, args=list(args), kwargs=kwargs)
     transaction.on_commit(lambda: publish_now(message.pk))
     return message
 
 
-def _task(name: str):
+def task_named(name: str):
+    """The registered task called `name`; in a process that never imported the apps' tasks.py (the dispatcher),
+    Celery's autodiscovery runs once first."""
     if name not in current_app.tasks:
-        # A process that never imported the apps' tasks.py (the dispatcher): run Celery's autodiscovery once.
         current_app.loader.import_default_modules()
     return current_app.tasks[name]
 
 
 def _publish(message: OutboxMessage) -> None:
-    task = _task(message.task)
+    task = task_named(message.task)
     # `delay` rather than a lower-level send: the message is exactly what `task.delay(...)` would have sent.
     task.delay(*message.args, **message.kwargs)
 

@@ -1,4 +1,5 @@
-"""Writes to teams, memberships and API tokens. The API, Django admin and commands all call these, and each
+"""Writes to memberships and API tokens (a team itself is written by `pools.teams`: it is a ClusterQueue and a
+LocalQueue in Kueue). The API, Django admin and commands all call these, and each
 write leaves an audit entry in the same transaction."""
 
 import secrets
@@ -6,54 +7,12 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import ProtectedError
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from . import audit
 from .authentication import TOKEN_PREFIX, hash_secret
 from .models import ApiToken, Membership, Team, User
-
-
-@transaction.atomic
-def save_team(*, team: Team, user=None) -> Team:
-    """Create `team` (no pk) or save its changed name, slug or description."""
-    before = audit.snapshot(Team.objects.filter(pk=team.pk).first()) if team.pk else None
-    team.full_clean()
-    team.save()
-    audit.record(
-        actor=user,
-        action="team.update" if before else "team.create",
-        instance=team,
-        before=before,
-        after=audit.snapshot(team),
-    )
-    _kueue_changed()
-    return team
-
-
-@transaction.atomic
-def delete_team(*, team: Team, user=None) -> None:
-    """Delete a team that has no jobs or reservations (they are history and contracts: never lost silently)."""
-    before = audit.snapshot(team)
-    pk = team.pk
-    try:
-        with transaction.atomic():
-            team.delete()
-    except ProtectedError:
-        raise ValidationError(
-            _("%(team)s has jobs or reservations and cannot be deleted.") % {"team": team.name}
-        ) from None
-    team.pk = pk
-    audit.record(actor=user, action="team.delete", instance=team, before=before, after=None)
-    _kueue_changed()
-
-
-def _kueue_changed() -> None:
-    """A team is a ClusterQueue and a LocalQueue in Kueue (pools.kueue projects them)."""
-    from pools import kueue
-
-    kueue.mark_changed()
 
 
 @transaction.atomic

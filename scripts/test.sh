@@ -19,6 +19,9 @@ echo "[test] ruff check + format check"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 
+echo "[test] import contracts (the floors, docs/architecture.md)"
+.venv/bin/lint-imports
+
 echo "[test] pytest"
 set +e
 DJANGO_SETTINGS_MODULE=portal.settings.test $PY -m pytest "$@"

@@ -26,7 +26,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.debug import sensitive_variables
 
 from cluster import resources
-from cluster.errors import ClusterError
+from cluster.errors import ClusterError, single_attempt
 from cluster.team_data import DOCKER_CONFIG_KEY, render_opaque_secret, render_registry_secret
 from jobs.specs import SECRET_KEY
 from portal import audit, outbox
@@ -133,9 +133,7 @@ def register_volume(
         raise ValidationError(errors)
     volume.save()
     audit.record(actor=user, action="volume.register", instance=volume, before=None, after=audit.snapshot(volume))
-    from .tasks import ensure_volume
-
-    outbox.send(ensure_volume, volume.pk)
+    outbox.send("teamdata.ensure_volume", volume.pk)
     return volume
 
 
@@ -386,13 +384,15 @@ def save_secret(
         secret.rotated_by, secret.rotated_at = user, timezone.now()
     secret.save()
     try:
-        ensure_namespace(team)
+        with single_attempt():  # inside this transaction: tried once, never slept on (portal/retry.py)
+            ensure_namespace(team)
     except ClusterError as error:
         raise ValidationError(
             _("The cluster did not take the secret, nothing was saved: %(why)s") % {"why": error}
         ) from None
     try:
-        resources.apply_secret(manifest)
+        with single_attempt():
+            resources.apply_secret(manifest)
     except resources.NotManagedByPortal:
         raise ValidationError(
             {
@@ -417,7 +417,8 @@ def delete_secret(*, secret: TeamSecret, user) -> None:
     secret = TeamSecret.objects.select_for_update().get(pk=secret.pk)
     before = audit.snapshot(secret)
     try:
-        resources.delete_secret(secret.team.namespace, secret.name)
+        with single_attempt():  # inside this transaction: tried once, never slept on (portal/retry.py)
+            resources.delete_secret(secret.team.namespace, secret.name)
     except ClusterError as error:
         raise ValidationError(_("The cluster did not delete the secret: %(why)s") % {"why": error}) from None
     audit.record(actor=user, action="secret.delete", instance=secret, before=before, after=None)

@@ -3,7 +3,7 @@ finds the claim it made. Secrets have no task: their values must never wait in a
 
 from celery import shared_task
 
-from portal.celery import ClusterTask
+from portal.retry import ClusterTask
 
 
 @shared_task(base=ClusterTask, name="teamdata.ensure_volume")

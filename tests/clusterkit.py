@@ -12,9 +12,9 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from cluster import client, resources
+from cluster import client, kueue_objects
 from cluster.kueue import cluster_queue_name
-from cluster.manifests import LABEL_JOB_ID, USAGE_FINALIZER
+from cluster.labels import LABEL_JOB_ID, USAGE_FINALIZER
 from jobs.management.commands.sync_cluster import build_watches
 from jobs.models import Job
 from jobs.sync import ClusterSync
@@ -90,10 +90,10 @@ def diagnose(job_id: int) -> str:
             lines.append(f"  pod {pod.metadata.name}: {pod.status.phase} on {pod.spec.node_name}")
             events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod.metadata.name}")
             lines += [f"    {e.reason}: {e.message}" for e in events.items]
-        queue = resources.read_kueue_object("ClusterQueue", cluster_queue_name(job.team.slug))
+        queue = kueue_objects.read_kueue_object("ClusterQueue", cluster_queue_name(job.team.slug))
         if queue is not None:
             lines.append(f"  team ClusterQueue status: {queue.get('status', {})}")
-        for obj in resources.list_kueue_objects("ClusterQueue"):
+        for obj in kueue_objects.list_kueue_objects("ClusterQueue"):
             if obj["metadata"].get("deletionTimestamp"):
                 lines.append(
                     f"  left in the way: ClusterQueue {obj['metadata']['name']} deleting since "

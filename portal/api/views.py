@@ -1,5 +1,5 @@
-"""Teams, memberships, API tokens and the audit log. Reads are scoped by `visible_to`; writes go through
-`portal.services`, which audit them."""
+"""Memberships, API tokens and the audit log (teams: `pools.api.teams`). Reads are scoped by `visible_to`; writes go
+through `portal.services`, which audit them."""
 
 from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema
@@ -8,43 +8,15 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from .. import services
-from ..models import ApiToken, AuditEntry, Membership, Team
+from ..models import ApiToken, AuditEntry, Membership
 from .base import AdminOnly, AdminWrites
-from .filters import ApiTokenFilterSet, AuditEntryFilterSet, MembershipFilterSet, TeamFilterSet
+from .filters import ApiTokenFilterSet, AuditEntryFilterSet, MembershipFilterSet
 from .serializers import (
     ApiTokenSerializer,
     AuditEntrySerializer,
     MembershipSerializer,
     NewApiTokenSerializer,
-    TeamSerializer,
 )
-
-
-class TeamViewSet(viewsets.ModelViewSet):
-    api_description = gettext_lazy("Teams: members see theirs, platform admins see and manage all of them.")
-
-    serializer_class = TeamSerializer
-    permission_classes = [AdminWrites]
-    filterset_class = TeamFilterSet
-    lookup_field = "slug"
-    lookup_value_regex = r"[a-z0-9-]+"
-    ordering_fields = ["name", "slug", "created_at"]
-    ordering = ["name"]
-
-    def get_queryset(self):
-        return Team.objects.visible_to(self.request.user).order_by("name")
-
-    def perform_create(self, serializer):
-        serializer.instance = services.save_team(team=Team(**serializer.validated_data), user=self.request.user)
-
-    def perform_update(self, serializer):
-        team = serializer.instance
-        for name, value in serializer.validated_data.items():
-            setattr(team, name, value)
-        serializer.instance = services.save_team(team=team, user=self.request.user)
-
-    def perform_destroy(self, instance):
-        services.delete_team(team=instance, user=self.request.user)
 
 
 class MembershipViewSet(viewsets.ModelViewSet):

@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "billing",
     "monitoring",
     "teamdata",
+    "dashboard",
     "axes",
 ]
 
@@ -60,7 +61,7 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "portal.urls"
+ROOT_URLCONF = "dashboard.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
 
 TEMPLATES = [
@@ -74,7 +75,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "django.template.context_processors.i18n",
-                "portal.context_processors.navigation",
+                "dashboard.context_processors.navigation",
             ],
         },
     },
@@ -261,7 +262,7 @@ KUBECONFIG = env("KUBECONFIG", default="")
 KUBE_WRITE_EBCLOUD_ANNOTATIONS = env.bool("RESERVOIR_EBCLOUD_ANNOTATIONS", default=False)
 # Prefix of the namespace the portal owns for each team.
 TEAM_NAMESPACE_PREFIX = env("RESERVOIR_TEAM_NAMESPACE_PREFIX", default="team-")
-# Team namespaces' NetworkPolicies (cluster/manifests.py): pods accept traffic from their own namespace and from these
+# Team namespaces' NetworkPolicies (cluster/namespaces.py): pods accept traffic from their own namespace and from these
 # namespaces (e.g. the one a metrics scraper runs in); other teams reach nothing. Egress is open unless closed: then
 # pods reach their own namespace, the cluster DNS and the CIDRs listed.
 NETWORK_INGRESS_NAMESPACES = env.list("RESERVOIR_NETWORK_INGRESS_NAMESPACES", default=[])

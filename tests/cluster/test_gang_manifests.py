@@ -2,12 +2,8 @@
 environment and one pod per node; a one-node job is rendered as before."""
 
 from cluster.facts import pod_facts
-from cluster.manifests import (
-    COMPLETION_INDEX_ANNOTATION,
-    LABEL_JOB_ID,
-    render_gang_service,
-    render_job,
-)
+from cluster.labels import LABEL_JOB_ID
+from cluster.manifests import COMPLETION_INDEX_ANNOTATION, render_gang_service, render_job
 from tests.cluster.test_manifests import pod_spec, spec
 
 

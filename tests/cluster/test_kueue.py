@@ -19,7 +19,7 @@ from cluster.kueue import (
     unreserved_gpus,
     without_lending,
 )
-from cluster.manifests import render_priority_classes
+from cluster.namespaces import render_priority_classes
 
 TRAINING = PoolFlavorSpec(
     slug="training",

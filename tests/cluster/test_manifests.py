@@ -1,19 +1,15 @@
 """Unit tests of the pure manifest rendering (placement, resources, labels, namespace limits)."""
 
+from cluster.labels import EBCLOUD_ALLOW_SOFT, EBCLOUD_NODE_POOL
 from cluster.manifests import (
-    EBCLOUD_ALLOW_SOFT,
-    EBCLOUD_NODE_POOL,
     JobManifestSpec,
-    NamespaceSpec,
     PoolTarget,
     cpu_quantity,
     memory_quantity,
     priority_class_name,
     render_job,
-    render_limit_range,
-    render_namespace,
-    render_resource_quota,
 )
+from cluster.namespaces import NamespaceSpec, render_limit_range, render_namespace, render_resource_quota
 
 TRAINING = PoolTarget(
     slug="training",

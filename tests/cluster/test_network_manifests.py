@@ -5,15 +5,9 @@ that cap claims made around the portal."""
 
 from dataclasses import replace
 
-from cluster.manifests import (
-    LABEL_GANG,
-    RENDEZVOUS_TOKEN_ENV,
-    NetworkSpec,
-    render_job,
-    render_network_policies,
-    render_rendezvous_policy,
-    render_resource_quota,
-)
+from cluster.labels import LABEL_GANG, RENDEZVOUS_TOKEN_ENV
+from cluster.manifests import render_job
+from cluster.namespaces import NetworkSpec, render_network_policies, render_rendezvous_policy, render_resource_quota
 from tests.cluster.test_manifests import NAMESPACE, pod_spec, spec
 from tests.netpolicy import Pod, allows_ingress
 

@@ -18,7 +18,8 @@ from kubernetes import client as k8s
 from billing.models import UsageInterval
 from cluster import client
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
-from cluster.manifests import COMPLETION_INDEX_ANNOTATION, LABEL_JOB_ID
+from cluster.labels import LABEL_JOB_ID
+from cluster.manifests import COMPLETION_INDEX_ANNOTATION
 from jobs import selectors, services
 from jobs.choices import JobState
 from jobs.models import Job, Pod

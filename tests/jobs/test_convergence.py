@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from cluster import client, resources
 from cluster.facts import job_facts
-from cluster.manifests import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
-from jobs import convergence, services
+from cluster.labels import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
+from jobs import convergence, observations, services
 from jobs.choices import JobState
 from jobs.convergence import FinalJob, leftovers
 from jobs.models import Job
@@ -102,7 +102,7 @@ def test_jobs_whose_messages_were_lost_are_sent_again_even_with_a_last_error(por
         plain = _submit(cluster_team, name="lost")
         retrying = _submit(cluster_team, name="lost-retry")
         # This one's first attempt failed and its retry (a countdown in Redis) was lost with it.
-        services.note_submit_problem(
+        observations.note_submit_problem(
             job_id=retrying.pk, message="apiserver unreachable — retrying in 37s (attempt 1 of 8)", attempt=1
         )
     assert OutboxMessage.objects.get(task="jobs.submit_job", args=[plain.pk]).sent_at is not None  # it did leave
@@ -135,7 +135,7 @@ def test_the_job_of_a_cancelled_job_is_deleted_and_nothing_that_is_not_the_porta
         lost.setattr("jobs.tasks.delete_job_from_cluster.delay", lambda *args: None)  # the delete was lost
         services.cancel_job(job=cancelled, user=cluster_team.researcher)
     # The portal gave up on this one ("could not create the Job") although the apiserver had created it.
-    services.fail_job(job_id=failed.pk, message="could not create the Job in the cluster: timed out")
+    observations.fail_job(job_id=failed.pk, message="could not create the Job in the cluster: timed out")
     # A Job in another namespace that claims to be the cancelled job's: not the portal's, never deleted.
     decoy_namespace = f"{cluster_team.namespace}-decoy"
     decoy = _copy_into(cancelled, decoy_namespace)

@@ -122,7 +122,7 @@ def test_a_half_started_gang_is_pending_with_how_many_run_and_running_once_all_d
 
 
 def test_each_gang_gets_its_own_rendezvous_token_and_the_preview_never_shows_one(team, pool, researcher, settings):
-    from cluster.manifests import RENDEZVOUS_TOKEN_ENV
+    from cluster.labels import RENDEZVOUS_TOKEN_ENV
     from jobs.manifests import render
 
     def token(job):

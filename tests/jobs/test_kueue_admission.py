@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from cluster import client
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
-from cluster.manifests import GPU_RESOURCE, LOCAL_QUEUE_NAME, PoolTarget, node_selector_term
+from cluster.labels import GPU_RESOURCE, LOCAL_QUEUE_NAME
+from cluster.manifests import PoolTarget, node_selector_term
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, Workload
@@ -158,8 +159,8 @@ def test_a_strict_job_never_gets_a_spill_flavor_and_a_soft_one_does(cluster_sync
 
 
 def test_strict_order_holds_later_jobs_back_and_best_effort_lets_them_pass(cluster_sync, cluster_team):
+    from pools.teams import save_team
     from portal.choices import QueueingStrategy
-    from portal.services import save_team
 
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
     set_quota(cluster_team, Pool.objects.get(slug="elastic"), 8)

@@ -383,9 +383,9 @@ def quota_reserved(namespace: str, job_name: str) -> tuple[str, str] | None:
 @pytest.fixture
 def other_cluster_team(portal_cluster):
     """A second fresh team, made through the service (so Kueue gets its queues), deleted afterwards."""
-    from portal import services as portal_services
+    from pools import teams as team_services
 
-    team = portal_services.save_team(team=Team(slug=f"it-{uuid.uuid4().hex[:6]}", name="Other"))
+    team = team_services.save_team(team=Team(slug=f"it-{uuid.uuid4().hex[:6]}", name="Other"))
     yield team
     delete_team_namespace(team.namespace)
 

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from jobs import job_templates, services
 from jobs.specs import JobSpec
-from portal import services as portal_services
+from pools import teams as team_services
 from portal.models import AuditEntry
 from tests.factories import PoolFactory, QuotaFactory, UserFactory
 
@@ -24,7 +24,7 @@ def spec(**kwargs) -> JobSpec:
 def test_an_entry_keeps_its_actors_username_after_the_user_is_deleted(team, platform_admin):
     temporary = UserFactory(username="temp-admin", is_platform_admin=True)
     team.description = "changed by someone who leaves"
-    portal_services.save_team(team=team, user=temporary)
+    team_services.save_team(team=team, user=temporary)
     entry = AuditEntry.objects.get(action="team.update")
     temporary.delete()
     entry.refresh_from_db()
@@ -37,7 +37,7 @@ def test_an_entry_keeps_its_actors_username_after_the_user_is_deleted(team, plat
 
 
 def test_entries_cannot_be_updated_or_deleted(team, platform_admin):
-    portal_services.save_team(team=team, user=platform_admin)
+    team_services.save_team(team=team, user=platform_admin)
     entry = AuditEntry.objects.get(action="team.update")
     for attempt in (
         lambda: AuditEntry.objects.filter(pk=entry.pk).update(action="nothing.happened"),

@@ -9,7 +9,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from jobs.tasks import delete_job_from_cluster
 from portal import outbox
 from portal.celery import app as celery_app
 from portal.models import OutboxMessage
@@ -20,7 +19,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_a_rolled_back_change_leaves_no_message():
     with pytest.raises(RuntimeError), transaction.atomic():
-        outbox.send(delete_job_from_cluster, 123)
+        outbox.send("jobs.delete_job", 123)
         raise RuntimeError("the change failed")
     assert not OutboxMessage.objects.exists()
 

@@ -12,7 +12,7 @@ from django.db import close_old_connections, connection
 from cluster import client
 from cluster.facts import job_facts, node_facts, workload_facts
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
-from cluster.manifests import LABEL_MANAGED_BY, MANAGED_BY
+from cluster.labels import LABEL_MANAGED_BY, MANAGED_BY
 from cluster.watch import ListWatch, run_forever
 from jobs.sync import ClusterSync
 

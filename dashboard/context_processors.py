@@ -3,8 +3,8 @@
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from .choices import Role
-from .models import Membership
+from portal.choices import Role
+from portal.models import Membership
 
 
 def navigation(request) -> dict:

@@ -1,8 +1,8 @@
-"""Reads for the portal's own pages."""
+"""Reads for the pages that gather several apps: the home overview and a lead's team page."""
 
 from django.db.models import Count
 
-from .models import Membership, Team
+from portal.models import Membership, Team
 
 
 def teams_for_overview(user):

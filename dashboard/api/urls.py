@@ -1,6 +1,10 @@
+"""The API root (`/api/v1/`): the portal's teams, memberships, tokens and audit log, listed first, as before the
+dashboard was its own app. Each app's router is included beside it in `dashboard/urls.py`."""
+
 from rest_framework.routers import DefaultRouter
 
-from .views import ApiTokenViewSet, AuditEntryViewSet, MembershipViewSet, TeamViewSet
+from pools.api.teams import TeamViewSet
+from portal.api.views import ApiTokenViewSet, AuditEntryViewSet, MembershipViewSet
 
 router = DefaultRouter()
 router.register("teams", TeamViewSet, basename="team")

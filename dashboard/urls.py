@@ -1,19 +1,23 @@
+"""The root URLs. The portal's own pages and the dashboard's keep the URL namespace `portal` (`portal:home`,
+`portal:team_detail`...) they had before the dashboard was its own app; each app's pages and API are included."""
+
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from monitoring.metrics import metrics_view
+from portal import views as portal_views
 
 from . import views
 
 portal_patterns = (
     [
         path("", views.home, name="home"),
-        path("login/", views.LoginView.as_view(), name="login"),
-        path("logout/", views.LogoutView.as_view(), name="logout"),
-        path("healthz", views.healthz, name="healthz"),
-        path("language/", views.set_language, name="set_language"),
+        path("login/", portal_views.LoginView.as_view(), name="login"),
+        path("logout/", portal_views.LogoutView.as_view(), name="logout"),
+        path("healthz", portal_views.healthz, name="healthz"),
+        path("language/", portal_views.set_language, name="set_language"),
         path("teams/", views.team_list, name="team_list"),
         path("teams/<slug:slug>/", views.team_detail, name="team_detail"),
         path("teams/<slug:slug>/quota-requests/", views.team_quota_request, name="team_quota_request"),
@@ -40,7 +44,7 @@ urlpatterns = [
     path("alerts/", include("monitoring.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("portal.api.urls")),
+    path("api/v1/", include("dashboard.api.urls")),
     path("api/v1/", include("pools.api.urls")),
     path("api/v1/", include("jobs.api.urls")),
     path("api/v1/", include("billing.api.urls")),

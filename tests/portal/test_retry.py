@@ -3,7 +3,7 @@
 import pytest
 from django.db import OperationalError
 
-from portal.retries import retry_on_conflict
+from portal.retry import retry_on_conflict
 
 
 class PgError(Exception):

@@ -1,0 +1,235 @@
+"""Writes of what the cluster tells the portal about its jobs: a Job created (or not) there, a submission that
+failed, the pods and their states, a Job's outcome, jobs gone from the cluster. The submit tasks and the cluster sync
+call these; the writes users ask for (submit, cancel, resubmit) and Kueue's verdicts are in `jobs/services.py`."""
+
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext_noop
+
+from cluster.facts import JobFacts, PodFacts
+
+from .choices import ACTIVE_STATES, TRANSITIONS, JobState
+from .models import Job, JobEvent, Pod, Words
+from .services import _locked, _record, settle_job
+
+# --- what the cluster tells us ---------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def mark_created_in_cluster(*, job_id: int, created: bool) -> None:
+    job = _locked(job_id)
+    if job.cluster_created_at is not None:
+        return
+    job.cluster_created_at = timezone.now()
+    job.last_error = ""
+    job.save(update_fields=["cluster_created_at", "last_error"])
+    message = (
+        Words(gettext_noop("Job created in the cluster"))
+        if created
+        else Words(gettext_noop("Job already in the cluster (retried submission)"))
+    )
+    JobEvent.note(job=job, message=message)
+
+
+@transaction.atomic
+def note_submit_problem(*, job_id: int, message: str | Words, attempt: int) -> None:
+    job = _locked(job_id)
+    job.last_error = str(message)
+    job.submit_attempts = attempt
+    job.save(update_fields=["last_error", "submit_attempts"])
+    JobEvent.note(job=job, message=message)
+
+
+@transaction.atomic
+def fail_job(*, job_id: int, message: str | Words) -> None:
+    job = _locked(job_id)
+    if job.is_final:
+        return
+    job.last_error = str(message)
+    _record(job, job.transition_to(JobState.FAILED, message=message))
+
+
+# === Recorded by the cluster sync ===============================================================================
+# The sync (jobs/sync.py) parses what the watches see into facts (cluster/facts.py) and hands them here: the
+# jobs app records its own rows — pods, and the job states they and the Jobs imply. The sync calls only what is
+# below this line.
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What sync saw of a job in the cluster: the state it implies, and details for the job page."""
+
+    state: str
+    at: object = None
+    node_name: str = ""
+    pending_reason: str = ""
+    message: str | Words = ""
+
+
+def job_outcome_observation(job: JobFacts) -> Observation | None:
+    """The final state a finished Job implies (None while it has not finished)."""
+    if job.outcome == "Complete":
+        return Observation(state=JobState.SUCCEEDED, at=job.finished_at, message=Words(gettext_noop("completed")))
+    if job.outcome == "Failed":
+        if job.reason == "DeadlineExceeded":
+            message = Words(gettext_noop("stopped: it ran longer than its maximum run time"))
+        else:
+            said = f"{job.reason}: {job.message}".strip(": ")
+            message = (
+                Words(gettext_noop("The cluster says: %(message)s"), {"message": said})
+                if said
+                else Words(gettext_noop("failed"))
+            )
+        return Observation(state=JobState.FAILED, at=job.finished_at, message=message)
+    return None
+
+
+@transaction.atomic
+def observe(*, job_id: int, observation: Observation) -> bool:
+    """Bring a job to the final state its Job shows, through legal edges; True when something changed.
+
+    A final job never moves again (a cancelled job's pods may still report Running while they are deleted). A job
+    still Queued in the portal may finish: a short job can run and complete before the sync has seen its Workload
+    admitted."""
+    job = _locked(job_id)
+    if job.is_final:
+        return False
+    changed = False
+    fields = []
+    if observation.node_name and job.node_name != observation.node_name:
+        job.node_name = observation.node_name
+        fields.append("node_name")
+    if job.pending_reason != observation.pending_reason:
+        job.pending_reason = observation.pending_reason
+        fields.append("pending_reason")
+    if job.state != observation.state and observation.state in TRANSITIONS[job.state]:
+        # Cluster times have second precision: never record a step before the one it follows.
+        at = max(observation.at or timezone.now(), job.state_changed_at)
+        job.transition_to(observation.state, message=observation.message, at=at).save()
+        changed = True
+    if changed or fields:
+        job.save()
+        return True
+    return False
+
+
+def fail_job_deleted_outside(*, job_id: int) -> None:
+    """The Job of an admitted portal job disappeared from the cluster without the portal deleting it."""
+    job = Job.objects.filter(pk=job_id).only("state").first()
+    if job is None or job.state not in ACTIVE_STATES:
+        return
+    fail_job(job_id=job_id, message=Words(gettext_noop("the Job was deleted from the cluster outside the portal")))
+
+
+@dataclass(frozen=True)
+class PodOwner:
+    """Whom a pod is attributed to: its team (by namespace), its pool (its node's, else its portal job's) and its
+    portal job (None for a pod that is no portal job's, whatever its labels say)."""
+
+    team_id: int | None
+    pool_id: int | None
+    job_id: int | None
+
+
+POD_FIELDS = (
+    "team_id",
+    "pool_id",
+    "job_id",
+    "node_name",
+    "gpus",
+    "phase",
+    "scheduled",
+    "pending_reason",
+    "bound_at",
+    "finished_at",
+    "completion_index",
+    "restarts",
+)
+POD_BATCH = 1000
+
+
+def _pod_row(pod: PodFacts, owner: PodOwner) -> Pod:
+    return Pod(
+        uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        team_id=owner.team_id,
+        pool_id=owner.pool_id,
+        job_id=owner.job_id,
+        node_name=pod.node_name,
+        gpus=pod.gpus,
+        phase=pod.phase,
+        scheduled=pod.scheduled,
+        pending_reason=pod.pending_reason,
+        created_at=pod.created_at or timezone.now(),
+        bound_at=pod.bound_at,
+        finished_at=pod.finished_at,
+        completion_index=pod.completion_index,
+        restarts=pod.restarts,
+    )
+
+
+def _stored_pods(uids: list[str] | None) -> dict[str, tuple]:
+    """uid -> compared values of stored Pod rows (all rows when `uids` is None)."""
+    rows = Pod.objects.all() if uids is None else Pod.objects.filter(uid__in=uids)
+    return {row[0]: tuple(row[1:]) for row in rows.values_list("uid", *POD_FIELDS)}
+
+
+@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
+def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False) -> None:
+    """Record what the cluster says of `pods`: one row per pod, upserted by UID; only new or changed rows are
+    written (a relist mostly finds nothing changed: no write at all). With `complete` (`pods` is every pod there
+    is) the rows of pods missing from it are deleted: they went while nobody watched."""
+    rows = [_pod_row(pod, owner) for pod, owner in pods]
+    stored = _stored_pods(None if complete else [row.uid for row in rows])
+    changed = [row for row in rows if stored.get(row.uid) != tuple(getattr(row, f) for f in POD_FIELDS)]
+    if changed:
+        Pod.objects.bulk_create(
+            changed,
+            batch_size=POD_BATCH,
+            update_conflicts=True,
+            unique_fields=["uid"],
+            update_fields=[f.removesuffix("_id") for f in POD_FIELDS] + ["seen_at"],
+        )
+    if complete:
+        present = {row.uid for row in rows}
+        gone = [uid for uid in stored if uid not in present]
+        if gone:
+            Pod.objects.filter(uid__in=gone).delete()
+
+
+def remove_pods(*, uids: list[str]) -> None:
+    """The pods were deleted from the cluster: their rows go (their GPU time stays in billing)."""
+    Pod.objects.filter(uid__in=uids).delete()
+
+
+def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
+    """Pods of portal jobs changed (`pods`: (portal job id, pod), their rows already recorded): settle each
+    unfinished job from its Workload and pods (`settle_job`)."""
+    job_ids = {job_id for job_id, _pod in pods}
+    if not job_ids:
+        return
+    for job_id in Job.objects.filter(pk__in=job_ids, state__in=ACTIVE_STATES).values_list("pk", flat=True):
+        settle_job(job_id=job_id)
+
+
+def record_job_state(*, job_id: int, job: JobFacts) -> None:
+    """A portal job's Job, as the cluster shows it: a finished Job finishes the portal job."""
+    observation = job_outcome_observation(job)
+    if observation is not None:
+        observe(job_id=job_id, observation=observation)
+
+
+def settle_missing_jobs(*, present_job_ids: set[int], created_before) -> list[int]:
+    """After a full list of the portal's Jobs: unfinished jobs whose Job was created before `created_before` and is
+    not in the list were deleted outside the portal; they fail with that reason. Returns their ids."""
+    missing = list(
+        Job.objects.filter(state__in=ACTIVE_STATES, cluster_created_at__lt=created_before)
+        .exclude(pk__in=present_job_ids)
+        .values_list("pk", flat=True)
+    )
+    for job_id in missing:
+        fail_job_deleted_outside(job_id=job_id)
+    return missing

@@ -1,0 +1,48 @@
+"""Writes to teams. They live here, above `portal` (which holds the Team model), because a team is a ClusterQueue
+and a LocalQueue in Kueue: creating, renaming or deleting one changes the Kueue projection, which `pools.kueue`
+is told of in the same call. The API, Django admin and commands all call these; each write is audited in its
+transaction."""
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import ProtectedError
+from django.utils.translation import gettext as _
+
+from portal import audit
+from portal.models import Team
+
+from . import kueue
+
+
+@transaction.atomic
+def save_team(*, team: Team, user=None) -> Team:
+    """Create `team` (no pk) or save its changed name, slug or description."""
+    before = audit.snapshot(Team.objects.filter(pk=team.pk).first()) if team.pk else None
+    team.full_clean()
+    team.save()
+    audit.record(
+        actor=user,
+        action="team.update" if before else "team.create",
+        instance=team,
+        before=before,
+        after=audit.snapshot(team),
+    )
+    kueue.mark_changed()
+    return team
+
+
+@transaction.atomic
+def delete_team(*, team: Team, user=None) -> None:
+    """Delete a team that has no jobs or reservations (they are history and contracts: never lost silently)."""
+    before = audit.snapshot(team)
+    pk = team.pk
+    try:
+        with transaction.atomic():
+            team.delete()
+    except ProtectedError:
+        raise ValidationError(
+            _("%(team)s has jobs or reservations and cannot be deleted.") % {"team": team.name}
+        ) from None
+    team.pk = pk
+    audit.record(actor=user, action="team.delete", instance=team, before=before, after=None)
+    kueue.mark_changed()
