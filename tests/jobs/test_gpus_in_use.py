@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
+from dashboard.selectors import team_usage
 from jobs import services as job_services
 from jobs.choices import JobState, Placement
 from jobs.models import Job, Workload
@@ -21,7 +22,6 @@ from pools.choices import PoolKind
 from pools.lending import team_uses
 from pools.models import Pool, Quota
 from portal.models import Team, User
-from portal.selectors import team_usage
 from tests.factories import JobFactory, PoolFactory, QuotaFactory
 
 
