@@ -11,6 +11,8 @@ policies the cluster holds against the pods the cluster holds with this."""
 
 from dataclasses import dataclass, field
 
+from monitoring.pdb_lint import selector_matches
+
 
 @dataclass(frozen=True)
 class Pod:
@@ -20,22 +22,9 @@ class Pod:
 
 
 def matches(selector: dict | None, labels: dict) -> bool:
-    """A LabelSelector (matchLabels and matchExpressions) against labels; an empty selector matches everything."""
-    selector = selector or {}
-    labels = labels or {}
-    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
-        if operator == "In" and labels.get(key) not in values:
-            return False
-        if operator == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if operator == "Exists" and key not in labels:
-            return False
-        if operator == "DoesNotExist" and key in labels:
-            return False
-    return True
+    """A LabelSelector against labels, as the portal's own matcher evaluates it; here a missing selector is an empty
+    one, which matches everything (a NetworkPolicy's `podSelector: {}`)."""
+    return selector_matches(selector or {}, labels or {})
 
 
 def selects(policy: dict, pod: Pod) -> bool:
