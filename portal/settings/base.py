@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "billing",
     "monitoring",
     "teamdata",
+    "reconcile",
     "dashboard",
     "axes",
 ]
@@ -238,7 +239,7 @@ TASK_MAX_COUNTDOWN_SECONDS = 300
 # Redis hands a message that was not acknowledged within `visibility_timeout` to another worker. A message stays
 # unacknowledged while it waits for its countdown and while its task runs (acks_late), so the timeout must exceed
 # both together, or a healthy task would run twice. Longer only delays the redelivery of a dead worker's task,
-# and nothing waits for that: convergence (jobs/convergence.py) resends what did not reach the cluster.
+# and nothing waits for that: convergence (reconcile/jobs.py) resends what did not reach the cluster.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TASK_MAX_COUNTDOWN_SECONDS + CELERY_TASK_TIME_LIMIT + 60}
 # A publish to an unreachable broker gives up within about a second: messages after a commit wait in the outbox
 # (portal/outbox.py), so a request never hangs on Redis.
@@ -303,7 +304,7 @@ LOGGING = {
 CLUSTER_TASK_MAX_RETRIES = env.int("RESERVOIR_CLUSTER_TASK_MAX_RETRIES", default=8)
 # The job page's log tail: at most this many bytes (besides its line count).
 LOG_TAIL_MAX_BYTES = env.int("RESERVOIR_LOG_TAIL_MAX_BYTES", default=64 * 1024)
-# Convergence (jobs/convergence.py): a job nobody has tried to send for this long is sent again, and a job final
+# Convergence (reconcile/jobs.py): a job nobody has tried to send for this long is sent again, and a job final
 # for this long whose Job still runs in the cluster has it deleted.
 CONVERGENCE_GRACE_SECONDS = env.int("RESERVOIR_CONVERGENCE_GRACE_SECONDS", default=20)
 # Attempts of one cluster call on transient failures outside tasks (the sync, pages, commands); tasks try once.
