@@ -65,6 +65,8 @@ class ReservoirOIDCAdapter(OpenIDConnectOAuth2Adapter):
 
 class ReservoirOIDCProvider(OpenIDConnectProvider):
     oauth2_adapter_class = ReservoirOIDCAdapter
+    # allauth.urls includes the URLs of this package; identity.urls serves the same paths first, with this adapter.
+    package = "allauth.socialaccount.providers.openid_connect"
 
     def get_scope_from_request(self, request):
         return self.get_scope()

@@ -10,6 +10,6 @@ urlpatterns = [
     # allauth's own sign-in and sign-up pages are not the portal's: its sign-in page is /login/.
     path("accounts/login/", RedirectView.as_view(pattern_name="portal:login", query_string=True)),
     path("accounts/signup/", RedirectView.as_view(pattern_name="portal:login", query_string=True)),
-    path("accounts/oidc/<str:provider_id>/login/", oidc.login, name="identity_oidc_login"),
-    path("accounts/oidc/<str:provider_id>/login/callback/", oidc.callback, name="identity_oidc_callback"),
+    path("accounts/oidc/<str:provider_id>/login/", oidc.login, name="openid_connect_login"),
+    path("accounts/oidc/<str:provider_id>/login/callback/", oidc.callback, name="openid_connect_callback"),
 ]

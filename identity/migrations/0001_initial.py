@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('portal', '0008_membership_source_user_is_break_glass_and_more'),
+        ('portal', '0008_membership_source_user_break_glass'),
     ]
 
     operations = [
