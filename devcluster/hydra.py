@@ -11,6 +11,7 @@ Used by the tests (tests/identity/conftest.py) on free ports with a database of 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -294,11 +295,9 @@ class Hydra:
     def create_client(
         self, *, client_id: str, client_secret: str, redirect_uris: list[str], post_logout_redirect_uris: list[str]
     ) -> dict:
-        """Register (or register again) an authorization-code client that authenticates with its secret in the token request."""
-        try:
+        """Register (again) an authorization-code client that sends its secret in the token request."""
+        with contextlib.suppress(HydraError):
             _call("DELETE", f"{self.admin_url}/admin/clients/{client_id}")
-        except HydraError:
-            pass
         body = {
             "client_id": client_id,
             "client_secret": client_secret,

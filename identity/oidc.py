@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 
+import requests
 from allauth.socialaccount.internal import jwtkit
 from allauth.socialaccount.providers.oauth2.client import OAuth2Error
 from allauth.socialaccount.providers.oauth2.views import OAuth2CallbackView, OAuth2LoginView
@@ -19,7 +21,9 @@ from allauth.socialaccount.providers.openid_connect.provider import OpenIDConnec
 from allauth.socialaccount.providers.openid_connect.views import OpenIDConnectOAuth2Adapter
 from django.conf import settings
 from django.core.cache import cache
+from django.shortcuts import render
 
+logger = logging.getLogger(__name__)
 PROVIDER_ID = "sso"
 # The raw ID token of the current sign-in, kept in the session for RP-initiated logout's id_token_hint.
 ID_TOKEN_SESSION_KEY = "identity_id_token"
@@ -82,7 +86,12 @@ class ReservoirOIDCProvider(OpenIDConnectProvider):
 
 
 def login(request, provider_id):
-    return OAuth2LoginView.adapter_view(ReservoirOIDCAdapter(request, provider_id))(request)
+    """Start a sign-in; a provider that cannot be reached or names another issuer gets the sign-in failed page."""
+    try:
+        return OAuth2LoginView.adapter_view(ReservoirOIDCAdapter(request, provider_id))(request)
+    except (OAuth2Error, requests.RequestException):
+        logger.warning("sign-in through the provider could not start", exc_info=True)
+        return render(request, "socialaccount/authentication_error.html", status=502)
 
 
 def callback(request, provider_id):
@@ -130,8 +139,6 @@ def end_session_endpoint() -> str:
     cached = cache.get(key)
     if cached is not None:
         return cached
-    import requests
-
     try:
         answer = requests.get(f"{issuer.rstrip('/')}/.well-known/openid-configuration", timeout=3)
         answer.raise_for_status()
