@@ -20,9 +20,9 @@ class LoginView(portal_views.LoginView):
         context = super().get_context_data(**kwargs)
         app = oidc.configured_app()
         context["sso_label"] = app["name"] if app else ""
-        context["sso_login_url"] = (
-            reverse("openid_connect_login", kwargs={"provider_id": app["provider_id"]}) if app else ""
-        )
+        sso_url = reverse("openid_connect_login", kwargs={"provider_id": app["provider_id"]}) if app else ""
+        next_url = context.get("next")
+        context["sso_login_url"] = f"{sso_url}?{urlencode({'next': next_url})}" if sso_url and next_url else sso_url
         context["local_password_login"] = settings.LOCAL_PASSWORD_LOGIN
         return context
 

@@ -250,7 +250,9 @@ if OIDC_ISSUER:
 SOCIALACCOUNT_ADAPTER = "identity.adapter.SocialAccountAdapter"
 ACCOUNT_ADAPTER = "identity.adapter.AccountAdapter"
 SOCIALACCOUNT_AUTO_SIGNUP = True
-SOCIALACCOUNT_LOGIN_ON_GET = False
+# The provider's button is a link: a form's redirect chain to the provider (and its own login pages) would be stopped
+# by the Content-Security-Policy's form-action 'self'. State, nonce and PKCE guard the flow whichever way it starts.
+SOCIALACCOUNT_LOGIN_ON_GET = True
 # Never attach a provider sign-in to an existing local account by its e-mail address.
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
 SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
