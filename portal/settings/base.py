@@ -219,7 +219,8 @@ METRICS_REQUIRE_TOKEN = False
 
 # --- Sign-in through the organization's OpenID Connect provider (identity/, docs/sign-in.md) -----------------------
 # Empty issuer: no provider, local passwords only. The redirect URI to register at the provider is
-# <RESERVOIR_BASE_URL>/accounts/oidc/sso/login/callback/.
+# https://<portal host>/accounts/oidc/sso/login/callback/ (built from the request: behind a TLS proxy, set
+# DJANGO_SECURE_PROXY_SSL_HEADER).
 OIDC_ISSUER = env("RESERVOIR_OIDC_ISSUER", default="")
 OIDC_CLIENT_ID = env("RESERVOIR_OIDC_CLIENT_ID", default="")
 OIDC_CLIENT_SECRET = env("RESERVOIR_OIDC_CLIENT_SECRET", default="")
@@ -227,8 +228,10 @@ OIDC_SCOPES = env.list("RESERVOIR_OIDC_SCOPES", default=["openid", "profile", "e
 OIDC_LABEL = env("RESERVOIR_OIDC_LABEL", default="single sign-on")
 # The ID token (or userinfo) claim holding the user's groups, which identity's group rules map to teams and roles.
 OIDC_GROUPS_CLAIM = env("RESERVOIR_OIDC_GROUPS_CLAIM", default="groups")
-# Local passwords: on by default without a provider, off with one (break-glass accounts always keep theirs).
-LOCAL_PASSWORD_LOGIN = env.bool("RESERVOIR_LOCAL_PASSWORD_LOGIN", default=not OIDC_ISSUER)
+# Local passwords: unset or empty, on without a provider and off with one (break-glass accounts always keep theirs).
+LOCAL_PASSWORD_LOGIN = (
+    env.bool("RESERVOIR_LOCAL_PASSWORD_LOGIN") if env("RESERVOIR_LOCAL_PASSWORD_LOGIN", default="") else not OIDC_ISSUER
+)
 SOCIALACCOUNT_PROVIDERS = {
     "openid_connect": {
         # Adds the nonce, checks the ID token's signature against the JWKS every time, pins the issuer.
