@@ -77,10 +77,10 @@ def test_an_older_rendering_is_never_written_after_a_newer_one(portal_cluster, c
     quota = set_quota(cluster_team, pool, 2)
     rendered_by_a, b_finished = threading.Event(), threading.Event()
     calls = {"count": 0}
-    real_desired_spec = namespaces.desired_spec
+    real_namespace_spec = namespaces.namespace_spec
 
-    def desired_spec(team, **kwargs):
-        spec = real_desired_spec(team, **kwargs)
+    def namespace_spec(team, **kwargs):
+        spec = real_namespace_spec(team, **kwargs)
         calls["count"] += 1
         if calls["count"] == 1:  # A's reconcile: hold the rendered spec until B's change is committed
             rendered_by_a.set()
@@ -90,7 +90,7 @@ def test_an_older_rendering_is_never_written_after_a_newer_one(portal_cluster, c
             b_finished.wait(timeout=3)  # B's reconcile, if nothing keeps it waiting, finishes first
         return spec
 
-    monkeypatch.setattr(namespaces, "desired_spec", desired_spec)
+    monkeypatch.setattr(namespaces, "namespace_spec", namespace_spec)
     results = {}
     thread_a = patch_in_thread(admin_client("ada-a"), quota.pk, 6, results)
     assert rendered_by_a.wait(timeout=60)

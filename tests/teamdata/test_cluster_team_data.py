@@ -21,6 +21,7 @@ from jobs.specs import JobSpec
 from pools.models import Pool
 from portal.choices import Role
 from portal.models import AuditEntry, OutboxMessage
+from reconcile import volumes as volume_reconciler
 from teamdata import services
 from teamdata.choices import VolumeState
 from teamdata.models import TeamSecret, TeamVolume
@@ -137,7 +138,7 @@ def test_a_job_on_a_team_volume_waits_for_the_claim_to_bind_then_mounts_it(
         timeout=90,
         what="the PV controller to bind the claim",
     )
-    services.refresh_volumes()
+    volume_reconciler.refresh_volumes()
     volume.refresh_from_db()
     assert volume.state == VolumeState.BOUND and volume.capacity == "5Gi"
     assert AuditEntry.objects.filter(action="volume.bound", object_id=str(volume.pk)).exists()
