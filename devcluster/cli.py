@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         return command
 
     sub.add_parser("build", help="build the binaries into the versioned cache if any is missing")
+    sub.add_parser("helm", help="build helm alone if it is missing; print its path")
     up = with_state_dir(sub.add_parser("up", help="build if needed, start, create the topology's nodes"))
     up.add_argument("--topology", type=Path, default=None, help=f"default: {topology.DEFAULT_TOPOLOGY.name}")
     up.add_argument("--scale-nodes", type=int, default=None, help="scale the topology's pools to N nodes in all")
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build":
             print(build.ensure_built(_progress))
+            return 0
+        if args.command == "helm":
+            print(build.ensure_helm(_progress))
             return 0
         cluster = launcher.Cluster(args.state_dir, progress=_progress)
         if args.command == "monitoring":
