@@ -1,5 +1,6 @@
 """The portal's own pages: log-in and log-out, the lock-out answer and the language switch (the probes are in
-portal/health.py). The pages that gather several apps (home, a team's page) are the dashboard's (`dashboard/views.py`)."""
+portal/health.py). The pages that gather several apps (home, a team's page) are the dashboard's
+(`dashboard/views.py`)."""
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
