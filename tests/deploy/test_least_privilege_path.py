@@ -12,6 +12,7 @@ token without any right, and its Celery tasks go to the real worker: nothing her
 but the reads that check the cluster's state and the clean-up."""
 
 import base64
+import re
 import uuid
 from datetime import timedelta
 
@@ -19,6 +20,7 @@ import pytest
 import redis
 import requests
 from django.conf import settings
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.db import connection
 from django.utils import timezone
 from kubernetes import client as kube
@@ -47,6 +49,9 @@ CHART_VALUES = (
     "config.volumeStorageClasses={local-data}",
     # The local cluster's fake nodes read how long a pod "runs" from this annotation (devcluster/README.md).
     f"extraEnv.RESERVOIR_POD_ANNOTATION_ALLOWLIST={KWOK_DELAY}",
+    # The test talks plain HTTP on loopback while the portal believes the (absent) proxy's X-Forwarded-Proto: its
+    # session cookie must come back without TLS.
+    "extraEnv.DJANGO_SECURE_COOKIES=false",
 )
 PROCESSES = ("web", "worker", "beat", "outbox", "sync")
 
@@ -75,6 +80,21 @@ class Portal:
             return answer.json() if answer.content else {}
 
         return call
+
+    def pages(self, user: User) -> requests.Session:
+        """A browser's session of `user`, signed in through the log-in form."""
+        session = requests.Session()
+        session.headers.update({"X-Forwarded-Proto": "https", "Referer": f"https://{self.base_url[7:]}/login/"})
+        form = session.get(f"{self.base_url}/login/", timeout=30)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text).group(1)
+        answer = session.post(
+            f"{self.base_url}/login/",
+            {"username": user.username, "password": user.test_password, "csrfmiddlewaretoken": token},
+            allow_redirects=False,
+            timeout=30,
+        )
+        assert answer.status_code == 302, answer.text[:500]
+        return session
 
     def report(self) -> str:
         """Each process's refusals by the API server first (what the chart lacks), then its log's tail."""
@@ -144,7 +164,15 @@ def portal(portal_cluster, tmp_path):
 
 
 def _user(username: str, **extra) -> User:
-    return User.objects.create_user(username=username, password=uuid.uuid4().hex, **extra)
+    """A user whose password the web process (production settings) can check: hashed with Django's default
+    PBKDF2, not the test settings' fast MD5."""
+    password = uuid.uuid4().hex
+    hasher = PBKDF2PasswordHasher()
+    user = User.objects.create_user(username=username, password=None, **extra)
+    user.password = hasher.encode(password, hasher.salt())
+    user.save(update_fields=["password"])
+    user.test_password = password
+    return user
 
 
 def _state(job_id: int) -> str:
@@ -187,6 +215,7 @@ def test_the_whole_path_runs_with_each_process_holding_only_the_charts_rights(po
             user = _user(f"{slug}-{role}")
             admin("POST", "/api/v1/memberships/", {"team": slug, "user": user.username, "role": role}, expect=201)
             people[(team, role)] = portal.api(user)
+            people[(team, role, "user")] = user
     lender, borrower = f"lp-{tag}-lender", f"lp-{tag}-borrower"
     now = timezone.now()
     for reservation in admin("GET", f"/api/v1/reservations/?pool={POOL}")["results"]:
@@ -237,6 +266,15 @@ def test_the_whole_path_runs_with_each_process_holding_only_the_charts_rights(po
     wait_for(
         lambda: DailyUsage.objects.filter(team__slug=lender).exists(), timeout=60, what="the day metered by the worker"
     )
+
+    # The job's page reads its pod's log and the cluster's events through the web process, in the team namespace.
+    # (The local cluster's fake nodes keep no logs: the log tail says so, never that it was forbidden.)
+    browser = portal.pages(people[("lender", "researcher", "user")])
+    logs = browser.get(f"{portal.base_url}/jobs/{short}/logs/", timeout=30)
+    events = browser.get(f"{portal.base_url}/jobs/{short}/events/", timeout=30)
+    assert logs.status_code == 200 and events.status_code == 200
+    assert "forbidden" not in logs.text.lower(), logs.text[-1500:]
+    assert "Cluster events are not available" not in events.text, events.text[-1500:]
 
     # A cancel: the Job leaves the cluster.
     long = _submit(researcher, lender, "long", 1, "10m")
