@@ -6,7 +6,7 @@ What runs, each as it runs in production:
   and a small elastic one that soft jobs may spill into;
 - the portal's rows made through its services: pools, 300 teams with a researcher each, a reservation per team in
   the reserved pool (together 75 % of its contract) and quotas a bit above it (together the whole contract),
-  room in the elastic pool; then the Kueue projection (`pools.kueue.reconcile`: flavors, 300 team ClusterQueues,
+  room in the elastic pool; then the Kueue projection (`reconcile.kueue.reconcile`: flavors, 300 team ClusterQueues,
   the unreserved queues, LocalQueues, team namespaces);
 - `manage.py sync_cluster` as a process of its own (its resident memory sampled with psutil);
 - real Celery workers (``celery -A portal worker -Q cluster``, thread pool) on the Redis of REDIS_URL, running the
@@ -423,8 +423,8 @@ def main() -> int:
     pipeline.setup_django(env, cluster)
     if args.shared_cluster:
         pipeline.clear_earlier_runs([team_slug(index) for index in range(args.teams)], log)
-    from pools import kueue as kueue_projection
     from portal.celery import app as celery_app
+    from reconcile import kueue as kueue_projection
 
     children: list[subprocess.Popen] = []
     sampler = ProcessSampler()

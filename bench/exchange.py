@@ -203,8 +203,8 @@ def lending_limits() -> dict[str, object]:
 
 
 def set_all_lending(teams, lending: str) -> dict:
-    from pools import kueue as kueue_projection
     from pools import services as pool_services
+    from reconcile import kueue as kueue_projection
 
     for _team, _user, reservation in teams:
         pool_services.set_lending(reservation=reservation, lending=lending)
@@ -256,8 +256,8 @@ def main() -> int:
     pipeline.setup_django(env, cluster)
     if args.shared_cluster:
         pipeline.clear_earlier_runs([team_slug(index) for index in range(len(SHARES))], log)
-    from pools import kueue as kueue_projection
     from portal.celery import app as celery_app
+    from reconcile import kueue as kueue_projection
 
     children: list[subprocess.Popen] = []
     results = []

@@ -186,7 +186,7 @@ def measure_lists(repeat: int):
     from cluster import client
     from cluster.facts import node_facts
     from cluster.watch import ListWatch
-    from jobs.sync import ClusterSync
+    from reconcile.sync import ClusterSync
 
     core = client.core()
     nodes_watch = ListWatch(name="nodes", list_call=core.list_node, on_relist=None, on_event=None)

@@ -1,6 +1,6 @@
 """Writes of recorded usage: the GPU pods' intervals the cluster sync reports, and the days they make stale.
 
-The money path, from the watch to the invoice: `jobs/sync.py` turns each GPU pod it sees into an interval
+The money path, from the watch to the invoice: `reconcile/sync.py` turns each GPU pod it sees into an interval
 (`usage_interval`) and hands it to `record_usage`, which upserts it by pod UID and, in the same transaction, marks
 the UTC days the write changes stale (`StaleDay`; which days: `billing.stale_days`). The periodic
 `billing.services.refresh_usage` meters those days again (`billing.metering`) into the daily rollups and rebuilds
@@ -123,7 +123,7 @@ def close_usage_of_vanished_pods(*, present_pod_uids: set[str], at: datetime) ->
     marked stale.
 
     Pods of portal Jobs never get here with an open interval: they carry the usage finalizer until their end is
-    recorded (jobs/sync.py). What remains are pods of other owners (and pods made before the finalizer existed),
+    recorded (reconcile/sync.py). What remains are pods of other owners (and pods made before the finalizer existed),
     whose end the portal cannot know from any record that outlives them."""
     vanished = (
         UsageInterval.objects.select_for_update()

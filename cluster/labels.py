@@ -23,7 +23,7 @@ PRIORITY_VALUES = {"reservoir-low": 1000, "reservoir-normal": 5000, "reservoir-h
 # Every pod of a portal Job carries this finalizer (the Job's pod template sets it; the Job controller copies a
 # template's finalizers to each pod, as it adds its own `batch.kubernetes.io/job-tracking` for the same reason): the
 # pod cannot leave the apiserver until the cluster sync has recorded its end and takes the finalizer off
-# (jobs/sync.py). A pod that finishes and is deleted while nobody watches is still there, terminated, at the next
+# (reconcile/sync.py). A pod that finishes and is deleted while nobody watches is still there, terminated, at the next
 # list, so its GPU time ends at its own finish time, never at the time the portal happened to look.
 USAGE_FINALIZER = "reservoir.io/usage"
 # The port of a gang's rendezvous (torchrun's TCPStore on pod 0), and the per-job token its pods are given.

@@ -8,6 +8,16 @@ from portal.models import Membership
 
 
 def navigation(request) -> dict:
+    """Computed once per request: a page that renders a fragment with the request (`render_to_string(...,
+    request=request)`) runs the context processors again, and the lead check and alert count would be asked twice."""
+    cached = getattr(request, "_navigation", None)
+    if cached is None:
+        cached = _navigation(request)
+        request._navigation = cached
+    return cached
+
+
+def _navigation(request) -> dict:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"nav_items": [], "nav_is_admin": False, "nav_is_lead": False}

@@ -6,6 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from identity import views as identity_views
 from monitoring.metrics import metrics_view
 from portal import health
 from portal import views as portal_views
@@ -15,8 +16,8 @@ from . import views
 portal_patterns = (
     [
         path("", views.home, name="home"),
-        path("login/", portal_views.LoginView.as_view(), name="login"),
-        path("logout/", portal_views.LogoutView.as_view(), name="logout"),
+        path("login/", identity_views.LoginView.as_view(), name="login"),
+        path("logout/", identity_views.logout_view, name="logout"),
         path("healthz", health.healthz, name="healthz"),
         path("readyz", health.readyz, name="readyz"),
         path("language/", portal_views.set_language, name="set_language"),
@@ -39,6 +40,9 @@ portal_patterns = (
 
 urlpatterns = [
     path("", include(portal_patterns)),
+    # Sign-in through the OpenID Connect provider: identity's stricter views first, then allauth's own pages.
+    path("", include("identity.urls")),
+    path("accounts/", include("allauth.urls")),
     path("teams/", include("teamdata.urls")),
     path("pools/", include("pools.urls")),
     path("jobs/", include("jobs.urls")),
@@ -52,6 +56,7 @@ urlpatterns = [
     path("api/v1/", include("billing.api.urls")),
     path("api/v1/", include("monitoring.api.urls")),
     path("api/v1/", include("teamdata.api.urls")),
+    path("api/v1/", include("identity.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Signed-in users only (a browser is sent to the log-in page); the split view serves its start-up script as a
     # file, so the Content-Security-Policy needs no inline script.

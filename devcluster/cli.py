@@ -1,4 +1,4 @@
-"""Command line: ``python -m devcluster build|up|down|status|env|monitoring``."""
+"""Command line: ``python -m devcluster build|up|down|status|env|monitoring|hydra``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from devcluster import build, launcher, topology
+from devcluster import build, hydra_build, launcher, topology
+from devcluster import hydra as hydra_module
 from devcluster import kueue as kueue_module
 from devcluster import monitoring as monitoring_module
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return command
 
-    sub.add_parser("build", help="build the binaries into the versioned cache if any is missing")
+    sub.add_parser("build", help="build the binaries (and hydra) into the versioned cache if any is missing")
     sub.add_parser("helm", help="build helm alone if it is missing; print its path")
     up = with_state_dir(sub.add_parser("up", help="build if needed, start, create the topology's nodes"))
     up.add_argument("--topology", type=Path, default=None, help=f"default: {topology.DEFAULT_TOPOLOGY.name}")
@@ -53,15 +54,22 @@ def main(argv: list[str] | None = None) -> int:
     monitoring.add_argument("--portal-target", default="", help="also scrape the portal's /metrics at HOST:PORT")
     monitoring.add_argument("--hot", action="append", default=[], help="NODE/GPU that runs hot (repeatable)")
     monitoring.add_argument("--fresh", action="store_true", help="start Prometheus from an empty TSDB")
+    hydra = with_state_dir(sub.add_parser("hydra", help="the demo OpenID Connect provider (ory/hydra) for make dev"))
+    hydra.add_argument("action", choices=("up", "down", "env", "logins"))
+    hydra.add_argument("--portal-url", default="http://127.0.0.1:8000", help="where the portal answers (redirect URI)")
     args = parser.parse_args(argv)
 
     try:
         if args.command == "build":
             print(build.ensure_built(_progress))
+            # The OpenID Connect provider of the sign-in tests and `make dev` (tests/identity, devcluster/hydra.py).
+            print(hydra_build.ensure_built(_progress))
             return 0
         if args.command == "helm":
             print(build.ensure_helm(_progress))
             return 0
+        if args.command == "hydra":
+            return _hydra(args)
         cluster = launcher.Cluster(args.state_dir, progress=_progress)
         if args.command == "monitoring":
             return _monitoring(cluster, args)
@@ -99,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         kueue_module.KueueError,
         topology.TopologyError,
         monitoring_module.MonitoringError,
+        hydra_module.HydraError,
     ) as error:
         print(f"devcluster: {error}", file=sys.stderr)
         return 1
@@ -132,4 +141,19 @@ def _monitoring(cluster: launcher.Cluster, args: argparse.Namespace) -> int:
             print("devcluster: monitoring is not running; run: python -m devcluster monitoring up", file=sys.stderr)
             return 1
         print(f"export PROMETHEUS_URL={stack.prometheus_url}")
+    return 0
+
+
+def _hydra(args: argparse.Namespace) -> int:
+    state_dir = args.state_dir or launcher.DEFAULT_STATE_DIR
+    if args.action == "up":
+        database = os.environ.get("DATABASE_URL") or "postgres://reservoir:reservoir@127.0.0.1:5432/reservoir"
+        print(hydra_module.dev_up(Path(state_dir), database_base_url=database, portal_url=args.portal_url))
+    elif args.action == "down":
+        stopped = hydra_module.dev_down(Path(state_dir))
+        print("stopped: " + (", ".join(map(str, stopped)) if stopped else "nothing was running"))
+    elif args.action == "env":
+        print(hydra_module.dev_env(Path(state_dir)))
+    elif args.action == "logins":
+        print(hydra_module.dev_logins())
     return 0

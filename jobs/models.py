@@ -121,7 +121,7 @@ class JobQuerySet(TeamScopedQuerySet):
 
     def expected_in_cluster(self) -> "JobQuerySet":
         """Jobs that should have a Job in the cluster now (queued ones wait there, suspended by Kueue). The one
-        definition the submit task and convergence (jobs/convergence.py) share: change it here, and both follow."""
+        definition the submit task and convergence (reconcile/jobs.py) share: change it here, and both follow."""
         return self.filter(state__in=ACTIVE_STATES)
 
 

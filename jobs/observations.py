@@ -52,7 +52,7 @@ def fail_job(*, job_id: int, message: str | Words) -> None:
 
 
 # === Recorded by the cluster sync ===============================================================================
-# The sync (jobs/sync.py) parses what the watches see into facts (cluster/facts.py) and hands them here: the
+# The sync (reconcile/sync.py) parses what the watches see into facts (cluster/facts.py) and hands them here: the
 # jobs app records its own rows — pods, and the job states they and the Jobs imply. The sync calls only what is
 # below this line.
 

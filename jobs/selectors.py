@@ -274,19 +274,11 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
     rows.sort(key=lambda row: row.since)
     page = Paginator(rows, PENDING_PAGE_SIZE).get_page(page_number)
 
-    jobs = {
-        job_id: (job.name, job.placement, job.spilled)
-        for job_id, job in Job.objects.filter(pk__in=[row.job_id for row in page if row.job_id])
-        .only("id", "name", "placement", "spilled")
-        .in_bulk()
-        .items()
-    }
-    gangs = {
-        pk: (nodes, gpus)
-        for pk, nodes, gpus in Job.objects.filter(
-            pk__in=[row.job_id for row in page if row.job_id], nodes__gt=1
-        ).values_list("pk", "nodes", "gpus")
-    }
+    shown_jobs = Job.objects.filter(pk__in=[row.job_id for row in page if row.job_id]).only(
+        "id", "name", "placement", "spilled", "nodes", "gpus"
+    )
+    jobs = {job.pk: (job.name, job.placement, job.spilled) for job in shown_jobs}
+    gangs = {job.pk: (job.nodes, job.gpus) for job in shown_jobs if job.nodes > 1}
     # Reasons are worded here, in the viewer's language, from what Kueue and the scheduler said (the job row keeps
     # the words of the sync process, in the default language).
     pool_names = {each.slug: each.name for each in pools.values()}
@@ -294,7 +286,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
         [(*row.team_pool, row.gpus, row.reason) for row in page if row.kind == "queued" and row.visible]
     )
     # Over every queued job, not only this page's: the same queries whichever rows the page shows.
-    room = quota_room([row.team_pool for row in rows if row.kind == "queued"], quotas=quotas)
+    room = quota_room([row.team_pool for row in rows if row.kind == "queued"], quotas=quotas, pools=pools)
     for row in page:
         row.wait_seconds = max(int((now - row.since).total_seconds()), 0)
         name, placement, spilled = jobs.get(row.job_id, ("", "", False))
@@ -340,17 +332,21 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
     )
 
 
-def quota_room(team_pools, *, quotas: dict[tuple[int, int], int], now=None) -> dict[tuple[int, int], tuple[int, int]]:
+def quota_room(
+    team_pools, *, quotas: dict[tuple[int, int], int], now=None, pools: dict | None = None
+) -> dict[tuple[int, int], tuple[int, int]]:
     """Per (team id, pool id) of `team_pools`: (GPUs the team uses in the pool, GPUs it can still be admitted on
     there), from the numbers Kueue admits by (`pools.lending`: GPUs in use where Kueue admitted them, reservations,
     lending, the cohort's free GPUs). Kueue's "N more needed" for a job of G GPUs is G minus the second figure, so
-    the pending page's reason and hint say the same N. Four queries at most, none for no pairs."""
+    the pending page's reason and hint say the same N. Four queries at most (three when `pools`, the Pool rows by id,
+    are passed), none for no pairs."""
     team_pools = set(team_pools)
     if not team_pools:
         return {}
     pool_ids = sorted({pool_id for _team, pool_id in team_pools})
     uses = team_uses(pool_ids, now=now)
-    lending = pool_lending(pool_ids, now=now, uses=uses)
+    loaded = [pools[pool_id] for pool_id in pool_ids] if pools is not None and set(pool_ids) <= pools.keys() else None
+    lending = pool_lending(pool_ids, pools=loaded, now=now, uses=uses)
     room = {}
     for team_id, pool_id in team_pools:
         use = uses.get(pool_id, {}).get(team_id) or TeamUse(team_id=team_id)

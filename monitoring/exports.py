@@ -13,7 +13,7 @@ import yaml
 
 from cluster.namespaces import render_limit_range, render_namespace, render_network_policies, render_resource_quota
 from pools.models import Pool
-from pools.namespaces import desired_spec, network_spec
+from pools.projection import namespace_spec, network_spec
 from portal.models import Team
 
 from .choices import AlertKind
@@ -52,7 +52,7 @@ def node_commands(pools) -> str:
 
 
 def team_namespace(team: Team) -> str:
-    spec = desired_spec(team)
+    spec = namespace_spec(team)
     policies = render_network_policies(network_spec(team))
     return dump_all([render_namespace(spec), render_resource_quota(spec), render_limit_range(spec), *policies])
 

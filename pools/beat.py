@@ -1,4 +1,4 @@
-# A reservation that starts or ends reaches Kueue within this many seconds (see pools.kueue).
+# A reservation that starts or ends reaches Kueue within this many seconds (see reconcile.kueue).
 KUEUE_BOUNDARY_CHECK_SECONDS = 5.0
 
 SCHEDULE = {

@@ -285,7 +285,7 @@ class Reservation(models.Model):
         ]
         indexes = [
             models.Index(fields=["pool", "starts_at", "ends_at"], name="pools_reservation_pool_period"),
-            # The frequent "did a reservation start or end since?" check (pools.kueue).
+            # The frequent "did a reservation start or end since?" check (reconcile.kueue).
             models.Index(fields=["starts_at"], name="pools_reservation_starts"),
             models.Index(fields=["ends_at"], name="pools_reservation_ends"),
         ]
@@ -554,7 +554,8 @@ class QuotaRequest(models.Model):
 
 
 class KueueProjection(models.Model):
-    """Whether Kueue's objects in the cluster match the portal (a single row, pk 1; see `pools.kueue`).
+    """Whether Kueue's objects in the cluster match the portal (a single row, pk 1; see `pools.projection` and
+    `reconcile.kueue`).
 
     Every change of pools, reservations, quotas, namespace limits or teams bumps `desired_version` once committed;
     a reconcile reads it before the rows it renders and copies it into `applied_version` once every object is in

@@ -209,7 +209,7 @@ def pool_cards(user, *, pools=None, other_label: str = "another team") -> tuple[
     )
     month = _month_usage(now)
     dcgm = _dcgm_utilisation(pool_ids, now)
-    lending = pool_lending(pool_ids, now=now)
+    lending = pool_lending(pools=pools, now=now)
     rows = reservations_lending(
         Reservation.objects.filter(pool_id__in=pool_ids, team__in=Team.objects.visible_to(user)),
         lending,

@@ -21,7 +21,7 @@ from portal import audit
 from portal.models import Team
 from portal.retry import retry_on_conflict
 
-from . import kueue, namespaces
+from . import projection
 from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
 from .models import LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
@@ -88,7 +88,7 @@ def create_reservation(
     audit.record(
         actor=user, action="reservation.create", instance=reservation, before=None, after=audit.snapshot(reservation)
     )
-    kueue.mark_changed()
+    projection.kueue_changed()
     return reservation
 
 
@@ -111,7 +111,7 @@ def end_reservation(*, reservation: Reservation, ends_at: datetime, user=None) -
         before=before,
         after=audit.snapshot(reservation),
     )
-    kueue.mark_changed()
+    projection.kueue_changed()
     return reservation
 
 
@@ -129,7 +129,7 @@ def delete_reservation(*, reservation: Reservation, user=None) -> None:
     reservation.delete()
     reservation.pk = pk
     audit.record(actor=user, action="reservation.delete", instance=reservation, before=before, after=None)
-    kueue.mark_changed()
+    projection.kueue_changed()
 
 
 def can_set_lending(user, reservation: Reservation) -> bool:
@@ -180,7 +180,7 @@ def set_lending(*, reservation: Reservation, lending: str, protected_gpus: int =
         before=before,
         after=audit.snapshot(reservation),
     )
-    kueue.mark_changed()
+    projection.kueue_changed()
     return reservation
 
 
@@ -258,8 +258,8 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     quota.full_clean()
     quota.save()
     audit.record(actor=user, action="quota.set", instance=quota, before=before, after=audit.snapshot(quota))
-    namespaces.mark_changed(team)
-    kueue.mark_changed()
+    projection.namespace_changed(team)
+    projection.kueue_changed()
     return quota
 
 
@@ -310,8 +310,8 @@ def set_namespace_limits(*, team: Team, user=None, **values) -> NamespaceLimits:
         setattr(limits, name, value)
     limits.full_clean()
     limits.save()
-    namespaces.mark_changed(team)
-    kueue.mark_changed()
+    projection.namespace_changed(team)
+    projection.kueue_changed()
     audit.record(
         actor=user, action="namespace_limits.set", instance=limits, before=before, after=audit.snapshot(limits)
     )
@@ -362,7 +362,7 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
         before=before,
         after=_pool_snapshot(pool),
     )
-    kueue.mark_changed()
+    projection.kueue_changed()
     return pool
 
 
@@ -383,7 +383,7 @@ def delete_pool(*, pool: Pool, user=None) -> None:
     pool.pk = pk
     reassign_nodes()
     audit.record(actor=user, action="pool.delete", instance=pool, before=before, after=None)
-    kueue.mark_changed()
+    projection.kueue_changed()
 
 
 # --- quota requests: a lead asks, an admin decides ------------------------------------------------------------
@@ -537,7 +537,7 @@ def record_nodes(*, nodes: list[NodeFacts], complete: bool = False) -> dict[str,
     whose selector matches its labels. With `complete` (`nodes` is a full list) the rows of nodes missing from it
     are deleted. Returns node name -> pool id of the nodes recorded.
 
-    Seeing a node twice writes the same row again; `missing_taints` is left to `pools.isolation`."""
+    Seeing a node twice writes the same row again; `missing_taints` is left to `reconcile.taints`."""
     pools = list(Pool.objects.order_by("slug"))
     now = timezone.now()
     rows = [

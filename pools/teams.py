@@ -1,5 +1,5 @@
 """Writes to teams. They live here, above `portal` (which holds the Team model), because a team is a ClusterQueue
-and a LocalQueue in Kueue: creating, renaming or deleting one changes the Kueue projection, which `pools.kueue`
+and a LocalQueue in Kueue: creating, renaming or deleting one changes the Kueue projection, which `reconcile.kueue`
 is told of in the same call. The API, Django admin and commands all call these; each write is audited in its
 transaction."""
 
@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from portal import audit
 from portal.models import Team
 
-from . import kueue
+from . import projection
 
 
 @transaction.atomic
@@ -27,7 +27,7 @@ def save_team(*, team: Team, user=None) -> Team:
         before=before,
         after=audit.snapshot(team),
     )
-    kueue.mark_changed()
+    projection.kueue_changed()
     return team
 
 
@@ -45,4 +45,4 @@ def delete_team(*, team: Team, user=None) -> None:
         ) from None
     team.pk = pk
     audit.record(actor=user, action="team.delete", instance=team, before=before, after=None)
-    kueue.mark_changed()
+    projection.kueue_changed()

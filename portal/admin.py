@@ -67,19 +67,23 @@ class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 1
     autocomplete_fields = ["user"]
+    readonly_fields = ["source"]
 
 
 @admin.register(User)
 class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
-    list_display = ["username", "email", "is_platform_admin", "is_staff", "language", "last_login"]
-    list_filter = ["is_platform_admin", "is_staff", "is_active"]
-    fieldsets = [*BaseUserAdmin.fieldsets, (_("Reservoir"), {"fields": ["is_platform_admin", "language"]})]
+    list_display = ["username", "email", "is_platform_admin", "is_break_glass", "is_staff", "language", "last_login"]
+    list_filter = ["is_platform_admin", "is_break_glass", "is_staff", "is_active"]
+    fieldsets = [
+        *BaseUserAdmin.fieldsets,
+        (_("Reservoir"), {"fields": ["is_platform_admin", "is_break_glass", "language"]}),
+    ]
 
 
 @admin.register(Membership)
 class MembershipAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    list_display = ["user", "team", "role"]
-    list_filter = ["role", "team"]
+    list_display = ["user", "team", "role", "source"]
+    list_filter = ["role", "source", "team"]
     search_fields = ["user__username", "team__name"]
     list_select_related = ["user", "team"]
 

@@ -53,11 +53,15 @@ def _json_safe(value):
     return value
 
 
-def record(*, actor, action: str, instance: models.Model, before: dict | None, after: dict | None) -> AuditEntry:
+def record(
+    *, actor, action: str, instance: models.Model, before: dict | None, after: dict | None, actor_name: str = ""
+) -> AuditEntry:
+    """`actor` is the signed-in user who made the change; without one, `actor_name` names who did (e.g. the identity
+    provider, "oidc:<issuer>"); both empty: the system."""
     actor = actor if actor is not None and actor.is_authenticated else None
     return AuditEntry.objects.create(
         actor=actor,
-        actor_username=actor.get_username() if actor is not None else "",
+        actor_username=actor.get_username() if actor is not None else actor_name[:150],
         action=action,
         object_type=instance._meta.label_lower,
         object_id=str(instance.pk),

@@ -49,6 +49,7 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):
     target_class = "portal.authentication.ApiTokenAuthentication"
+    match_subclasses = True  # identity's subclass (settings) is the one in use
     name = "apiToken"
 
     def get_security_definition(self, auto_schema):

@@ -14,3 +14,10 @@ class QueueingStrategy(models.TextChoices):
 
     STRICT_FIFO = "StrictFIFO", _("Strict order: a job that does not fit yet holds back the jobs queued after it")
     BEST_EFFORT_FIFO = "BestEffortFIFO", _("Best effort: a later job that fits may start before an earlier one")
+
+
+class MembershipSource(models.TextChoices):
+    """Who made a membership: an admin by hand, or the identity provider's groups at sign-in (identity/)."""
+
+    MANUAL = "manual", _("Set by hand")
+    PROVIDER = "provider", _("From the identity provider")

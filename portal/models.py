@@ -13,7 +13,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .choices import QueueingStrategy, Role
+from .choices import MembershipSource, QueueingStrategy, Role
 
 SLUG_VALIDATOR = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
@@ -29,6 +29,11 @@ class User(AbstractUser):
     )
     language = models.CharField(
         _("language"), max_length=10, choices=settings.LANGUAGES, default="en", help_text=_("Language of the portal.")
+    )
+    is_break_glass = models.BooleanField(
+        _("break-glass account"),
+        default=False,
+        help_text=_("May sign in with a local password even when local passwords are turned off (an emergency admin)."),
     )
 
     @property
@@ -143,6 +148,13 @@ class Membership(models.Model):
     )
     team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(_("role"), max_length=20, choices=Role.choices, default=Role.RESEARCHER)
+    source = models.CharField(
+        _("source"),
+        max_length=20,
+        choices=MembershipSource.choices,
+        default=MembershipSource.MANUAL,
+        help_text=_("The identity provider's groups decide a provider user's memberships at every sign-in."),
+    )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = MembershipQuerySet.as_manager()
@@ -154,6 +166,9 @@ class Membership(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["user", "team"], name="%(app_label)s_%(class)s_unique_user_team"),
             models.CheckConstraint(condition=Q(role__in=Role.values), name="%(app_label)s_%(class)s_valid_role"),
+            models.CheckConstraint(
+                condition=Q(source__in=MembershipSource.values), name="%(app_label)s_%(class)s_valid_source"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -12,40 +12,62 @@ from django.utils.translation import gettext as _
 
 from . import audit
 from .authentication import TOKEN_PREFIX, hash_secret
+from .choices import MembershipSource
 from .models import ApiToken, Membership, Team, User
+
+# `source` says who decides the membership (an admin by hand, or the identity provider's groups: identity/); a write
+# made by the provider at sign-in has no signed-in `user` and names the provider in `actor_name` for the audit log.
 
 
 @transaction.atomic
-def add_member(*, team: Team, member: User, role: str, user=None) -> Membership:
-    membership = Membership(team=team, user=member, role=role)
+def add_member(
+    *, team: Team, member: User, role: str, user=None, source: str = MembershipSource.MANUAL, actor_name: str = ""
+) -> Membership:
+    membership = Membership(team=team, user=member, role=role, source=source)
     membership.full_clean()
     membership.save()
     audit.record(
-        actor=user, action="membership.create", instance=membership, before=None, after=audit.snapshot(membership)
+        actor=user,
+        actor_name=actor_name,
+        action="membership.create",
+        instance=membership,
+        before=None,
+        after=audit.snapshot(membership),
     )
     return membership
 
 
 @transaction.atomic
-def change_role(*, membership: Membership, role: str, user=None) -> Membership:
+def change_role(
+    *, membership: Membership, role: str, user=None, source: str | None = None, actor_name: str = ""
+) -> Membership:
     membership = Membership.objects.select_for_update().get(pk=membership.pk)
     before = audit.snapshot(membership)
     membership.role = role
+    if source is not None:
+        membership.source = source
     membership.full_clean()
-    membership.save(update_fields=["role"])
+    membership.save(update_fields=["role", "source"])
     audit.record(
-        actor=user, action="membership.update", instance=membership, before=before, after=audit.snapshot(membership)
+        actor=user,
+        actor_name=actor_name,
+        action="membership.update",
+        instance=membership,
+        before=before,
+        after=audit.snapshot(membership),
     )
     return membership
 
 
 @transaction.atomic
-def remove_member(*, membership: Membership, user=None) -> None:
+def remove_member(*, membership: Membership, user=None, actor_name: str = "") -> None:
     before = audit.snapshot(membership)
     pk = membership.pk
     membership.delete()
     membership.pk = pk
-    audit.record(actor=user, action="membership.delete", instance=membership, before=before, after=None)
+    audit.record(
+        actor=user, actor_name=actor_name, action="membership.delete", instance=membership, before=before, after=None
+    )
 
 
 @transaction.atomic

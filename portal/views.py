@@ -1,6 +1,6 @@
-"""The portal's own pages: log-in and log-out, the lock-out answer and the language switch (the probes are in
-portal/health.py). The pages that gather several apps (home, a team's page) are the dashboard's
-(`dashboard/views.py`)."""
+"""The portal's own pages: log-in (identity/views.py adds the provider's button, and signs out), the lock-out
+answer and the language switch (the probes are in portal/health.py). The pages that gather several apps (home, a
+team's page) are the dashboard's (`dashboard/views.py`)."""
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
@@ -15,10 +15,6 @@ from . import preferences
 class LoginView(auth_views.LoginView):
     template_name = "portal/login.html"
     redirect_authenticated_user = True
-
-
-class LogoutView(auth_views.LogoutView):
-    pass
 
 
 def locked_out(request, response=None, credentials=None):

@@ -38,6 +38,7 @@ stop_all() {
     fi
     rm -f "$PIDS/$name.pid"
   done
+  $PY -m devcluster hydra down >/dev/null 2>&1 || true
   if [ -z "${KUBECONFIG:-}" ]; then $PY -m devcluster down || true; fi
 }
 
@@ -77,6 +78,19 @@ $PY manage.py migrate --noinput
 $PY manage.py seed_demo | tee "$STATE_DIR/logins.txt"
 # Team namespaces and Kueue's queues now, so the demo jobs find them (the beat keeps them so every minute).
 $PY manage.py reconcile_cluster || say "the cluster could not be reconciled yet; the beat retries every minute"
+
+# The demo OpenID Connect provider (ory/hydra, built on first use; RESERVOIR_NO_SSO=1 skips it, and a configured
+# RESERVOIR_OIDC_ISSUER is used instead). The demo passwords keep working beside it.
+if [ -z "${RESERVOIR_OIDC_ISSUER:-}" ] && [ -z "${RESERVOIR_NO_SSO:-}" ]; then
+  say "the demo OpenID Connect provider (ory/hydra; a cold build takes a few minutes)"
+  if sso_env=$($PY -m devcluster hydra up --portal-url "http://127.0.0.1:$PORT"); then
+    eval "$sso_env"
+    export RESERVOIR_LOCAL_PASSWORD_LOGIN=${RESERVOIR_LOCAL_PASSWORD_LOGIN:-true}
+    $PY -m devcluster hydra logins | tee -a "$STATE_DIR/logins.txt"
+  else
+    say "the demo provider did not start (see .state/devcluster/logs/hydra.log); password logins only"
+  fi
+fi
 
 start web $PY manage.py runserver "127.0.0.1:$PORT" --noreload
 start worker .venv/bin/celery -A portal worker -Q default,cluster,billing -c 2 --loglevel=INFO

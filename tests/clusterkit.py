@@ -15,12 +15,12 @@ from django.db import connection
 from cluster import client, kueue_objects
 from cluster.kueue import cluster_queue_name
 from cluster.labels import LABEL_JOB_ID, USAGE_FINALIZER
-from jobs.management.commands.sync_cluster import build_watches
 from jobs.models import Job
-from jobs.sync import ClusterSync
 from pools import services as pool_services
 from portal.choices import Role
 from portal.models import Team
+from reconcile.management.commands.sync_cluster import build_watches
+from reconcile.sync import ClusterSync
 from tests.factories import MembershipFactory, UserFactory
 
 KWOK_DELAY = "pod-complete.stage.kwok.x-k8s.io/delay"
@@ -287,7 +287,7 @@ def cluster_team(portal_cluster):
 def project_now() -> None:
     """Make Kueue's objects what the portal says now (the projection's own reconcile, run here and waited for): a
     change's reconcile runs after its commit and may still be on its way when a test submits its next job."""
-    from pools import kueue
+    from reconcile import kueue
 
     kueue.reconcile()
 

@@ -7,7 +7,7 @@ from portal.api.base import FullCleanMixin, GpuField, WholeNumberField
 from portal.api.serializers import TeamSlugField
 from portal.models import Team
 
-from .. import kueue
+from .. import projection
 from ..choices import Lending
 from ..models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation, TeamNamespace
 from ..occupancy import JOB_SIZES
@@ -227,7 +227,7 @@ class QuotaSerializer(serializers.ModelSerializer):
     def get_kueue(self, quota) -> dict:
         # One projection for all teams: read once per answer.
         if "kueue_state" not in self.context:
-            self.context["kueue_state"] = kueue.state()
+            self.context["kueue_state"] = projection.kueue_state()
         return self.context["kueue_state"]
 
 

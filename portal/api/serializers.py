@@ -43,8 +43,8 @@ class MembershipSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Membership
-        fields = ["id", "team", "user", "role", "created_at"]
-        read_only_fields = ["id", "created_at"]
+        fields = ["id", "team", "user", "role", "source", "created_at"]
+        read_only_fields = ["id", "source", "created_at"]
         validators = []  # the unique (user, team) rule is checked once, by the model, in the service
 
     def get_fields(self):

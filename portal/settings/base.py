@@ -35,8 +35,14 @@ INSTALLED_APPS = [
     "billing",
     "monitoring",
     "teamdata",
+    "identity",
+    "reconcile",
     "dashboard",
     "axes",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
 ]
 
 MIDDLEWARE = [
@@ -57,6 +63,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # Every page's write throttled like the API's (after authentication and the CSRF check).
     "portal.throttling.WriteThrottleMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     # Last, as django-axes asks: it turns a lockout into the lockout page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -95,7 +102,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "portal.User"
 # django-axes first: it refuses a locked-out username and address before the password is even checked.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# The password backend refuses local passwords (but for break-glass accounts) when RESERVOIR_LOCAL_PASSWORD_LOGIN is
+# off; sign-in through the identity provider goes through django-allauth (identity/, docs/sign-in.md).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "identity.backends.PasswordBackend"]
 # Login throttling (django-axes): after this many failures in a row for one username from one address, that pair
 # is locked out for the cool-off time; a success resets the count. Admins unlock in Django admin (Axes).
 AXES_FAILURE_LIMIT = env.int("RESERVOIR_LOGIN_FAILURE_LIMIT", default=5)
@@ -141,7 +150,8 @@ STATICFILES_DIRS = [
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "portal.authentication.ApiTokenAuthentication",
+        # portal's API tokens, also refused when their provider user has lost every team (identity/authentication.py)
+        "identity.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -208,6 +218,53 @@ SESSION_COOKIE_AGE = env.int("RESERVOIR_SESSION_AGE_SECONDS", default=12 * 3600)
 # /metrics without RESERVOIR_METRICS_TOKEN: open (development), or refused (production, settings/prod.py).
 METRICS_REQUIRE_TOKEN = False
 
+# --- Sign-in through the organization's OpenID Connect provider (identity/, docs/sign-in.md) -----------------------
+# Empty issuer: no provider, local passwords only. The redirect URI to register at the provider is
+# https://<portal host>/accounts/oidc/sso/login/callback/ (built from the request: behind a TLS proxy, set
+# DJANGO_SECURE_PROXY_SSL_HEADER).
+OIDC_ISSUER = env("RESERVOIR_OIDC_ISSUER", default="")
+OIDC_CLIENT_ID = env("RESERVOIR_OIDC_CLIENT_ID", default="")
+OIDC_CLIENT_SECRET = env("RESERVOIR_OIDC_CLIENT_SECRET", default="")
+OIDC_SCOPES = env.list("RESERVOIR_OIDC_SCOPES", default=["openid", "profile", "email"])
+OIDC_LABEL = env("RESERVOIR_OIDC_LABEL", default="single sign-on")
+# The ID token (or userinfo) claim holding the user's groups, which identity's group rules map to teams and roles.
+OIDC_GROUPS_CLAIM = env("RESERVOIR_OIDC_GROUPS_CLAIM", default="groups")
+# Local passwords: unset or empty, on without a provider and off with one (break-glass accounts always keep theirs).
+LOCAL_PASSWORD_LOGIN = (
+    env.bool("RESERVOIR_LOCAL_PASSWORD_LOGIN") if env("RESERVOIR_LOCAL_PASSWORD_LOGIN", default="") else not OIDC_ISSUER
+)
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        # Adds the nonce, checks the ID token's signature against the JWKS every time, pins the issuer.
+        "provider_class": "identity.oidc.ReservoirOIDCProvider",
+        "OAUTH_PKCE_ENABLED": True,
+        "APPS": [],
+    }
+}
+if OIDC_ISSUER:
+    SOCIALACCOUNT_PROVIDERS["openid_connect"]["APPS"] = [
+        {
+            "provider_id": "sso",
+            "name": OIDC_LABEL,
+            "client_id": OIDC_CLIENT_ID,
+            "secret": OIDC_CLIENT_SECRET,
+            "settings": {"server_url": OIDC_ISSUER, "scope": OIDC_SCOPES, "oauth_pkce_enabled": True},
+        }
+    ]
+SOCIALACCOUNT_ADAPTER = "identity.adapter.SocialAccountAdapter"
+ACCOUNT_ADAPTER = "identity.adapter.AccountAdapter"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+# The provider's button is a link: a form's redirect chain to the provider (and its own login pages) would be stopped
+# by the Content-Security-Policy's form-action 'self'. State, nonce and PKCE guard the flow whichever way it starts.
+SOCIALACCOUNT_LOGIN_ON_GET = True
+# Never attach a provider sign-in to an existing local account by its e-mail address.
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_EMAIL_REQUIRED = False
+SOCIALACCOUNT_QUERY_EMAIL = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_STORE_TOKENS = False
+
 # --- Redis and Celery -------------------------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/0")
 # The shared cache: API rate-limit counters, seen alike by every web process.
@@ -238,7 +295,7 @@ TASK_MAX_COUNTDOWN_SECONDS = 300
 # Redis hands a message that was not acknowledged within `visibility_timeout` to another worker. A message stays
 # unacknowledged while it waits for its countdown and while its task runs (acks_late), so the timeout must exceed
 # both together, or a healthy task would run twice. Longer only delays the redelivery of a dead worker's task,
-# and nothing waits for that: convergence (jobs/convergence.py) resends what did not reach the cluster.
+# and nothing waits for that: convergence (reconcile/jobs.py) resends what did not reach the cluster.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TASK_MAX_COUNTDOWN_SECONDS + CELERY_TASK_TIME_LIMIT + 60}
 # A publish to an unreachable broker gives up within about a second: messages after a commit wait in the outbox
 # (portal/outbox.py), so a request never hangs on Redis.
@@ -303,7 +360,7 @@ LOGGING = {
 CLUSTER_TASK_MAX_RETRIES = env.int("RESERVOIR_CLUSTER_TASK_MAX_RETRIES", default=8)
 # The job page's log tail: at most this many bytes (besides its line count).
 LOG_TAIL_MAX_BYTES = env.int("RESERVOIR_LOG_TAIL_MAX_BYTES", default=64 * 1024)
-# Convergence (jobs/convergence.py): a job nobody has tried to send for this long is sent again, and a job final
+# Convergence (reconcile/jobs.py): a job nobody has tried to send for this long is sent again, and a job final
 # for this long whose Job still runs in the cluster has it deleted.
 CONVERGENCE_GRACE_SECONDS = env.int("RESERVOIR_CONVERGENCE_GRACE_SECONDS", default=20)
 # Attempts of one cluster call on transient failures outside tasks (the sync, pages, commands); tasks try once.

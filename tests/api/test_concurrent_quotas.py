@@ -9,8 +9,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from cluster import client
-from pools import namespaces
 from pools.models import Pool, Quota, TeamNamespace
+from reconcile import namespaces
 from tests.clusterkit import set_quota
 from tests.factories import UserFactory
 

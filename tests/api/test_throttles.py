@@ -8,8 +8,8 @@ from tests.factories import QuotaFactory
 
 @pytest.fixture
 def no_cluster(monkeypatch):
-    monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", lambda job_id: None)
-    monkeypatch.setattr("pools.tasks.reconcile_team_namespace.delay", lambda team_id: None)
+    monkeypatch.setattr("reconcile.tasks.submit_job_to_cluster.delay", lambda job_id: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_team_namespace.delay", lambda team_id: None)
 
 
 def submission(name: str) -> dict:

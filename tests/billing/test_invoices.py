@@ -176,7 +176,7 @@ def test_recording_the_end_of_a_running_pod_marks_only_the_days_from_its_end(tea
         started_at=at(2, 10),
         ended_at=at(28, 9),
     )
-    assert usage.record_usage(intervals=[ended]) == 1  # what jobs/sync does when the pod finishes
+    assert usage.record_usage(intervals=[ended]) == 1  # what reconcile/sync does when the pod finishes
     stale = set(StaleDay.objects.values_list("day", flat=True))
     assert at(28).date() in stale
     assert at(27).date() not in stale  # it was running then either way: those days stay valid

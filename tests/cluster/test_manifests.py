@@ -116,7 +116,7 @@ def test_job_lifecycle_fields():
     assert pod_spec(manifest)["restartPolicy"] == "Never"
     assert pod_spec(manifest)["terminationGracePeriodSeconds"] == 30  # Kubernetes' default unless the job says
     assert pod_spec(render_job(spec(termination_grace_seconds=900)))["terminationGracePeriodSeconds"] == 900
-    # Every pod stays in the cluster until the sync has recorded its end (jobs/sync.py takes this off).
+    # Every pod stays in the cluster until the sync has recorded its end (reconcile/sync.py takes this off).
     assert manifest["spec"]["template"]["metadata"]["finalizers"] == ["reservoir.io/usage"]
 
 

@@ -19,8 +19,8 @@ from jobs.choices import JobState, Placement
 from jobs.models import Job, Pod
 from jobs.specs import JobSpec
 from jobs.spill import spill_due_jobs
-from jobs.tasks import submit_job_to_cluster
 from pools.models import Pool
+from reconcile.tasks import submit_job_to_cluster
 from tests.clusterkit import KWOK_DELAY, job_state, set_quota, wait_for, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -228,7 +228,7 @@ def test_an_unreachable_apiserver_is_retried_then_the_job_fails_with_the_reason(
     settings.CLUSTER_TASK_MAX_RETRIES = 2
     client.reset()
     sent = []
-    monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", sent.append)
+    monkeypatch.setattr("reconcile.tasks.submit_job_to_cluster.delay", sent.append)
     job = submit(cluster_team, "reserved-a800", gpus=1, name="unlucky")
     assert sent == [job.pk]
     # As a worker would: the task retries itself (no countdown here) until its budget is spent. Eager retries
@@ -260,7 +260,7 @@ def test_an_apiserver_restart_during_submission_ends_with_exactly_one_job(
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
     reconcile_now(cluster_team)
     sent = []
-    monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", sent.append)
+    monkeypatch.setattr("reconcile.tasks.submit_job_to_cluster.delay", sent.append)
     job = submit(cluster_team, "reserved-a800", gpus=1, name="through-restart")
 
     restart = threading.Thread(target=lambda: Cluster(state_dir).restart_component("kube-apiserver"))
@@ -310,7 +310,7 @@ def _portal_jobs(team, job) -> int:
 
 
 def reconcile_now(team):
-    from pools.namespaces import reconcile
+    from reconcile.namespaces import reconcile
 
     reconcile(team)
 

@@ -15,8 +15,8 @@ from jobs.manifests import render
 from jobs.models import Job, Pod
 from jobs.specs import JobSpec
 from pools.models import Node, Pool
-from pools.namespaces import reconcile
 from portal.models import Team
+from reconcile.namespaces import reconcile
 from tests.clusterkit import KWOK_DELAY, delete_team_namespace, job_state, set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]

@@ -15,14 +15,15 @@ from django.utils import timezone
 from cluster import client, resources
 from cluster.facts import job_facts
 from cluster.labels import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
-from jobs import convergence, observations, services
+from jobs import observations, services
 from jobs.choices import JobState
-from jobs.convergence import FinalJob, leftovers
 from jobs.models import Job
 from jobs.specs import JobSpec
-from jobs.tasks import submit_job_to_cluster
 from pools.models import Pool
 from portal.models import OutboxMessage
+from reconcile import jobs as convergence
+from reconcile.jobs import FinalJob, leftovers
+from reconcile.tasks import submit_job_to_cluster
 from tests.clusterkit import KWOK_DELAY, set_quota, wait_for
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -132,7 +133,7 @@ def test_the_job_of_a_cancelled_job_is_deleted_and_nothing_that_is_not_the_porta
     for job in (cancelled, failed):
         assert Job.objects.get(pk=job.pk).cluster_created_at is not None
     with monkeypatch.context() as lost:
-        lost.setattr("jobs.tasks.delete_job_from_cluster.delay", lambda *args: None)  # the delete was lost
+        lost.setattr("reconcile.tasks.delete_job_from_cluster.delay", lambda *args: None)  # the delete was lost
         services.cancel_job(job=cancelled, user=cluster_team.researcher)
     # The portal gave up on this one ("could not create the Job") although the apiserver had created it.
     observations.fail_job(job_id=failed.pk, message="could not create the Job in the cluster: timed out")

@@ -3,10 +3,10 @@
 within its team; no other team preempts a job inside its own team's reservation), and a gang that cannot start
 whole is not admitted at all.
 
-The portal's projection (pools.kueue) makes each team's ClusterQueue from its quota and reservation; the sync
-(threads of this process) mirrors Workloads and pods into job states. The demo pool reserved-a800 has 32
-contracted GPUs of which the demo teams reserve 24: 8 are unreserved, and that is what a team without a
-reservation borrows.
+The portal's projection (pools.projection, reconcile.kueue) makes each team's ClusterQueue from its quota and
+reservation; the sync (threads of this process) mirrors Workloads and pods into job states. The demo pool
+reserved-a800 has 32 contracted GPUs of which the demo teams reserve 24: 8 are unreserved, and that is what a team
+without a reservation borrows.
 """
 
 import threading

@@ -36,8 +36,8 @@ def pool(db):
 @pytest.fixture
 def no_cluster(monkeypatch):
     """Admitted jobs are not sent anywhere (these tests are about the rules, not the cluster)."""
-    monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", lambda job_id: None)
-    monkeypatch.setattr("pools.tasks.reconcile_team_namespace.delay", lambda team_id: None)
+    monkeypatch.setattr("reconcile.tasks.submit_job_to_cluster.delay", lambda job_id: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_team_namespace.delay", lambda team_id: None)
 
 
 # --- environment -------------------------------------------------------------------------------------------------

@@ -24,9 +24,9 @@ from tests.factories import NodeFactory, PoolFactory
 def sent(monkeypatch):
     """Job ids handed to the submission task (instead of a cluster)."""
     calls: list[int] = []
-    monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", lambda job_id: calls.append(job_id))
-    monkeypatch.setattr("jobs.tasks.delete_job_from_cluster.delay", lambda job_id: None)
-    monkeypatch.setattr("pools.tasks.reconcile_team_namespace.delay", lambda team_id: None)
+    monkeypatch.setattr("reconcile.tasks.submit_job_to_cluster.delay", lambda job_id: calls.append(job_id))
+    monkeypatch.setattr("reconcile.tasks.delete_job_from_cluster.delay", lambda job_id: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_team_namespace.delay", lambda team_id: None)
     return calls
 
 

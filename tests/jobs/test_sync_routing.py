@@ -19,8 +19,8 @@ from billing.models import StaleDay, UsageInterval
 from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, job_facts, node_facts, workload_facts
 from jobs.choices import JobState
 from jobs.models import Job, Pod, SyncState, Workload
-from jobs.sync import ClusterSync
 from pools.models import Node
+from reconcile.sync import ClusterSync
 from tests.factories import JobFactory, PoolFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db

@@ -12,12 +12,13 @@ from kubernetes.client.exceptions import ApiException
 
 from cluster import client
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
-from pools import kueue, namespaces
+from pools import projection
 from pools import services as pool_services
 from pools.choices import PoolKind
 from pools.models import KueueProjection, Pool
-from pools.tasks import reconcile_kueue_at_reservation_boundary
 from portal.models import AuditEntry, Team
+from reconcile import kueue, namespaces
+from reconcile.tasks import reconcile_kueue_at_reservation_boundary
 from tests.clusterkit import KWOK_DELAY, delete_team_namespace, lend_none, set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -58,7 +59,7 @@ def is_active(obj: dict | None) -> bool:
 
 def test_the_demo_projection_is_in_the_cluster_and_kueue_accepts_it(portal_cluster):
     # seed_demo (in the fixture) made its changes through the services: each sent a reconcile after commit.
-    assert kueue.state()["applied"] is True
+    assert projection.kueue_state()["applied"] is True
     for slug in ("inference", "training", "elastic", "reserved-a800"):
         flavor = read("ResourceFlavor", slug)
         assert flavor["spec"]["nodeLabels"] == Pool.objects.get(slug=slug).node_selector
@@ -139,7 +140,7 @@ def test_a_quota_change_changes_the_borrowing_limit(portal_cluster, cluster_team
     assert read_local_queue(cluster_team.namespace)["spec"]["clusterQueue"] == queue
     set_quota(cluster_team, a800, 5)
     assert str(gpu_quota(queue, "reserved-a800")["borrowingLimit"]) == "5"
-    assert kueue.state()["applied"] is True
+    assert projection.kueue_state()["applied"] is True
     wait_for(lambda: is_active(read("ClusterQueue", queue)), timeout=30, what=f"{queue} Active")
 
 
@@ -159,20 +160,20 @@ def test_a_reservation_starting_changes_nominal_quota_at_that_moment(portal_clus
     while timezone.now() < starts_at - timedelta(milliseconds=300):
         assert reconcile_kueue_at_reservation_boundary() is None
         assert str(gpu_quota(queue, "training")["nominalQuota"]) == "0"
-        assert kueue.state()["applied"] is True
+        assert projection.kueue_state()["applied"] is True
         checks_before += 1
         time.sleep(0.5)
     assert checks_before >= 3
     while timezone.now() < starts_at:
         time.sleep(0.05)
-    assert kueue.state()["applied"] is False  # the reservation started: Kueue does not know yet
+    assert projection.kueue_state()["applied"] is False  # the reservation started: Kueue does not know yet
     # The first check after the start (beat's next tick, within 5 s) brings it to Kueue.
     outcome = reconcile_kueue_at_reservation_boundary()
     assert sorted(outcome["corrected"]) == sorted([f"ClusterQueue/{queue}", "ClusterQueue/pool-training-unreserved"])
     quota = gpu_quota(queue, "training")
     assert (str(quota["nominalQuota"]), str(quota["borrowingLimit"])) == ("2", "0")
     assert str(gpu_quota("pool-training-unreserved", "training")["nominalQuota"]) == "2"
-    assert kueue.state()["applied"] is True
+    assert projection.kueue_state()["applied"] is True
     # Nothing was a hand edit.
     assert not AuditEntry.objects.filter(action__startswith="kueue.").exists()
 
@@ -225,7 +226,7 @@ def test_a_deleted_pool_loses_its_flavor_and_its_unreserved_queue(portal_cluster
     # Kueue's finalizers hold a queue and a flavor until nothing uses them; then they are gone.
     wait_for(lambda: read("ClusterQueue", f"pool-{slug}-unreserved") is None, timeout=30, what="the queue gone")
     wait_for(lambda: read("ResourceFlavor", slug) is None, timeout=30, what="the flavor gone")
-    assert kueue.state()["applied"] is True
+    assert projection.kueue_state()["applied"] is True
 
 
 FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor"}
@@ -301,7 +302,7 @@ def test_objects_the_portal_did_not_create_are_left_alone(hand_made):
             node_selector={"node-role": "x"},
         )
     )
-    state = kueue.state()
+    state = projection.kueue_state()
     assert state["applied"] is False
     assert f"ResourceFlavor {hand_made['taken']} exists and was not created by the portal" in state["last_error"]
     assert read("ResourceFlavor", hand_made["taken"])["spec"]["nodeLabels"] == {"node-role": "theirs"}
@@ -311,7 +312,7 @@ def test_objects_the_portal_did_not_create_are_left_alone(hand_made):
     # Everything else was still written.
     assert read("ClusterQueue", f"pool-{pool.slug}-unreserved") is not None
     pool_services.delete_pool(pool=pool)
-    assert kueue.state()["applied"] is True
+    assert projection.kueue_state()["applied"] is True
     assert KueueProjection.objects.get().last_error == ""
 
 

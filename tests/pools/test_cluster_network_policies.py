@@ -13,9 +13,9 @@ import pytest
 from cluster import client
 from jobs import services as job_services
 from jobs.specs import JobSpec
-from pools import namespaces
 from pools.models import Pool
 from portal.models import AuditEntry
+from reconcile import namespaces
 from tests.clusterkit import KWOK_DELAY, integration_team, set_quota, wait_for
 from tests.netpolicy import Pod, allows_ingress, selects
 

@@ -6,9 +6,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from cluster import client
-from pools import isolation, namespaces
 from pools.models import Node, Pool, TeamNamespace
 from portal.models import AuditEntry
+from reconcile import namespaces, taints
 from tests.clusterkit import set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -79,7 +79,7 @@ def extra_nodes(portal_cluster):
 def test_nodes_missing_their_pools_taint_are_reported_then_tainted(cluster_sync, extra_nodes):
     core = client.core()
     wait_for(lambda: Node.objects.filter(name=extra_nodes["untainted"]).exists(), what="the node row")
-    result = isolation.reconcile_taints()
+    result = taints.reconcile_taints()
     assert extra_nodes["untainted"] in result["reported"]
     assert extra_nodes["stray"] not in result["reported"] + result["applied"]
     assert Node.objects.get(name=extra_nodes["untainted"]).missing_taints == [
@@ -88,9 +88,9 @@ def test_nodes_missing_their_pools_taint_are_reported_then_tainted(cluster_sync,
     assert not core.read_node(extra_nodes["untainted"]).spec.taints
 
     Pool.objects.filter(slug="inference").update(apply_taints=True)
-    result = isolation.reconcile_taints()
+    result = taints.reconcile_taints()
     assert result["applied"] == [extra_nodes["untainted"]]
-    taints = [(t.key, t.value, t.effect) for t in core.read_node(extra_nodes["untainted"]).spec.taints]
-    assert ("workload", "inference", "NoSchedule") in taints
+    present = [(t.key, t.value, t.effect) for t in core.read_node(extra_nodes["untainted"]).spec.taints]
+    assert ("workload", "inference", "NoSchedule") in present
     assert not core.read_node(extra_nodes["stray"]).spec.taints  # outside every pool: never touched
     assert Node.objects.get(name=extra_nodes["untainted"]).missing_taints == []

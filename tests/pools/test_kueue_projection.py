@@ -11,11 +11,13 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from pools import kueue
+from cluster import kueue as render
+from pools import projection
 from pools import services as pool_services
 from pools.choices import Lending, PoolKind
 from pools.models import KueueProjection
 from portal.models import AuditEntry, Team
+from reconcile import kueue
 from tests.factories import NodeFactory, PoolFactory, ReservationFactory, TeamFactory
 
 T0 = timezone.now().replace(microsecond=0) + timedelta(days=1)
@@ -25,8 +27,8 @@ T0 = timezone.now().replace(microsecond=0) + timedelta(days=1)
 def sent(monkeypatch):
     """Versions handed to the Kueue reconcile task (no cluster here); team namespaces are not reconciled either."""
     calls: list[int | None] = []
-    monkeypatch.setattr("pools.tasks.reconcile_kueue.delay", lambda version=None: calls.append(version))
-    monkeypatch.setattr("pools.tasks.reconcile_team_namespace.delay", lambda team_id: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_kueue.delay", lambda version=None: calls.append(version))
+    monkeypatch.setattr("reconcile.tasks.reconcile_team_namespace.delay", lambda team_id: None)
     return calls
 
 
@@ -53,16 +55,16 @@ def by_slug(specs):
 
 
 def test_the_projection_holds_the_reservations_active_at_the_moment_it_is_rendered(world):
-    pools, teams = kueue.desired_specs(T0)
+    pools, teams = projection.desired_specs(T0)
     pools, teams = by_slug(pools), by_slug(teams)
     assert pools["a800"].reserved_gpus == 8 and pools["a800"].contracted_gpus == 32
-    assert teams["llm"].share("a800") == kueue.render.TeamPoolShare(pool="a800", reserved=8, quota=12, lendable=8)
-    assert teams["llm"].share("spot") == kueue.render.TeamPoolShare(pool="spot", reserved=0, quota=4)
+    assert teams["llm"].share("a800") == render.TeamPoolShare(pool="a800", reserved=8, quota=12, lendable=8)
+    assert teams["llm"].share("spot") == render.TeamPoolShare(pool="spot", reserved=0, quota=4)
     assert teams["vision"].share("a800").reserved == 0
     assert (teams["vision"].cpu_millicores, teams["vision"].memory_mib) == (4000, 8192)
     assert teams["llm"].cpu_millicores == 32_000  # no limits row: the namespace's defaults
 
-    pools, teams = kueue.desired_specs(T0 + timedelta(hours=1))  # vision's reservation starts
+    pools, teams = projection.desired_specs(T0 + timedelta(hours=1))  # vision's reservation starts
     assert by_slug(pools)["a800"].reserved_gpus == 12
     assert by_slug(teams)["vision"].share("a800").reserved == 4
 
@@ -73,36 +75,36 @@ def test_what_a_team_lends_in_a_pool_is_the_sum_of_its_active_reservations_lenda
         team=llm, pool=a800, gpus=4, starts_at=T0 - timedelta(days=1), ends_at=T0 + timedelta(days=1)
     )
     large = llm.reservations.get(pool=a800, gpus=8)
-    assert by_slug(kueue.desired_specs(T0)[1])["llm"].share("a800").lendable == 12  # default: both lend idle GPUs
+    assert by_slug(projection.desired_specs(T0)[1])["llm"].share("a800").lendable == 12  # default: both lend idle GPUs
     pool_services.set_lending(reservation=small, lending=Lending.NONE)
     pool_services.set_lending(reservation=large, lending=Lending.PROTECT, protected_gpus=3)
-    share = by_slug(kueue.desired_specs(T0)[1])["llm"].share("a800")
+    share = by_slug(projection.desired_specs(T0)[1])["llm"].share("a800")
     assert (share.reserved, share.lendable) == (12, 5)  # the ended 4-GPU reservation counts for neither
 
 
 def test_an_elastic_pool_is_sized_from_its_setting_or_else_its_largest_synced_node(world):
-    spot = by_slug(kueue.desired_specs(T0)[0])["spot"]
-    assert (spot.gpus_per_node, kueue.render.unreserved_gpus(spot)) == (8, 40)
+    spot = by_slug(projection.desired_specs(T0)[0])["spot"]
+    assert (spot.gpus_per_node, render.unreserved_gpus(spot)) == (8, 40)
     world["spot"].gpus_per_node = 2
     world["spot"].save()
-    assert kueue.render.unreserved_gpus(by_slug(kueue.desired_specs(T0)[0])["spot"]) == 10
+    assert render.unreserved_gpus(by_slug(projection.desired_specs(T0)[0])["spot"]) == 10
 
 
 def test_a_committed_change_bumps_the_version_and_sends_it_to_kueue(world, sent, django_capture_on_commit_callbacks):
-    before = kueue.state()["desired_version"]
+    before = projection.kueue_state()["desired_version"]
     with django_capture_on_commit_callbacks(execute=True):
         pool_services.set_quota(team=world["vision"], pool=world["a800"], max_gpus=6)
-    assert kueue.state()["desired_version"] == before + 1
+    assert projection.kueue_state()["desired_version"] == before + 1
     assert sent == [before + 1]
-    assert kueue.state()["applied"] is False
+    assert projection.kueue_state()["applied"] is False
 
 
 def test_a_change_rolled_back_sends_nothing(world, sent, django_capture_on_commit_callbacks):
-    before = kueue.state()["desired_version"]
+    before = projection.kueue_state()["desired_version"]
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(RuntimeError), transaction.atomic():
         pool_services.set_quota(team=world["vision"], pool=world["a800"], max_gpus=6)
         raise RuntimeError("something after the quota failed: the whole request is rolled back")
-    assert sent == [] and kueue.state()["desired_version"] == before
+    assert sent == [] and projection.kueue_state()["desired_version"] == before
 
 
 @pytest.mark.parametrize(
@@ -156,12 +158,12 @@ def test_a_projection_never_rendered_is_rendered_at_the_first_check(db, monkeypa
 def test_applied_means_the_latest_version_and_no_boundary_passed_since(world):
     KueueProjection.objects.create(pk=1, desired_version=3, applied_version=3, rendered_at=T0, last_rendered_at=T0)
     with time_machine.travel(T0 + timedelta(minutes=59), tick=False):
-        assert kueue.state()["applied"] is True
+        assert projection.kueue_state()["applied"] is True
     with time_machine.travel(T0 + timedelta(hours=1), tick=False):
-        assert kueue.state()["applied"] is False  # vision's reservation started: Kueue does not know yet
+        assert projection.kueue_state()["applied"] is False  # vision's reservation started: Kueue does not know yet
     KueueProjection.objects.filter(pk=1).update(desired_version=4)
     with time_machine.travel(T0 + timedelta(minutes=1), tick=False):
-        assert kueue.state()["applied"] is False
+        assert projection.kueue_state()["applied"] is False
 
 
 def test_the_quota_api_says_whether_kueue_has_the_change(world, platform_admin):

@@ -58,8 +58,8 @@ def test_lenders_never_lend_more_than_their_idle_gpus_and_lent_equals_borrowed_f
 
 @pytest.mark.django_db
 def test_a_reservation_lends_its_idle_gpus_to_the_teams_borrowing_beyond_the_unreserved_ones(monkeypatch):
-    monkeypatch.setattr("pools.tasks.reconcile_kueue.delay", lambda version=None: None)
-    monkeypatch.setattr("pools.tasks.reconcile_team_namespace.delay", lambda team_id: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_kueue.delay", lambda version=None: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_team_namespace.delay", lambda team_id: None)
     pool = PoolFactory(slug="a800", contracted_gpus=16)
     lender, borrower, other = TeamFactory(slug="lender"), TeamFactory(slug="borrower"), TeamFactory(slug="other")
     now = timezone.now()

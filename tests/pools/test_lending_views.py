@@ -22,8 +22,8 @@ from tests.factories import JobFactory, PoolFactory, QuotaFactory
 
 @pytest.fixture(autouse=True)
 def _no_cluster(monkeypatch):
-    monkeypatch.setattr("pools.tasks.reconcile_kueue.delay", lambda version=None: None)
-    monkeypatch.setattr("pools.tasks.reconcile_team_namespace.delay", lambda team_id: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_kueue.delay", lambda version=None: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_team_namespace.delay", lambda team_id: None)
 
 
 @pytest.fixture
@@ -181,7 +181,7 @@ def test_the_pending_view_says_a_lenders_job_waits_for_its_lent_gpus_and_the_cap
 @pytest.fixture
 def sent_to_kueue(monkeypatch):
     versions = []
-    monkeypatch.setattr("pools.tasks.reconcile_kueue.delay", lambda version=None: versions.append(version))
+    monkeypatch.setattr("reconcile.tasks.reconcile_kueue.delay", lambda version=None: versions.append(version))
     return versions
 
 

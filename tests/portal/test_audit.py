@@ -70,8 +70,8 @@ def test_template_writes_are_audited_without_environment_values(team, researcher
 
 
 def test_job_snapshots_keep_variable_names_but_not_their_values(team, researcher, monkeypatch):
-    monkeypatch.setattr("jobs.tasks.submit_job_to_cluster.delay", lambda job_id: None)
-    monkeypatch.setattr("pools.tasks.reconcile_team_namespace.delay", lambda team_id: None)
+    monkeypatch.setattr("reconcile.tasks.submit_job_to_cluster.delay", lambda job_id: None)
+    monkeypatch.setattr("reconcile.tasks.reconcile_team_namespace.delay", lambda team_id: None)
     pool = PoolFactory(slug="train")
     QuotaFactory(team=team, pool=pool, max_gpus=4)
     job = services.submit_job(team=team, pool=pool, user=researcher, spec=spec(env={"HF_TOKEN": SECRET}))

@@ -17,9 +17,9 @@ from kubernetes.client.exceptions import ApiException
 from rest_framework.test import APIClient
 
 from cluster import client
-from pools import namespaces
 from pools import services as pool_services
 from portal.choices import Role
+from reconcile import namespaces
 from teamdata import services
 from teamdata.models import TeamVolume
 from tests.clusterkit import wait_for

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from identity.models import GroupRule
 from pools import services as pool_services
 from pools.choices import PoolKind
 from pools.models import NamespaceLimits, Pool, Quota, Reservation
@@ -108,7 +109,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         pools = self._pools()
         admin = self._user("admin", "Ada", platform_admin=True)
-        logins = [("admin", "platform admin", "every team")]
+        logins = [("admin", "platform admin", "every team (break-glass)")]
         for spec in TEAMS:
             team, _ = Team.objects.update_or_create(slug=spec["slug"], defaults={"name": spec["name"]})
             for role, suffix, first_name in ((Role.LEAD, "lead", "Lee"), (Role.RESEARCHER, "researcher", "Rui")):
@@ -118,6 +119,14 @@ class Command(BaseCommand):
             if not NamespaceLimits.objects.filter(team=team).exists():
                 pool_services.set_namespace_limits(team=team, container_max_gpus=spec["container_max_gpus"])
             self._allocations(team, pools, admin)
+        # The demo provider's groups (devcluster/hydra.py): gpu-<team>-leads and gpu-<team> give the team's lead and
+        # researcher roles, gpu-admins platform admin. The local admin is the break-glass account.
+        for spec in TEAMS:
+            team = Team.objects.get(slug=spec["slug"])
+            GroupRule.objects.get_or_create(group=f"gpu-{team.slug}-leads", team=team, defaults={"role": Role.LEAD})
+            GroupRule.objects.get_or_create(group=f"gpu-{team.slug}", team=team, defaults={"role": Role.RESEARCHER})
+        GroupRule.objects.get_or_create(group="gpu-admins", platform_admin=True)
+        User.objects.filter(pk=admin.pk).update(is_break_glass=True)
         # The admin is also a researcher of the first team, to show that a user may belong to several teams.
         Membership.objects.get_or_create(
             user=admin, team=Team.objects.get(slug=TEAMS[0]["slug"]), defaults={"role": Role.RESEARCHER}

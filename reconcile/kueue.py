@@ -4,7 +4,7 @@ PostgreSQL is the source of truth; `reconcile()` makes the cluster hold exactly 
 it: it creates what is missing, replaces what differs, and deletes the objects carrying the portal's label that no
 pool or team wants any more. An object the portal did not create is never touched, even when it has a name the
 portal wants (that is reported as an error instead). Order: ResourceFlavors and WorkloadPriorityClasses, then
-ClusterQueues, then LocalQueues (each team namespace is made first, by `pools.namespaces`); deletions run the
+ClusterQueues, then LocalQueues (each team namespace is made first, by `reconcile.namespaces`); deletions run the
 other way round, so a flavor goes only once no queue of the portal names it.
 
 A hand edit is put back and audited, as for team namespaces: drift is a difference from what the portal itself
@@ -12,8 +12,8 @@ last wrote (a digest per object in `KueueProjection.applied_digests`), not a cha
 
 When it runs:
 - on every change of pools, reservations (their lending setting too), quotas, namespace limits and teams: the
-  service that writes the change calls `mark_changed()`, which, once the transaction is committed, bumps the
-  desired version and sends the reconcile task (a change rolled back sends nothing);
+  service that writes the change calls `pools.projection.kueue_changed()`, which, once the transaction is
+  committed, bumps the desired version and sends the reconcile task (a change rolled back sends nothing);
 - every minute (beat): puts back hand edits and anything a failed attempt left behind;
 - at reservation boundaries. A reservation that starts or ends changes nominal quotas at that moment, though no
   row changes. Every few seconds (beat, `pools.beat.KUEUE_BOUNDARY_CHECK_SECONDS`) one indexed query asks whether any
@@ -23,8 +23,8 @@ When it runs:
   or beat restarts: the next check after they are back sees the boundary, because it compares moments, not
   messages.
 
-Until a change is applied, `state()` says `applied: false` — also when a reservation boundary has passed since the
-projection in the cluster was rendered, although no version changed.
+The desired state is read by `pools.projection` (`desired_specs`); whether it is applied, by
+`pools.projection.kueue_state()`.
 """
 
 import hashlib
@@ -32,18 +32,18 @@ import json
 import logging
 from datetime import datetime
 
-from django.db import connection, transaction
-from django.db.models import F, Max, Sum
+from django.db import connection
 from django.utils import timezone
 
 from cluster import kueue as render
 from cluster import kueue_objects, resources
 from cluster.errors import ClusterError, TransientClusterError
-from portal import audit, outbox
+from pools.models import KueueProjection, Pool, Reservation
+from pools.projection import desired_specs, kueue_row
+from portal import audit
 from portal.models import Team
 
 from . import namespaces
-from .models import KueueProjection, NamespaceLimits, Node, Pool, Quota, Reservation
 
 log = logging.getLogger(__name__)
 
@@ -53,102 +53,6 @@ NUDGE_ANNOTATION = "reservoir.io/deletion-nudged-at"
 
 # First key of the PostgreSQL advisory lock that lets one Kueue reconcile run at a time (second key: 0).
 RECONCILE_LOCK = 7_340_002
-
-
-def _row() -> KueueProjection:
-    """The projection's state row, created when missing (concurrent creators do not conflict)."""
-    KueueProjection.objects.bulk_create([KueueProjection(pk=KueueProjection.SINGLETON_PK)], ignore_conflicts=True)
-    return KueueProjection.objects.get(pk=KueueProjection.SINGLETON_PK)
-
-
-def mark_changed() -> None:
-    """Record that something Kueue's objects are rendered from changed; reconcile once the change is committed.
-
-    The version is bumped after the commit, not inside the caller's transaction, so that no portal write waits on
-    the one state row. A reconcile that started before the bump rendered either without the change (and marks an
-    older version applied) or already with it: either way `applied` stays false until a reconcile that read the
-    new version is done.
-
-    Robust: should the broker be down, the committed change stands (the write did succeed) and the periodic
-    reconcile brings it to Kueue within a minute; the failure is logged."""
-    transaction.on_commit(_changed, robust=True)
-
-
-def _changed() -> None:
-    _row()
-    KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).update(desired_version=F("desired_version") + 1)
-    version = KueueProjection.objects.values_list("desired_version", flat=True).get(pk=KueueProjection.SINGLETON_PK)
-    outbox.task_named("pools.reconcile_kueue").delay(version)
-
-
-# --- what the portal wants ---------------------------------------------------------------------------------------
-
-
-def gpus_per_node_by_pool() -> dict[int, int]:
-    """GPUs of one node, per pool: the pool's own setting, else the largest allocatable of its synced nodes."""
-    largest = dict(
-        Node.objects.filter(pool__isnull=False)
-        .values("pool")
-        .annotate(largest=Max("gpu_allocatable"))
-        .values_list("pool", "largest")
-    )
-    return {
-        pool_id: setting if setting is not None else largest.get(pool_id, 0)
-        for pool_id, setting in Pool.objects.values_list("pk", "gpus_per_node")
-    }
-
-
-def desired_specs(now: datetime) -> tuple[list[render.PoolFlavorSpec], list[render.TeamQueueSpec]]:
-    """The pools and teams as Kueue sees them at `now` (reservations active at that moment)."""
-    active = Reservation.objects.active_at(now)
-    reserved_by_pool = dict(active.values("pool").annotate(total=Sum("gpus")).values_list("pool", "total"))
-    per_node = gpus_per_node_by_pool()
-    pools = list(Pool.objects.order_by("slug"))
-    pool_specs = [
-        render.PoolFlavorSpec(
-            slug=pool.slug,
-            kind=pool.kind,
-            node_selector=dict(pool.node_selector),
-            taints=tuple(pool.taints),
-            contracted_gpus=pool.contracted_gpus or 0,
-            reserved_gpus=reserved_by_pool.get(pool.pk, 0),
-            max_nodes=pool.max_nodes,
-            gpus_per_node=per_node.get(pool.pk, 0),
-        )
-        for pool in pools
-    ]
-    slugs = {pool.pk: pool.slug for pool in pools}
-    shares: dict[int, dict[str, dict]] = {}
-    for reservation in active.only("team", "pool", "gpus", "lending", "protected_gpus"):
-        share = shares.setdefault(reservation.team_id, {}).setdefault(slugs[reservation.pool_id], {})
-        share["reserved"] = share.get("reserved", 0) + reservation.gpus
-        share["lendable"] = share.get("lendable", 0) + reservation.lendable_gpus
-    for team_id, pool_id, gpus in Quota.objects.values_list("team", "pool", "max_gpus"):
-        shares.setdefault(team_id, {}).setdefault(slugs[pool_id], {})["quota"] = gpus
-    limits = {row.team_id: row for row in NamespaceLimits.objects.all()}
-    default_limits = NamespaceLimits()
-    team_specs = []
-    for team in Team.objects.order_by("slug"):
-        team_limits = limits.get(team.pk, default_limits)
-        team_specs.append(
-            render.TeamQueueSpec(
-                slug=team.slug,
-                namespace=team.namespace,
-                cpu_millicores=team_limits.requests_cpu_millicores,
-                memory_mib=team_limits.requests_memory_mib,
-                queueing_strategy=team.queueing_strategy,
-                shares=tuple(
-                    render.TeamPoolShare(
-                        pool=slug,
-                        reserved=values.get("reserved", 0),
-                        quota=values.get("quota", 0),
-                        lendable=values.get("lendable", 0),
-                    )
-                    for slug, values in sorted(shares.get(team.pk, {}).items())
-                ),
-            )
-        )
-    return pool_specs, team_specs
 
 
 def _digest(compared: dict | None) -> str:
@@ -169,7 +73,7 @@ def reconcile(*, unless_applied: int | None = None) -> dict:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s, 0)", [RECONCILE_LOCK])
     try:
-        state = _row()
+        state = kueue_row()
         if unless_applied is not None and state.applied_version >= unless_applied:
             return {"skipped": f"version {unless_applied} is applied"}
         return _reconcile_locked(state)
@@ -336,23 +240,3 @@ def reconcile_at_reservation_boundary(now: datetime | None = None) -> dict | Non
     ):
         return None
     return reconcile()
-
-
-# --- reads -------------------------------------------------------------------------------------------------------
-
-
-def state() -> dict:
-    """Whether the cluster's Kueue objects hold the latest change: versions, when, and the last error."""
-    # No row yet reads like a new one: nothing applied.
-    row = KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).first() or KueueProjection()
-    boundary_passed = row.rendered_at is None or (
-        Reservation.objects.starting_or_ending_between(row.rendered_at, timezone.now()).exists()
-    )
-    return {
-        "applied": row.applied_version >= row.desired_version and not boundary_passed,
-        "desired_version": row.desired_version,
-        "applied_version": row.applied_version,
-        "applied_at": row.applied_at,
-        "last_checked_at": row.last_checked_at,
-        "last_error": row.last_error,
-    }

@@ -8,16 +8,12 @@ cluster's storage classes that team volumes may not use (`teamdata.selectors.sto
 
 import logging
 
-from django.conf import settings
 from django.db import connection
-from django.db.models import F, Sum
 from django.utils import timezone
 
 from cluster import resources
 from cluster.errors import ClusterError
 from cluster.namespaces import (
-    NamespaceSpec,
-    NetworkSpec,
     render_limit_range,
     render_namespace,
     render_network_policies,
@@ -25,45 +21,12 @@ from cluster.namespaces import (
     render_resource_quota,
     rendezvous_policy_name,
 )
-from portal import audit, outbox
+from pools.models import TeamNamespace
+from pools.projection import namespace_spec, network_spec
+from portal import audit
 from portal.models import Team
 
-from .models import NamespaceLimits, Quota, TeamNamespace
-
 log = logging.getLogger(__name__)
-
-# NamespaceSpec's fields that do not come from the team's NamespaceLimits row.
-NOT_LIMITS = ("namespace", "team_slug", "gpus", "storage_classes", "closed_storage_classes")
-
-
-def desired_spec(team: Team, *, cluster_storage_classes=()) -> NamespaceSpec:
-    """The namespace's quota and limits. `cluster_storage_classes` (StorageClassFacts of the cluster) are sorted
-    into the classes team volumes may use and those they may not; without them, no class is named."""
-    from teamdata.selectors import storage_class_allowed
-
-    limits = NamespaceLimits.objects.filter(team=team).first() or NamespaceLimits(team=team)
-    gpus = Quota.objects.filter(team=team).aggregate(total=Sum("max_gpus"))["total"] or 0
-    fields = {name: getattr(limits, name) for name in NamespaceSpec.__dataclass_fields__ if name not in NOT_LIMITS}
-    allowed = tuple(sorted(c.name for c in cluster_storage_classes if c.is_default or storage_class_allowed(c.name)))
-    closed = tuple(sorted(c.name for c in cluster_storage_classes if c.name not in allowed))
-    return NamespaceSpec(
-        namespace=team.namespace,
-        team_slug=team.slug,
-        gpus=gpus,
-        storage_classes=allowed,
-        closed_storage_classes=closed,
-        **fields,
-    )
-
-
-def network_spec(team: Team) -> NetworkSpec:
-    return NetworkSpec(
-        namespace=team.namespace,
-        team_slug=team.slug,
-        ingress_namespaces=tuple(settings.NETWORK_INGRESS_NAMESPACES),
-        egress_open=settings.NETWORK_EGRESS_OPEN,
-        egress_cidrs=tuple(settings.NETWORK_EGRESS_CIDRS),
-    )
 
 
 def _gang_ids(team: Team) -> list[int]:
@@ -100,12 +63,12 @@ def _stale_policies(team: Team, wanted: set[str]) -> list[str]:
     return sorted(stale)
 
 
-def mark_changed(team: Team) -> None:
-    """Record that the team's quotas or limits changed, and reconcile once the change is committed."""
-    state, created = TeamNamespace.objects.get_or_create(team=team)
-    if not created:
-        TeamNamespace.objects.filter(pk=state.pk).update(desired_version=F("desired_version") + 1)
-    outbox.send("pools.reconcile_team_namespace", team.pk)
+def ensure(team: Team) -> None:
+    """The team namespace exists as the portal wants it before anything is put in it: reconciled unless the last
+    reconcile applied the current version. Raises ClusterError."""
+    state = TeamNamespace.objects.filter(team=team).first()
+    if state is None or not state.is_applied or state.applied_at is None:
+        reconcile(team)
 
 
 # First key of the PostgreSQL advisory lock that lets one reconcile of a team run at a time (second key: team id).
@@ -136,7 +99,7 @@ def _reconcile_locked(team: Team) -> dict:
     outcome = {}
     applied = dict(state.applied_spec or {})
     try:
-        spec = desired_spec(team, cluster_storage_classes=resources.storage_classes())
+        spec = namespace_spec(team, cluster_storage_classes=resources.storage_classes())
         policies = desired_network_policies(team)
         resources.ensure_priority_classes()
         objects = [

@@ -24,7 +24,7 @@ is still metered (team by namespace, pool by node) but never linked to job N and
 The watches parse each object as it arrives (`ListWatch.parse`), so the handlers here take facts, never raw
 objects, and a full list never holds every raw object at once. Adding a watched resource: a parser in
 `cluster/facts.py`, a recording service in the app that owns the rows, a `relist_<name>` / `<name>_event` pair
-here that routes one to the other, and one row in `jobs/management/commands/sync_cluster.py`'s `build_watches`.
+here that routes one to the other, and one row in `reconcile/management/commands/sync_cluster.py`'s `build_watches`.
 """
 
 import logging
@@ -38,13 +38,12 @@ from django.utils import timezone
 from billing import usage as billing
 from cluster import resources
 from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, pod_facts
+from jobs import observations
+from jobs import services as jobs
+from jobs.models import Job, SyncState, job_name_for
 from pools import services as pools
 from pools.models import Node
 from portal.models import Team
-
-from . import observations
-from . import services as jobs
-from .models import Job, SyncState, job_name_for
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,13 @@
-"""Convergence: the cluster is brought back in line with PostgreSQL, whatever messages were lost on the way.
+"""Jobs in the cluster: each portal job's Kubernetes Job (with a gang's Service and rendezvous policy) is created by
+`create_in_cluster` and deleted by `delete_from_cluster` (the tasks `jobs.submit_job` and `jobs.delete_job`, in
+reconcile/tasks.py), and convergence brings the cluster back in line with PostgreSQL, whatever messages were lost
+on the way. The pods and Workloads the Jobs make are mirrored into the database by reconcile/sync.py.
+
+Creating is safe to run twice or to be cut short by a dying worker: the Kubernetes Job's name derives from the portal
+job's id, and AlreadyExists counts as done. It reads the job under its row lock and checks again after creating the
+Job, so a cancel racing it never leaves a Job running for a cancelled job.
+
+Convergence.
 
 PostgreSQL is the source of truth; task messages are only the fast path. A message can be lost (Redis restarted
 without it, a worker killed mid-task, a retry whose countdown lived only in Redis) and a Job can outlive its job
@@ -24,25 +33,30 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
+from django.utils.translation import gettext_noop
 
 from cluster import resources
 from cluster.errors import ClusterError
 from cluster.facts import JobFacts
+from cluster.namespaces import rendezvous_policy_name
+from jobs import observations
+from jobs.choices import FINAL_STATES, JobState
+from jobs.manifests import render, render_network_policy, render_service
+from jobs.models import Job, Words
 from portal import outbox
 from portal.models import OutboxMessage
 
-from .choices import FINAL_STATES, JobState
-from .models import Job
+from . import namespaces
 
 log = logging.getLogger(__name__)
 
 # PostgreSQL advisory lock key: one convergence at a time, however many workers pick up beat's messages.
 LOCK_KEY = 7_340_014
 
-# The task that creates a job's Job in the cluster (jobs/tasks.py), asked for by name through the outbox.
+# The task that creates a job's Job in the cluster (reconcile/tasks.py), asked for by name through the outbox.
 SUBMIT_TASK = "jobs.submit_job"
 
 
@@ -156,3 +170,82 @@ def converge(*, now: datetime | None = None) -> dict:
             summary["deleted"] = []
             summary["cluster_error"] = str(error)
     return summary
+
+
+# --- create and delete -------------------------------------------------------------------------------------------
+
+
+def _unsent(job_id: int) -> Job | None:
+    """The job when it should be in the cluster and is not yet, read under its row lock: a cancel that is
+    committing is waited for, not missed."""
+    with transaction.atomic():
+        return (
+            Job.objects.expected_in_cluster()
+            .select_for_update(of=("self",))
+            .select_related("team", "pool")
+            .filter(pk=job_id, cluster_created_at__isnull=True)
+            .first()
+        )
+
+
+def _ensure_gang_service(job: Job) -> None:
+    """A multi-node job's headless Service, owned by its Job (the garbage collector deletes it with the Job). Made
+    after the Job, whose uid it names; a retry finds it there. Nothing when the Job is gone again (cancelled)."""
+    if not job.is_gang:
+        return
+    uid = resources.job_uid(job.team.namespace, job.job_name)
+    if uid is not None:
+        resources.create_service(render_service(job, owner_uid=uid))
+
+
+def _ensure_rendezvous_policy(job: Job) -> None:
+    """A multi-node job's NetworkPolicy (its rendezvous port open to its own pods), before its pods can exist. The
+    namespace reconcile puts it back if edited and deletes it once the job is over (reconcile/namespaces.py)."""
+    policy = render_network_policy(job)
+    if policy is not None:
+        resources.apply_network_policy(policy)
+
+
+def create_in_cluster(job_id: int, *, attempt: int, attempts: int) -> str:
+    """Create the job's Job (and what a gang needs) unless it is there or no longer wanted. On a transient failure
+    that will be retried (`attempt` < `attempts`), the job gets an event saying so; the error is raised."""
+    job = _unsent(job_id)
+    if job is None:
+        return "nothing to do"
+    try:
+        namespaces.ensure(job.team)
+        _ensure_rendezvous_policy(job)
+        created = resources.create_job(render(job))
+        _ensure_gang_service(job)
+    except ClusterError as error:
+        if error.transient and attempt < attempts:
+            observations.note_submit_problem(
+                job_id=job_id,
+                message=Words(
+                    gettext_noop("%(error)s — retrying (attempt %(attempt)d of %(attempts)d)"),
+                    {"error": str(error), "attempt": attempt, "attempts": attempts},
+                ),
+                attempt=attempt,
+            )
+        raise
+    with transaction.atomic():
+        # Re-checked under the lock: a cancel that committed while the Job was being created found nothing to delete.
+        wanted = Job.objects.expected_in_cluster().select_for_update().filter(pk=job_id).exists()
+        if wanted:
+            observations.mark_created_in_cluster(job_id=job_id, created=created)
+    if not wanted:
+        resources.delete_job(job.team.namespace, job.job_name)
+        return "final meanwhile: deleted"
+    return "created" if created else "already there"
+
+
+def delete_from_cluster(job_id: int) -> str:
+    job = Job.objects.select_related("team").filter(pk=job_id).first()
+    if job is None:
+        return "nothing to do"
+    gone = not resources.delete_job(job.team.namespace, job.job_name)
+    if job.is_gang:
+        # Owned by the Job, so the garbage collector would delete it too; deleted here so that it goes now.
+        resources.delete_service(job.team.namespace, job.job_name)
+        resources.delete_network_policy(job.team.namespace, rendezvous_policy_name(job.job_name))
+    return "already gone" if gone else "deleted"

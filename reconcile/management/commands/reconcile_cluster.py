@@ -5,8 +5,8 @@ runs it before the worker starts, so that the first jobs find their queues."""
 from django.core.management.base import BaseCommand, CommandError
 
 from cluster.errors import ClusterError
-from pools import kueue, namespaces
 from portal.models import Team
+from reconcile import kueue, namespaces
 
 
 class Command(BaseCommand):

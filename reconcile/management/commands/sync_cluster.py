@@ -14,9 +14,9 @@ from cluster.facts import job_facts, node_facts, workload_facts
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
 from cluster.labels import LABEL_MANAGED_BY, MANAGED_BY
 from cluster.watch import ListWatch, run_forever
-from jobs.sync import ClusterSync
+from reconcile.sync import ClusterSync
 
-log = logging.getLogger("jobs.sync")
+log = logging.getLogger("reconcile.sync")
 
 
 def _guarded(handler):

@@ -1,0 +1,48 @@
+"""django-allauth's hooks: no local sign-up, sign-up from the provider, the nonce check, and the group rules applied
+at every sign-in through the provider (before the session starts: a user whose groups give nothing is not signed
+in and sees why)."""
+
+from allauth.account.adapter import DefaultAccountAdapter
+from allauth.core.exceptions import ImmediateHttpResponse
+from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
+from django.shortcuts import render
+
+from . import oidc, services
+
+
+class AccountAdapter(DefaultAccountAdapter):
+    def is_open_for_signup(self, request) -> bool:
+        return False  # local accounts are made by admins; provider users by the provider's sign-in
+
+    def pre_login(self, request, user, **kwargs):
+        response = super().pre_login(request, user, **kwargs)
+        sociallogin = (kwargs.get("signal_kwargs") or {}).get("sociallogin")
+        if response is not None or sociallogin is None:
+            return response
+        groups = oidc.groups_claim(sociallogin.account.extra_data)
+        access = services.apply_groups(member=user, groups=groups, provider=oidc.actor_name())
+        if access.anything:
+            return None
+        from allauth.account.internal.stagekit import clear_login
+
+        clear_login(request)
+        context = {"username": user.get_username(), "groups": groups, "provider": oidc.provider_label()}
+        return render(request, "identity/no_access.html", context, status=403)
+
+
+class SocialAccountAdapter(DefaultSocialAccountAdapter):
+    def is_open_for_signup(self, request, sociallogin) -> bool:
+        return True
+
+    def pre_social_login(self, request, sociallogin):
+        expected = (sociallogin.state or {}).get("nonce")
+        received = (sociallogin.account.extra_data.get("id_token") or {}).get("nonce")
+        if not expected or received != expected:
+            raise ImmediateHttpResponse(
+                render(
+                    request,
+                    "socialaccount/authentication_error.html",
+                    {"provider": oidc.provider_label(), "reason": "nonce"},
+                    status=400,
+                )
+            )
