@@ -64,7 +64,14 @@ class PortalProcess:
 
     def start(self) -> None:
         base = {key: os.environ[key] for key in ("PATH", "LANG", "LC_ALL", "TZ") if key in os.environ}
-        env = {**base, "HOME": str(self.log_path.parent), "PYTHONDONTWRITEBYTECODE": "1", **self.env}
+        # As the image sets them (Dockerfile).
+        env = {
+            **base,
+            "HOME": str(self.log_path.parent),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            **self.env,
+        }
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(  # noqa: S603 - the chart's own command
                 self.command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
