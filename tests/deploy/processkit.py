@@ -17,7 +17,8 @@ from tests.deploy.conftest import ROOT
 
 VENV_BIN = Path(sys.executable).parent
 # A refusal of the API server as the portal's code and the Kubernetes client write it in their logs.
-FORBIDDEN = re.compile(r"\b403\b|Forbidden|forbidden")
+# ("(403)" and "Reason: Forbidden" from the client's ApiException, "403 Forbidden" from cluster.errors.describe.)
+FORBIDDEN = re.compile(r"\(403\)|403 Forbidden|[Ff]orbidden")
 
 
 def chart_environment(release: Release, component: str, secrets: dict[str, str]) -> dict[str, str]:

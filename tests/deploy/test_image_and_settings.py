@@ -6,7 +6,7 @@ import re
 
 import yaml
 
-from tests.deploy.conftest import ROOT, pod_specs
+from tests.deploy.conftest import ROOT, helm_template, pod_specs
 from tests.portal.test_docs_links import SETTINGS_ENV_READ
 
 DEV_SCRIPT = ROOT / "scripts" / "dev.sh"
@@ -16,7 +16,8 @@ PROCESSES = {"web", "worker", "beat", "outbox", "sync"}
 # Read outside portal/settings: by manage.py, wsgi and Celery (which settings module), and by cluster/client.py.
 READ_ELSEWHERE = {"DJANGO_SETTINGS_MODULE", "KUBECONFIG"}
 REQUIRED_IN_PRODUCTION = {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}
-SECRET = REQUIRED_IN_PRODUCTION | {"RESERVOIR_METRICS_TOKEN"}
+SECRET = REQUIRED_IN_PRODUCTION | {"RESERVOIR_METRICS_TOKEN", "RESERVOIR_OIDC_CLIENT_SECRET"}
+WITH_SIGN_IN = ("--set", "oidc.issuer=https://idp.example.com", "--set", "oidc.clientId=reservoir")
 
 
 def settings_read() -> set[str]:
@@ -40,7 +41,8 @@ def chart_env(rendered_chart) -> dict[str, list[dict]]:
 
 def test_every_variable_the_chart_and_compose_set_is_one_the_settings_read(rendered_chart):
     read = settings_read()
-    for name, env in chart_env(rendered_chart).items():
+    with_sign_in = helm_template(*WITH_SIGN_IN, "--set", "oidc.localPasswordLogin=true")
+    for name, env in [*chart_env(rendered_chart).items(), *chart_env(with_sign_in).items()]:
         unknown = sorted({entry["name"] for entry in env} - read)
         assert not unknown, f"{name} sets variables nothing reads: {unknown}"
     for service, spec in compose()["services"].items():
@@ -51,7 +53,9 @@ def test_every_variable_the_chart_and_compose_set_is_one_the_settings_read(rende
 
 
 def test_what_production_requires_is_set_and_secrets_come_from_secrets(rendered_chart):
-    for name, env in chart_env(rendered_chart).items():
+    with_sign_in = chart_env(helm_template(*WITH_SIGN_IN))
+    assert all("RESERVOIR_OIDC_CLIENT_SECRET" in {e["name"] for e in env} for env in with_sign_in.values())
+    for name, env in [*chart_env(rendered_chart).items(), *with_sign_in.items()]:
         by_name = {entry["name"]: entry for entry in env}
         assert set(by_name) >= REQUIRED_IN_PRODUCTION, f"{name} lacks {REQUIRED_IN_PRODUCTION - set(by_name)}"
         assert by_name["DJANGO_SETTINGS_MODULE"]["value"] == "portal.settings.prod"

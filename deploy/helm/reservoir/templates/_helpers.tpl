@@ -80,6 +80,23 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ join "," .Values.config.imageRegistries | quote }}
 - name: RESERVOIR_TEAM_ROLE_BINDINGS
   value: {{ include "reservoir.teamRoleBindings" . | quote }}
+{{- if .Values.oidc.issuer }}
+- name: RESERVOIR_OIDC_ISSUER
+  value: {{ .Values.oidc.issuer | quote }}
+- name: RESERVOIR_OIDC_CLIENT_ID
+  value: {{ .Values.oidc.clientId | required "oidc.clientId is required with oidc.issuer" | quote }}
+{{ include "reservoir.secretEnv" (dict "root" . "name" "RESERVOIR_OIDC_CLIENT_SECRET" "ref" .Values.secrets.oidcClientSecret) }}
+- name: RESERVOIR_OIDC_SCOPES
+  value: {{ join "," .Values.oidc.scopes | quote }}
+- name: RESERVOIR_OIDC_LABEL
+  value: {{ .Values.oidc.label | quote }}
+- name: RESERVOIR_OIDC_GROUPS_CLAIM
+  value: {{ .Values.oidc.groupsClaim | quote }}
+{{- end }}
+{{- with .Values.oidc.localPasswordLogin }}
+- name: RESERVOIR_LOCAL_PASSWORD_LOGIN
+  value: {{ . | quote }}
+{{- end }}
 {{- range $name, $value := .Values.extraEnv }}
 - name: {{ $name }}
   value: {{ $value | quote }}
