@@ -8,8 +8,9 @@ Running → Succeeded → metered; a cancel; a secret saved and rotated; a volum
 
 A right the code needs and the chart lacks shows up as a 403: the step waits in vain, and every process's log is
 searched for refusals at the end, so the chart and the code cannot drift apart. The test process itself holds a
-token without any right, and its Celery tasks go to the real worker: nothing here acts with the admin's kubeconfig
-but the reads that check the cluster's state and the clean-up."""
+token without any right, and its Celery tasks go to the real worker: after the demo pools are loaded (seed_demo, with
+the admin's kubeconfig as in every cluster test), nothing here acts with the admin's kubeconfig but the reads that
+check the cluster's state and the clean-up."""
 
 import base64
 import re
