@@ -111,7 +111,14 @@ class Release:
         return path
 
     def uninstall(self) -> None:
-        """Delete the cluster-wide objects and the namespace (RoleBindings in team namespaces go with them)."""
+        """Delete the cluster-wide objects, the RoleBindings the portal made to the team roles in team namespaces
+        (the demo teams' namespaces outlive the test), and the namespace."""
+        listed = kubectl(self.admin, "get", "rolebindings", "--all-namespaces", "-o", "json", check=False)
+        if listed.returncode == 0:
+            for binding in json.loads(listed.stdout)["items"]:
+                if binding["roleRef"]["name"].startswith(f"{self.fullname}-team-"):
+                    where = binding["metadata"]
+                    kubectl(self.admin, "delete", "rolebinding", where["name"], "-n", where["namespace"], check=False)
         for obj in self.of_kind("ClusterRole", "ClusterRoleBinding"):
             name = obj["metadata"]["name"]
             kubectl(self.admin, "delete", obj["kind"].lower(), name, "--ignore-not-found", check=False)

@@ -18,7 +18,6 @@ import uuid
 from datetime import timedelta
 
 import pytest
-import redis
 import requests
 from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
@@ -117,13 +116,13 @@ class Portal:
 
 
 @pytest.fixture
-def portal(portal_cluster, tmp_path):
+def portal(portal_cluster, tmp_path, throwaway_redis):
     release = Release(admin=portal_cluster.kubeconfig_path, directory=tmp_path, set_values=CHART_VALUES)
     release.create_namespace()
     release.install_rbac()
     database = connection.settings_dict
-    redis_url = settings.REDIS_URL
-    redis.Redis.from_url(redis_url).flushdb()  # this run's broker and cache start empty
+    throwaway_redis.start()  # the processes' broker and cache: a Redis of this test's own, empty
+    redis_url = throwaway_redis.url
     secrets = {
         "DATABASE_URL": (
             f"postgres://{database['USER']}:{database['PASSWORD']}@{database['HOST']}:{database['PORT']}/"
