@@ -8,10 +8,10 @@ help, so it is reported at once.
 import contextlib
 import contextvars
 import random
-import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
+import tenacity
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
@@ -89,7 +89,7 @@ def single_attempt() -> Iterator[None]:
 
 
 def with_retries(call: Callable[[], T], *, attempts: int | None = None, base: float = 0.5, cap: float = 10.0) -> T:
-    """Run `call`, retrying transient failures with backoff; a non-transient failure is raised at once.
+    """Run `call`, retrying transient failures with backoff (tenacity); a non-transient failure is raised at once.
     Within `single_attempt()` (tasks) it tries once."""
     if _single_attempt.get():
         attempts = 1
@@ -97,11 +97,13 @@ def with_retries(call: Callable[[], T], *, attempts: int | None = None, base: fl
         from django.conf import settings
 
         attempts = settings.KUBE_CALL_ATTEMPTS
-    for attempt in range(attempts):
-        try:
-            return call()
-        except Exception as error:  # noqa: BLE001 - sorted by is_transient below
-            if not is_transient(error) or attempt == attempts - 1:
-                raise translate(error) from error
-            time.sleep(backoff_seconds(attempt, base=base, cap=cap))
-    raise AssertionError("unreachable")
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=lambda state: backoff_seconds(state.attempt_number - 1, base=base, cap=cap),
+        retry=tenacity.retry_if_exception(is_transient),
+        reraise=True,
+    )
+    try:
+        return retrying(call)
+    except Exception as error:  # noqa: BLE001 - whatever the client raised is worded as a ClusterError
+        raise translate(error) from error

@@ -63,7 +63,7 @@ urlpatterns = [
     path(
         "api/docs/",
         login_required(
-            SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="portal/api_docs.html")
+            SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="dashboard/api_docs.html")
         ),
         name="api-docs",
     ),

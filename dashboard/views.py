@@ -31,7 +31,7 @@ ZERO_MONEY = Decimal("0.00")
 
 @login_required
 def home(request):
-    return render(request, "portal/home.html", {"teams": selectors.teams_for_overview(request.user)})
+    return render(request, "dashboard/home.html", {"teams": selectors.teams_for_overview(request.user)})
 
 
 @login_required
@@ -49,7 +49,7 @@ def team_list(request):
         for team in teams:
             team.pending_quota_requests = pending.get(team.pk, 0)
         context["pending_quota_requests_total"] = sum(pending.values())
-    return render(request, "portal/team_list.html", context)
+    return render(request, "dashboard/team_list.html", context)
 
 
 def _team_page(
@@ -86,7 +86,7 @@ def _team_page(
     }
     if user.is_admin:
         context["pending_quota_requests_total"] = QuotaRequest.objects.pending().count()
-    return render(request, "portal/team_detail.html", context, status=status)
+    return render(request, "dashboard/team_detail.html", context, status=status)
 
 
 @login_required

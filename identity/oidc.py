@@ -21,6 +21,7 @@ from allauth.socialaccount.providers.openid_connect.provider import OpenIDConnec
 from allauth.socialaccount.providers.openid_connect.views import OpenIDConnectOAuth2Adapter
 from django.conf import settings
 from django.core.cache import cache
+from django.http import Http404
 from django.shortcuts import render
 
 logger = logging.getLogger(__name__)
@@ -85,8 +86,16 @@ class ReservoirOIDCProvider(OpenIDConnectProvider):
         return super().redirect(request, process, next_url, data, auth_params=auth_params, nonce=nonce, **kwargs)
 
 
+def _check_known(provider_id: str) -> None:
+    """Only the configured provider has sign-in pages: any other id (or none configured) is a 404, not a 500."""
+    app = configured_app()
+    if app is None or provider_id != app["provider_id"]:
+        raise Http404("no such sign-in provider")
+
+
 def login(request, provider_id):
     """Start a sign-in; a provider that cannot be reached or names another issuer gets the sign-in failed page."""
+    _check_known(provider_id)
     try:
         return OAuth2LoginView.adapter_view(ReservoirOIDCAdapter(request, provider_id))(request)
     except (OAuth2Error, requests.RequestException):
@@ -95,6 +104,7 @@ def login(request, provider_id):
 
 
 def callback(request, provider_id):
+    _check_known(provider_id)
     return OAuth2CallbackView.adapter_view(ReservoirOIDCAdapter(request, provider_id))(request)
 
 

@@ -10,12 +10,12 @@
 - **Periodic sweeps** (the namespace sweep, the reservation-boundary check, the volume refresh) do not retry: their
   next run is their retry, and their cluster calls are tried once (`single_attempt`).
 - **Cluster calls outside any task** (a web request, the sync process, a command) are tried up to
-  `settings.KUBE_CALL_ATTEMPTS` times by `cluster.errors.with_retries`, with the same backoff function — but never
-  inside a database transaction: a service that calls the cluster inside its transaction (saving a secret) tries
-  once and tells the user, who is the retry.
+  `settings.KUBE_CALL_ATTEMPTS` times by `cluster.errors.with_retries` (tenacity), with the same backoff function —
+  but never inside a database transaction: a service that calls the cluster inside its transaction (saving a secret)
+  tries once and tells the user, who is the retry.
 - **A transaction PostgreSQL aborted** to break a deadlock or a serialization conflict (SQLSTATE 40P01, 40001) is
-  run again whole by `retry_on_conflict`, only when it is the outermost one (inside a caller's transaction the error
-  goes to the caller), a few times, after a short random pause taken outside any transaction.
+  run again whole by `retry_on_conflict` (tenacity), only when it is the outermost one (inside a caller's transaction
+  the error goes to the caller), a few times, after a short random pause taken outside any transaction.
 - The outbox dispatcher and the watches do not retry work: they wait for their peer (the broker, the apiserver) to
   come back, with a capped backoff, and then carry on from where they were.
 """
@@ -23,8 +23,8 @@
 import functools
 import logging
 import random
-import time
 
+import tenacity
 from celery import Task
 from django.db import OperationalError, connection
 
@@ -90,17 +90,30 @@ def retry_on_conflict(function=None, *, attempts: int = CONFLICT_ATTEMPTS):
     transaction it runs once (nothing of an aborted inner transaction could be run again alone)."""
 
     def decorate(wrapped):
+        def conflict(error: BaseException) -> bool:
+            return (
+                isinstance(error, OperationalError) and not connection.in_atomic_block and is_retryable_conflict(error)
+            )
+
+        def again(state: tenacity.RetryCallState) -> None:
+            log.warning(
+                "%s: %s; running it again (attempt %d)",
+                wrapped.__qualname__,
+                state.outcome.exception(),
+                state.attempt_number + 1,
+            )
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(attempts),
+            wait=lambda state: random.uniform(0.05, 0.2) * state.attempt_number,  # noqa: S311 - jitter
+            retry=tenacity.retry_if_exception(conflict),
+            before_sleep=again,
+            reraise=True,
+        )
+
         @functools.wraps(wrapped)
         def run(*args, **kwargs):
-            for attempt in range(1, attempts + 1):
-                try:
-                    return wrapped(*args, **kwargs)
-                except OperationalError as error:
-                    if connection.in_atomic_block or attempt == attempts or not is_retryable_conflict(error):
-                        raise
-                    log.warning("%s: %s; running it again (attempt %d)", wrapped.__qualname__, error, attempt + 1)
-                    time.sleep(random.uniform(0.05, 0.2) * attempt)  # noqa: S311 - jitter, not cryptography
-            raise AssertionError("unreachable")
+            return retrying(wrapped, *args, **kwargs)
 
         return run
 
