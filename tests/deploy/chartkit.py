@@ -14,6 +14,8 @@ from devcluster import build
 from tests.deploy.conftest import helm_template
 
 RBAC_KINDS = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+# The policy that holds the worker's RoleBindings to the team roles in team namespaces.
+ADMISSION_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 # Enforced on the release's namespace, so a pod the chart would run that breaks the standard is refused.
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -80,8 +82,9 @@ class Release:
         return kubectl(self.admin, *arguments, stdin=as_yaml(objects), check=check)
 
     def install_rbac(self) -> None:
-        """The ServiceAccounts and every RBAC object, for real (the hook's ServiceAccount too)."""
-        self.apply(self.of_kind(*RBAC_KINDS))
+        """The ServiceAccounts, every RBAC object and the admission policy, for real (the hook's ServiceAccount
+        too)."""
+        self.apply(self.of_kind(*RBAC_KINDS, *ADMISSION_KINDS))
 
     def token(self, component: str, *, hours: int = 2) -> str:
         """A TokenRequest token of the component's ServiceAccount (`kubectl create token`)."""
@@ -119,7 +122,7 @@ class Release:
                 if binding["roleRef"]["name"].startswith(f"{self.fullname}-team-"):
                     where = binding["metadata"]
                     kubectl(self.admin, "delete", "rolebinding", where["name"], "-n", where["namespace"], check=False)
-        for obj in self.of_kind("ClusterRole", "ClusterRoleBinding"):
+        for obj in self.of_kind("ClusterRole", "ClusterRoleBinding", *ADMISSION_KINDS):
             name = obj["metadata"]["name"]
             kubectl(self.admin, "delete", obj["kind"].lower(), name, "--ignore-not-found", check=False)
         kubectl(self.admin, "delete", "namespace", self.namespace, "--ignore-not-found", "--wait=false", check=False)

@@ -3,9 +3,12 @@ and Kueue's CRDs): every object it renders passes a server-side dry run, every p
 `restricted` Pod Security Standard, and each ServiceAccount's token is refused what no process of the portal may do.
 The whole path run by processes holding only those tokens is in test_least_privilege_path.py."""
 
+import subprocess
+
 import pytest
 import yaml
 
+from tests.clusterkit import wait_for
 from tests.deploy.chartkit import Release, can_i, kubectl
 
 pytestmark = pytest.mark.cluster
@@ -30,6 +33,7 @@ def release(kube_cluster, tmp_path_factory):
 def test_every_object_passes_a_server_side_dry_run_and_every_pod_the_restricted_standard(release):
     kinds = {obj["kind"] for obj in release.objects}
     assert {"Deployment", "Job", "Service", "Ingress", "PodDisruptionBudget", "ClusterRole", "Role"} <= kinds
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
     result = release.apply(release.objects, "--dry-run=server")
     assert "would violate PodSecurity" not in result.stderr, result.stderr
     assert result.stdout.count("(server dry run)") == len(release.objects)
@@ -128,26 +132,42 @@ def test_the_sync_may_write_its_own_lease_and_no_other(release):
     assert not can_i(kubeconfig, "create", "leases.coordination.k8s.io", namespace="kube-node-lease")
 
 
-def test_the_worker_may_bind_only_the_team_roles_and_never_grant_itself_more(release, kube_namespace):
+def test_the_worker_may_bind_only_the_team_roles_in_team_namespaces(release, kube_namespace):
+    """RBAC's escalation check refuses a binding that grants what the worker does not hold; the chart's admission
+    policy refuses the rest: a team role outside team namespaces, or any other role (its own ClusterRole too, which
+    RBAC alone would let it bind, since it holds those rights)."""
     kubeconfig = release.kubeconfig("worker")
     account = {"kind": "ServiceAccount", "name": release.service_account("worker"), "namespace": release.namespace}
+    team_namespace = f"team-{release.name}"
+    kubectl(release.admin, "create", "namespace", team_namespace)
 
-    def binding(role: str) -> str:
-        return yaml.safe_dump(
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": f"probe-{role}", "namespace": kube_namespace},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [account],
-            }
-        )
+    def bind(role: str, namespace: str) -> subprocess.CompletedProcess:
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": f"probe-{role.replace(':', '-')}", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [account],
+        }
+        made = kubectl(kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(binding), check=False)
+        if made.returncode == 0:  # clean up at once: only the answer matters here
+            kubectl(release.admin, "delete", "rolebinding", binding["metadata"]["name"], "-n", namespace)
+        return made
 
     team_role = f"{release.fullname}-team-worker"
-    made = kubectl(kubeconfig, "create", "-f", "-", stdin=binding(team_role), check=False)
-    assert made.returncode == 0, made.stderr
-    # RBAC's escalation check: a binding may grant only rights the binder holds, or a role it may `bind`. (Its own
-    # ClusterRole it could bind, granting nothing it does not hold already.)
-    for role in ("cluster-admin", "admin", "edit", "view", "system:controller:namespace-controller"):
-        refused = kubectl(kubeconfig, "create", "-f", "-", stdin=binding(role), check=False)
-        assert refused.returncode != 0 and "Forbidden" in refused.stderr, (role, refused.stderr)
+    try:
+        # The policy takes a moment to reach the API server's admission after it is stored.
+        wait_for(
+            lambda: "binds only its team roles" in bind(team_role, kube_namespace).stderr,
+            timeout=30,
+            what="the admission policy to refuse a team role outside team namespaces",
+        )
+        made = bind(team_role, team_namespace)
+        assert made.returncode == 0, made.stderr
+        own = bind(f"{release.fullname}-worker", team_namespace)
+        assert own.returncode != 0 and "binds only its team roles" in own.stderr, own.stderr
+        for role in ("cluster-admin", "admin", "edit", "view", "system:controller:namespace-controller"):
+            refused = bind(role, team_namespace)
+            assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), (role, refused.stderr)
+    finally:
+        kubectl(release.admin, "delete", "namespace", team_namespace, "--wait=false", check=False)
