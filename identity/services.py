@@ -54,7 +54,7 @@ def apply_groups(*, member: User, groups: list[str], provider: str) -> GrantedAc
     """
     access = access_for_groups(groups)
     member = User.objects.select_for_update().get(pk=member.pk)
-    held = {m.team_id: m for m in Membership.objects.select_for_update().filter(user=member)}
+    held = {m.team_id: m for m in Membership.objects.of(member).select_for_update()}
     for team_id, membership in held.items():
         wanted = access.roles.get(team_id)
         if wanted is None:

@@ -11,7 +11,19 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ["bench", "billing", "cluster", "jobs", "monitoring", "pools", "portal", "teamdata", "dashboard", "reconcile"]
+APPS = [
+    "bench",
+    "billing",
+    "cluster",
+    "jobs",
+    "monitoring",
+    "pools",
+    "portal",
+    "teamdata",
+    "identity",
+    "dashboard",
+    "reconcile",
+]
 
 RULES = {
     "GPUs in use": (
