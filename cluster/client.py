@@ -65,5 +65,9 @@ def networking() -> client.NetworkingV1Api:
     return client.NetworkingV1Api(api_client())
 
 
+def coordination() -> client.CoordinationV1Api:
+    return client.CoordinationV1Api(api_client())
+
+
 def storage() -> client.StorageV1Api:
     return client.StorageV1Api(api_client())

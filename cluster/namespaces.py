@@ -277,3 +277,35 @@ def render_priority_classes() -> list[dict]:
         }
         for name, value in PRIORITY_VALUES.items()
     ]
+
+
+def parse_role_bindings(entries) -> list[tuple[str, str, str]]:
+    """`RESERVOIR_TEAM_ROLE_BINDINGS` entries, "<clusterrole>=<namespace>/<serviceaccount>", as (cluster role,
+    namespace, service account) triples; an entry in another form raises ValueError naming it."""
+    bindings = []
+    for entry in entries:
+        role, _, subject = entry.strip().partition("=")
+        namespace, _, account = subject.partition("/")
+        if not (role and namespace and account):
+            raise ValueError(f"a team role binding is <clusterrole>=<namespace>/<serviceaccount>, not {entry!r}")
+        bindings.append((role, namespace, account))
+    return bindings
+
+
+def render_role_bindings(namespace: str, team_slug: str, bindings: list[tuple[str, str, str]]) -> list[dict]:
+    """One RoleBinding per (cluster role, namespace, service account): the portal's process gets that ClusterRole's
+    rights inside the team namespace only (the Helm chart's <release>-team-* roles). Named after the role."""
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {
+                "name": role,
+                "namespace": namespace,
+                "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TEAM: team_slug},
+            },
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_namespace}],
+        }
+        for role, account_namespace, account in bindings
+    ]

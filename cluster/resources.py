@@ -50,6 +50,49 @@ def ensure_namespace(manifest: dict) -> ApplyResult:
     return ApplyResult(before=current, after={"labels": wanted})
 
 
+def apply_role_binding(manifest: dict) -> ApplyResult:
+    """Create or put back a RoleBinding the portal owns (its subjects compared; the role it names is in its name,
+    so its roleRef, which cannot change, never differs)."""
+    from kubernetes import client as kube
+
+    api = kube.RbacAuthorizationV1Api(client.api_client())
+
+    def compare(obj):
+        data = obj if isinstance(obj, dict) else client.api_client().sanitize_for_serialization(obj)
+        return {"roleRef": data.get("roleRef"), "subjects": data.get("subjects") or []}
+
+    return _apply_namespaced(
+        manifest,
+        read=api.read_namespaced_role_binding,
+        create=api.create_namespaced_role_binding,
+        replace=api.replace_namespaced_role_binding,
+        compare=compare,
+    )
+
+
+def wait_until_allowed(namespace: str, *, verb: str, resource: str, group: str = "", timeout: float = 10.0) -> bool:
+    """Wait until this process may `verb` `resource` in `namespace` (a SelfSubjectAccessReview, which every
+    authenticated user may make): a RoleBinding just created reaches the API server's authorizer a moment later.
+    True when allowed within `timeout`."""
+    import time
+
+    from kubernetes import client as kube
+
+    api = kube.AuthorizationV1Api(client.api_client())
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"namespace": namespace, "verb": verb, "resource": resource, "group": group}},
+    }
+    deadline = time.monotonic() + timeout
+    while True:
+        if with_retries(lambda: api.create_self_subject_access_review(review)).status.allowed:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+
+
 def namespace_names() -> set[str]:
     """Names of the namespaces that carry the portal's label (the team namespaces it made)."""
     core = client.core()

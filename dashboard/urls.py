@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from identity import views as identity_views
 from monitoring.metrics import metrics_view
+from portal import health
 from portal import views as portal_views
 
 from . import views
@@ -17,7 +18,8 @@ portal_patterns = (
         path("", views.home, name="home"),
         path("login/", identity_views.LoginView.as_view(), name="login"),
         path("logout/", identity_views.logout_view, name="logout"),
-        path("healthz", portal_views.healthz, name="healthz"),
+        path("healthz", health.healthz, name="healthz"),
+        path("readyz", health.readyz, name="readyz"),
         path("language/", portal_views.set_language, name="set_language"),
         path("teams/", views.team_list, name="team_list"),
         path("teams/<slug:slug>/", views.team_detail, name="team_detail"),

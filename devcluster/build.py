@@ -10,6 +10,8 @@ the three dependency graphs never mix.
 - etcd: the server module's own replace lines are relative too, so it gets a wrapper module as well.
 - KWOK and Kueue: a plain `go install module/cmd/<name>@version` each (no replace lines in their go.mod). Kueue's
   own files (CRDs, webhook manifests) are read at run time from the module cache the download leaves behind.
+- Helm (for the portal's chart, deploy/helm/reservoir): a plain `go install` too; `ensure_helm` builds it alone
+  (`python -m devcluster helm`), for `make test` against a cluster of one's own, which needs no control plane.
 
 The build runs only when a binary is missing, or the stamp file (written last, after every binary is in place) is
 missing or names another Kueue version; each component is built only when its binary is missing, so a cache built
@@ -257,6 +259,25 @@ class _Builder:
         )
         self.progress(f"kueue: built in {time.monotonic() - started:.0f}s")
 
+    def build_helm(self) -> None:
+        target = self.bin / "helm"
+        if target.exists():
+            self.progress("helm: already built")
+            return
+        info = self.fetch(versions.HELM_MODULE, versions.HELM_VERSION)
+        # As helm's own Makefile does: the Kubernetes version `helm template` and `helm lint` assume by default is
+        # the one of the client-go it is built with (without it, 1.20, and a chart's kubeVersion constraint fails).
+        client_go = re.search(r"^\s*k8s\.io/client-go v0\.(\d+)\.", Path(info["GoMod"]).read_text(), re.M)
+        if client_go is None:
+            raise BuildError(f"found no k8s.io/client-go requirement in {versions.HELM_MODULE}'s go.mod")
+        flags = [f"-s -w -X helm.sh/helm/v3/internal/version.version={versions.HELM_VERSION}"]
+        for package in ("helm.sh/helm/v3/pkg/lint/rules", "helm.sh/helm/v3/pkg/chartutil"):
+            flags += [f"-X {package}.k8sVersionMajor=1", f"-X {package}.k8sVersionMinor={client_go.group(1)}"]
+        self.progress(f"helm {versions.HELM_VERSION}: building (about 3 minutes on 2 cores with a cold Go cache)")
+        started = time.monotonic()
+        self.install(versions.HELM_MODULE, versions.HELM_VERSION, "helm", " ".join(flags))
+        self.progress(f"helm: built in {time.monotonic() - started:.0f}s")
+
     def kubernetes_wrapper(self) -> Path:
         info = self.fetch(versions.KUBERNETES_MODULE, versions.KUBERNETES_VERSION)
         upstream_go_mod = Path(info["GoMod"]).read_text()
@@ -322,9 +343,7 @@ class _Builder:
         self.progress(f"kubernetes: built in {time.monotonic() - started:.0f}s")
 
     def run(self) -> None:
-        if shutil.which("go") is None:
-            raise BuildError("the Go toolchain (go) is not on PATH; Go >= 1.26 is needed to build the control plane")
-        self.check_go_version()
+        self.check_go()
         self.bin.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self.progress(f"building into {self.bin} (log: {self.log_path})")
@@ -332,16 +351,23 @@ class _Builder:
         self.build_kwok()
         self.build_kubernetes()
         self.build_kueue()
+        self.build_helm()
         stamp = {
             "kubernetes": versions.KUBERNETES_VERSION,
             "etcd": versions.ETCD_VERSION,
             "kwok": versions.KWOK_VERSION,
             "kueue": versions.KUEUE_VERSION,
+            "helm": versions.HELM_VERSION,
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(time.monotonic() - started, 1),
         }
         (self.bin / STAMP_NAME).write_text(json.dumps(stamp, indent=2) + "\n")
         self.progress(f"done in {time.monotonic() - started:.0f}s")
+
+    def check_go(self) -> None:
+        if shutil.which("go") is None:
+            raise BuildError("the Go toolchain (go) is not on PATH; Go >= 1.26 is needed to build the control plane")
+        self.check_go_version()
 
     def check_go_version(self) -> None:
         output = subprocess.run(["go", "env", "GOVERSION"], capture_output=True, text=True, env=self.env).stdout
@@ -368,3 +394,19 @@ def ensure_built(progress: Callable[[str], None] | None = None) -> Path:
         if not is_built():
             _Builder(report).run()
     return bin_dir()
+
+
+def ensure_helm(progress: Callable[[str], None] | None = None) -> Path:
+    """Build helm alone if it is missing (no control plane needed); return its path."""
+    target = binary("helm")
+    if os.access(target, os.X_OK):
+        return target
+    versioned_dir().mkdir(parents=True, exist_ok=True)
+    with (versioned_dir() / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.access(target, os.X_OK):
+            builder = _Builder(progress or _default_progress)
+            builder.check_go()
+            builder.bin.mkdir(parents=True, exist_ok=True)
+            builder.build_helm()
+    return target

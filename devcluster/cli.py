@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         return command
 
     sub.add_parser("build", help="build the binaries (and hydra) into the versioned cache if any is missing")
+    sub.add_parser("helm", help="build helm alone if it is missing; print its path")
     up = with_state_dir(sub.add_parser("up", help="build if needed, start, create the topology's nodes"))
     up.add_argument("--topology", type=Path, default=None, help=f"default: {topology.DEFAULT_TOPOLOGY.name}")
     up.add_argument("--scale-nodes", type=int, default=None, help="scale the topology's pools to N nodes in all")
@@ -63,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             print(build.ensure_built(_progress))
             # The OpenID Connect provider of the sign-in tests and `make dev` (tests/identity, devcluster/hydra.py).
             print(hydra_build.ensure_built(_progress))
+            return 0
+        if args.command == "helm":
+            print(build.ensure_helm(_progress))
             return 0
         if args.command == "hydra":
             return _hydra(args)

@@ -1,11 +1,10 @@
 """The portal's own pages: log-in (identity/views.py adds the provider's button, and signs out), the lock-out
-answer, the language switch and the liveness probe. The pages that gather several apps (home, a team's page) are
-the dashboard's (`dashboard/views.py`)."""
+answer and the language switch (the probes are in portal/health.py). The pages that gather several apps (home, a
+team's page) are the dashboard's (`dashboard/views.py`)."""
 
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
@@ -25,11 +24,6 @@ def locked_out(request, response=None, credentials=None):
         "cooloff_minutes": max(1, int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)),
     }
     return render(request, "portal/locked_out.html", context, status=429)
-
-
-def healthz(request):
-    """Liveness for process supervisors: answers without touching the database."""
-    return JsonResponse({"status": "ok"})
 
 
 @login_required

@@ -8,17 +8,20 @@ cluster's storage classes that team volumes may not use (`teamdata.selectors.sto
 
 import logging
 
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from cluster import resources
 from cluster.errors import ClusterError
 from cluster.namespaces import (
+    parse_role_bindings,
     render_limit_range,
     render_namespace,
     render_network_policies,
     render_rendezvous_policy,
     render_resource_quota,
+    render_role_bindings,
     rendezvous_policy_name,
 )
 from pools.models import TeamNamespace
@@ -63,12 +66,25 @@ def _stale_policies(team: Team, wanted: set[str]) -> list[str]:
     return sorted(stale)
 
 
-def ensure(team: Team) -> None:
+def ensure(team: Team, *, made_once_is_enough: bool = False) -> None:
     """The team namespace exists as the portal wants it before anything is put in it: reconciled unless the last
-    reconcile applied the current version. Raises ClusterError."""
+    reconcile applied the current version. With `made_once_is_enough` (the web process, saving a secret), a
+    namespace some reconcile made is enough: a pending quota change is the worker's to apply, with rights the web
+    process does not hold (docs/running-in-a-cluster.md, "Permissions"). Raises ClusterError."""
     state = TeamNamespace.objects.filter(team=team).first()
-    if state is None or not state.is_applied or state.applied_at is None:
+    never_made = state is None or state.applied_at is None
+    if never_made or (not state.is_applied and not made_once_is_enough):
         reconcile(team)
+
+
+def _apply_binding(manifest: dict) -> resources.ApplyResult:
+    """A team RoleBinding; a new one reaches the API server's authorizer a moment after it is stored, so wait until
+    this process may write the namespace's quota before going on (at once with an admin's kubeconfig)."""
+    result = resources.apply_role_binding(manifest)
+    if result.created or result.corrected:
+        namespace = manifest["metadata"]["namespace"]
+        resources.wait_until_allowed(namespace, verb="create", resource="resourcequotas")
+    return result
 
 
 # First key of the PostgreSQL advisory lock that lets one reconcile of a team run at a time (second key: team id).
@@ -102,8 +118,15 @@ def _reconcile_locked(team: Team) -> dict:
         spec = namespace_spec(team, cluster_storage_classes=resources.storage_classes())
         policies = desired_network_policies(team)
         resources.ensure_priority_classes()
+        # The Helm chart's processes get their rights inside the namespace from these RoleBindings (its
+        # <release>-team-* ClusterRoles, RESERVOIR_TEAM_ROLE_BINDINGS); none with an admin's kubeconfig.
+        bindings = render_role_bindings(spec.namespace, team.slug, parse_role_bindings(settings.TEAM_ROLE_BINDINGS))
         objects = [
             ("Namespace", "Namespace", render_namespace(spec), resources.ensure_namespace),
+            *[
+                (f"RoleBinding/{binding['metadata']['name']}", "RoleBinding", binding, _apply_binding)
+                for binding in bindings
+            ],
             ("ResourceQuota", "ResourceQuota", render_resource_quota(spec), resources.apply_resource_quota),
             ("LimitRange", "LimitRange", render_limit_range(spec), resources.apply_limit_range),
         ]

@@ -22,6 +22,10 @@ echo "[test] ruff check + format check"
 echo "[test] import contracts (the floors, docs/architecture.md)"
 .venv/bin/lint-imports
 
+echo "[test] helm lint (the chart, deploy/helm/reservoir)"
+HELM=$($PY -m devcluster helm)  # built into the control plane's cache when missing
+"$HELM" lint --strict deploy/helm/reservoir
+
 echo "[test] pytest"
 set +e
 DJANGO_SETTINGS_MODULE=portal.settings.test $PY -m pytest "$@"

@@ -54,7 +54,7 @@ def ensure_namespace(team: Team) -> None:
     its value may never wait in a queue. Raises ClusterError."""
     from reconcile.namespaces import ensure
 
-    ensure(team)
+    ensure(team, made_once_is_enough=True)
 
 
 # --- volumes ---------------------------------------------------------------------------------------------------

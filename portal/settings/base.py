@@ -365,6 +365,13 @@ LOG_TAIL_MAX_BYTES = env.int("RESERVOIR_LOG_TAIL_MAX_BYTES", default=64 * 1024)
 CONVERGENCE_GRACE_SECONDS = env.int("RESERVOIR_CONVERGENCE_GRACE_SECONDS", default=20)
 # Attempts of one cluster call on transient failures outside tasks (the sync, pages, commands); tasks try once.
 KUBE_CALL_ATTEMPTS = env.int("RESERVOIR_KUBE_CALL_ATTEMPTS", default=4)
+# Installed by the Helm chart (deploy/helm/reservoir): the ClusterRoles the namespace reconciler binds in each team
+# namespace, as "<clusterrole>=<namespace>/<serviceaccount>" entries (empty: none, e.g. with an admin kubeconfig);
+# and the Lease the sync replicas share (cluster/lease.py; namespace empty: the pod's own, else "default").
+TEAM_ROLE_BINDINGS = env.list("RESERVOIR_TEAM_ROLE_BINDINGS", default=[])
+SYNC_LEASE_NAME = env("RESERVOIR_SYNC_LEASE_NAME", default="reservoir-sync")
+SYNC_LEASE_NAMESPACE = env("RESERVOIR_SYNC_LEASE_NAMESPACE", default="")
+SYNC_LEASE_SECONDS = env.int("RESERVOIR_SYNC_LEASE_SECONDS", default=15)
 
 # --- Monitoring: GPU telemetry from Prometheus (DCGM exporter) and alerts ------------------------------------------
 # Prometheus' base URL (`python -m devcluster monitoring env` prints the local one); empty: no telemetry.

@@ -53,6 +53,7 @@ answers = {
     "login_forwarded_https": client.get("/login/", **secure).status_code,
     "hsts": client.get("/login/", secure=True).get("Strict-Transport-Security", ""),
     "healthz_http": client.get("/healthz").status_code,
+    "readyz_http": client.get("/readyz").status_code,
     "metrics_http": client.get("/metrics").status_code,
     "session_age": settings.SESSION_COOKIE_AGE,
 }
@@ -72,6 +73,7 @@ def test_https_is_enforced_and_the_proxy_header_is_trusted_only_when_configured(
     assert direct["login_forwarded_https"] == 301  # no proxy configured: a client cannot claim HTTPS
     assert direct["hsts"] == "max-age=31536000; includeSubDomains; preload"
     assert direct["healthz_http"] == 200  # probes talk plain HTTP to the pod
+    assert direct["readyz_http"] in (200, 503)  # not redirected (503 when this run's database or Redis is elsewhere)
     assert direct["metrics_http"] == 403  # exempt from the redirect, but not without its token
 
     behind_proxy = probe(DJANGO_SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto", RESERVOIR_SESSION_AGE_SECONDS="3600")

@@ -6,13 +6,15 @@ import logging
 import signal
 import threading
 
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections, connection
 
 from cluster import client
 from cluster.facts import job_facts, node_facts, workload_facts
 from cluster.kueue import KUEUE_GROUP, KUEUE_VERSION
 from cluster.labels import LABEL_MANAGED_BY, MANAGED_BY
+from cluster.lease import LeaderLease, own_namespace
 from cluster.watch import ListWatch, run_forever
 from reconcile.sync import ClusterSync
 
@@ -77,6 +79,26 @@ class Command(BaseCommand):
         stop = threading.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
+        # Exactly one sync writes: the holder of the Lease (cluster/lease.py). The others wait here, watching nothing.
+        lease = LeaderLease(
+            name=settings.SYNC_LEASE_NAME,
+            namespace=settings.SYNC_LEASE_NAMESPACE or own_namespace(),
+            lease_seconds=settings.SYNC_LEASE_SECONDS,
+        )
+        self.stdout.write(f"sync_cluster: waiting for the Lease {lease.namespace}/{lease.name} as {lease.identity}")
+        if not lease.acquire(stop):
+            self.stdout.write("sync_cluster: stopped before holding the Lease")
+            return
+        self.stdout.write(f"sync_cluster: holding the Lease {lease.namespace}/{lease.name}")
+        lease.keep_renewing(stop)
+        try:
+            self._sync(stop, relist=relist)
+        finally:
+            if lease.lost.is_set():
+                raise CommandError("sync_cluster: the Lease was lost; stopped writing")
+            lease.release()
+
+    def _sync(self, stop: threading.Event, *, relist: bool) -> None:
         sync = ClusterSync()
         watches = build_watches(sync, stop)
         versions = {} if relist else {w.name: sync.load_version(w.name) for w in watches}
