@@ -16,10 +16,10 @@ from django.utils import timezone
 from portal.htmx import render_page_or_partial
 from portal.models import Team
 
-from . import selectors
+from . import selectors, spend
 from .forms import MonthForm
 from .models import Invoice
-from .periods import format_month, parse_month
+from .periods import format_month, month_of, parse_month
 
 
 def _led_team(request, slug: str) -> Team:
@@ -48,6 +48,7 @@ def team_billing(request, slug: str):
     form = MonthForm(request.GET or None, months=selectors.months_for(team, now=now))
     month = form.chosen()
     context = {
+        "spend": _spend(team, now) if month == month_of(now) else None,
         "team": team,
         "teams": Team.objects.led_by(request.user).order_by("name"),
         "form": form,
@@ -57,6 +58,11 @@ def team_billing(request, slug: str):
         "closed_invoices": selectors.closed_invoices(team),
     }
     return render_page_or_partial(request, "billing/team_billing.html", "billing/partials/team_month.html", context)
+
+
+def _spend(team: Team, now) -> dict:
+    """The current month's forecast and the reservation advice, for the page."""
+    return {"forecast": spend.team_forecast(team=team, now=now), "advice": spend.team_advice(team=team, now=now)}
 
 
 def _export(team: Team, month) -> dict:

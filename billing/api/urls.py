@@ -1,8 +1,9 @@
 from rest_framework.routers import DefaultRouter
 
-from .views import InvoiceViewSet, UsageViewSet
+from .views import InvoiceViewSet, SpendViewSet, UsageViewSet
 
 router = DefaultRouter()
 router.register("usage", UsageViewSet, basename="usage")
 router.register("invoices", InvoiceViewSet, basename="invoice")
+router.register("spend", SpendViewSet, basename="spend")
 urlpatterns = router.urls

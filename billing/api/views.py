@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from portal.models import Team
 
-from .. import selectors
+from .. import selectors, spend
 from ..choices import InvoiceStatus
 from ..models import Invoice
 from ..periods import month_of, parse_month
@@ -83,3 +83,20 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
             .prefetch_related("lines__pool")
             .order_by("-month", "team__slug")
         )
+
+
+class SpendViewSet(viewsets.ViewSet):
+    api_description = gettext_lazy(
+        "The current month's forecast bill with its 80-percent interval, and the reservation size that would have cost "
+        "least over the last whole months, per team the user leads."
+    )
+
+    lookup_field = "slug"
+    lookup_value_regex = r"[a-z0-9-]+"
+
+    @extend_schema(operation_id="spend_retrieve", responses=OpenApiTypes.OBJECT)
+    def retrieve(self, request, slug=None):
+        team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
+        now = timezone.now()
+        data = spend.as_data(spend.team_forecast(team=team, now=now), spend.team_advice(team=team, now=now))
+        return Response({"team": team.slug, **data})

@@ -215,6 +215,7 @@ MATRIX = [
     ),
     ("job cancel", "post", lambda w: f"/api/v1/jobs/{_alpha_job(w)}/cancel/", None, members(202)),
     ("usage of alpha", "get", lambda w: "/api/v1/usage/alpha/", None, {**members(200), RESEARCHER: 404}),
+    ("spend of alpha", "get", lambda w: "/api/v1/spend/alpha/", None, {**members(200), RESEARCHER: 404}),
     ("invoices list", "get", lambda w: "/api/v1/invoices/", None, everyone(200)),
     ("tokens list", "get", lambda w: "/api/v1/tokens/", None, hidden_from_non_admins(200)),
     (
