@@ -90,7 +90,7 @@ class TeamForecast:
     chart: dict = field(default_factory=dict)
 
 
-def team_forecast(*, team: Team, now: datetime) -> TeamForecast:
+def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
     """The current month's bill of `team`, forecast from the days metered so far (whole UTC days before today)."""
     month = month_of(now)
     start, end = month_bounds(month)
@@ -107,9 +107,9 @@ def team_forecast(*, team: Team, now: datetime) -> TeamForecast:
         daily_variable=daily,
         queued=queued_cost(team=team, now=now, month_end=end),
     )
-    return TeamForecast(
-        forecast=forecast, month=month, chart=forecast_chart(forecast, daily[len(daily) - days_elapsed :], month)
-    )
+    budget_line = forecast.fixed + budget.cap if budget is not None else None  # the bill the cap allows
+    chart = forecast_chart(forecast, daily[len(daily) - days_elapsed :], month, budget_line=budget_line)
+    return TeamForecast(forecast=forecast, month=month, chart=chart)
 
 
 # The chart: spend so far (fixed fee + variable cost accumulated day by day) and the projection's band to the month's

@@ -111,3 +111,46 @@ def test_the_api_gives_the_forecast_and_the_advice_to_a_lead_only(
     assert Decimal(str(data["advice"]["saving"])) == Decimal("4592.00")
     client.force_login(researcher)
     assert client.get("/api/v1/spend/alpha/").status_code == 404
+
+
+def test_a_lead_sets_the_budget_on_the_page_and_sees_it_with_its_line_on_the_chart(client, lead, metered, frozen):
+    client.force_login(lead)
+    response = client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "100"})
+    assert response.status_code == 302
+    body = client.get(reverse("billing:team_billing", args=["alpha"])).content.decode()
+    assert "Variable part this month: 85.00 of a 100.00 budget (85.0 %)." in body
+    assert "the money alert has fired" in body
+    assert 'class="budget"' in body
+
+
+def test_once_reached_the_lead_cannot_raise_the_budget_and_is_told_why(client, lead, metered, frozen):
+    client.force_login(lead)
+    client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "50"})
+    body = client.get(reverse("billing:team_billing", args=["alpha"])).content.decode()
+    assert "The budget is reached" in body
+    response = client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "5000"})
+    assert response.status_code == 400
+    assert "only a platform admin may raise or remove it" in response.content.decode()
+
+
+def test_a_researcher_cannot_set_the_budget(client, researcher, metered, frozen):
+    client.force_login(researcher)
+    assert client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "1"}).status_code == 404
+
+
+def test_the_api_sets_the_budget_and_an_admin_lifts_it_for_a_job(client, team, lead, platform_admin, metered, frozen):
+    from billing.models import BudgetLift
+
+    client.force_login(lead)
+    answer = client.put("/api/v1/spend/alpha/budget/", {"monthly_cap": "80.00"}, content_type="application/json")
+    assert answer.status_code == 200
+    data = client.get("/api/v1/spend/alpha/").json()
+    assert data["budget"]["reached"] is True and Decimal(str(data["budget"]["spent"])) == Decimal("85.00")
+    refused = client.put("/api/v1/spend/alpha/budget/", {"monthly_cap": "900"}, content_type="application/json")
+    assert refused.status_code == 400
+    job = JobFactory(team=team, state=JobState.QUEUED)
+    assert client.post("/api/v1/budget-lifts/", {"job": job.pk}, content_type="application/json").status_code == 404
+    client.force_login(platform_admin)
+    lifted = client.post("/api/v1/budget-lifts/", {"job": job.pk, "reason": "demo"}, content_type="application/json")
+    assert lifted.status_code == 201
+    assert BudgetLift.objects.get().job == job
