@@ -7,6 +7,10 @@ BUDGET_CHECK_SECONDS = 5.0
 
 SCHEDULE = {
     "billing-check-budgets": {"task": "billing.check_budgets", "schedule": BUDGET_CHECK_SECONDS},
+    "billing-email-spend-summaries": {
+        "task": "billing.email_spend_summaries",
+        "schedule": crontab(minute=0, hour=6, day_of_month=1),
+    },
     "billing-refresh-usage": {
         "task": "billing.refresh_usage",
         "schedule": crontab(minute="*/10"),

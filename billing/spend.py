@@ -274,3 +274,52 @@ def as_data(forecast: TeamForecast | None, advice: TeamAdvice | None) -> dict:
             "hourly_price_per_gpu": advice.pool.hourly_price_per_gpu,
         }
     return data
+
+
+# --- the monthly e-mail to leads ------------------------------------------------------------------------------------
+
+
+def advice_words(advice: TeamAdvice) -> str:
+    """The advice in one paragraph of the active language (the page says the same in its own markup)."""
+    a = advice.advice
+    return _(
+        "Over %(first)s – %(last)s, at the prices of %(pool)s, reserving %(best)s GPUs would have cost least (you "
+        "reserve %(current)s): %(total)s instead of %(current_total)s, a saving of %(saving)s. The rest on elastic "
+        "GPUs: up to %(peak)s GPUs, %(gpu_hours)s GPU-hours; for %(hours)s hours the team used more than that."
+    ) % {
+        "first": date_format(advice.first_month, "YEAR_MONTH_FORMAT"),
+        "last": date_format(advice.last_month, "YEAR_MONTH_FORMAT"),
+        "pool": advice.pool.name,
+        "best": a.advised.reserved_gpus,
+        "current": a.current.reserved_gpus,
+        "total": format_money(a.advised.total),
+        "current_total": format_money(a.current.total),
+        "saving": format_money(a.saving),
+        "peak": a.advised.elastic_peak_gpus,
+        "gpu_hours": format_money(a.advised.elastic_gpu_hours, 1),
+        "hours": format_money(a.advised.hours_above_reservation, 1),
+    }
+
+
+def email_spend_summaries(*, now: datetime, base_url: str) -> int:
+    """At the start of a month: each team's leads get the reservation advice fitted on the months just ended, with
+    a link to the billing page; teams without advice (no reservation or no whole month) get nothing. Returns how
+    many e-mails were sent."""
+    from django.urls import reverse
+
+    from portal.mail import mail_leads
+
+    sent = 0
+    for team in Team.objects.order_by("slug"):
+        advice = team_advice(team=team, now=now)
+        if advice is None:
+            continue
+        link = f"{base_url.rstrip('/')}{reverse('billing:team_billing', args=[team.slug])}"
+
+        def compose(team=team, advice=advice, link=link) -> tuple[str, str]:
+            subject = _("Reservoir: reservation advice for %(team)s") % {"team": team.name}
+            spend_line = _("The team's spend: %(link)s") % {"link": link}
+            return subject, f"{advice_words(advice)}\n\n{spend_line}"
+
+        sent += mail_leads(team, compose)
+    return sent

@@ -379,6 +379,11 @@ ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", defau
 ALERT_WEBHOOK_LANGUAGE = env("ALERT_WEBHOOK_LANGUAGE", default="en")
 # Where people reach the portal (links in notifications).
 PORTAL_BASE_URL = env("RESERVOIR_BASE_URL", default="http://127.0.0.1:8000")
+# E-mail to team leads (budget alerts, the monthly spend summary): Django's backend from a URL
+# (smtp+tls://user:password@host:587, consolemail://, dummymail://); who it comes from.
+EMAIL_CONFIG = env.email_url("EMAIL_URL", default="consolemail://")
+vars().update(EMAIL_CONFIG)
+DEFAULT_FROM_EMAIL = env("RESERVOIR_EMAIL_FROM", default="reservoir@localhost")
 # The currency sign of the text a held Workload carries in the cluster ("budget for November reached: ¥X of ¥Y").
 RESERVOIR_CURRENCY_SIGN = env("RESERVOIR_CURRENCY_SIGN", default="¥")
 # Telemetry is collected at steps aligned to this many seconds; alert rules are evaluated this often.

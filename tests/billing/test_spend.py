@@ -154,3 +154,14 @@ def test_the_api_sets_the_budget_and_an_admin_lifts_it_for_a_job(client, team, l
     lifted = client.post("/api/v1/budget-lifts/", {"job": job.pk, "reason": "demo"}, content_type="application/json")
     assert lifted.status_code == 201
     assert BudgetLift.objects.get().job == job
+
+
+def test_the_monthly_email_gives_each_lead_the_advice(lead, reservation, february, frozen, mailoutbox):
+    lead.email = "leo@example.com"
+    lead.save()
+    assert spend.email_spend_summaries(now=NOW, base_url="https://portal.example.com") == 1
+    [mail] = mailoutbox
+    assert mail.subject == "Reservoir: reservation advice for Alpha"
+    assert "reserving 6 GPUs would have cost least (you reserve 4)" in mail.body
+    assert "a saving of 4,592.00" in mail.body
+    assert "https://portal.example.com/billing/teams/alpha/" in mail.body

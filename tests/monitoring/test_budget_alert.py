@@ -39,3 +39,22 @@ def test_the_alert_fires_at_80_percent_of_the_budget_and_is_sent(team, lead, pod
         "(share of this month's budget spent on the variable part ≥ 80 %)"
     )
     assert AlertNotification.objects.get(alert=alert).event == AlertState.FIRING
+
+
+def test_the_firing_budget_alert_reaches_the_leads_by_email_in_their_language(
+    team, lead, pod, elastic_pool, reservation, mailoutbox
+):
+    from portal.models import OutboxMessage
+
+    lead.email, lead.language = "leo@example.com", "zh-hans"
+    lead.save()
+    _spend(team, pod, elastic_pool, reservation)
+    billing_services.set_budget(team=team, monthly_cap=Decimal("100"), user=lead, now=NOW)
+    services.evaluate_alerts(now=NOW)
+    alert = Alert.objects.get(kind=AlertKind.BUDGET_USED)
+    assert OutboxMessage.objects.filter(task="monitoring.email_alert", args=[alert.pk]).exists()
+    assert services.email_alert(alert.pk) == 1
+    [mail] = mailoutbox
+    assert mail.to == ["leo@example.com"]
+    assert "Alpha" in mail.subject and "预算" in mail.body
+    assert "/billing/teams/alpha/" in mail.body
