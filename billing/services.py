@@ -562,13 +562,12 @@ def set_budget(*, team, monthly_cap: Decimal | None, user, now: datetime) -> Bud
             audit.record(actor=user, action="billing.remove_budget", instance=team, before=before, after=None)
             _budget_changed(projection=True)
         return None
-    created = budget is None
     budget = budget or Budget(team=team)
     budget.monthly_cap = monthly_cap.quantize(Decimal("0.01"))
     budget.updated_by = user
     budget.save()
     audit.record(actor=user, action="billing.set_budget", instance=budget, before=before, after=audit.snapshot(budget))
-    _budget_changed(projection=created)
+    _budget_changed(projection=True)  # the flavors checked follow the budget and whether it is reached
     return budget
 
 

@@ -17,9 +17,9 @@ The projection (PRODUCT.md, "What the cluster must look like"):
 - WorkloadPriorityClasses reservoir-low / normal / high carry the same values as the pods' PriorityClasses;
 - the AdmissionCheck `reservoir-budget` (controllerName `reservoir.io/budget`: the portal is its controller,
   `reconcile.budget`). A team with a budget has it on its ClusterQueue for the flavors that cost by the hour
-  (`admissionChecksStrategy` with `onFlavors` = the elastic and shared pools): a workload Kueue would admit there
-  waits until the portal says Ready, which it does while the month's variable spend is below the cap. Jobs inside
-  the reservation (reserved flavors) never wait for it.
+  (`admissionChecksStrategy` with `onFlavors` = the elastic and shared pools; every pool once its budget is
+  reached): a workload Kueue would admit there waits until the portal says Ready, which it does while the month's
+  variable spend is below the cap, and for a job inside the reservation.
 
 Every object carries `app.kubernetes.io/managed-by: reservoir`: the reconcile deletes only objects with that label.
 Fields the apiserver would default (stopPolicy, preemption.borrowWithinCohort, flavorFungibility, ...) are written
@@ -110,6 +110,7 @@ class TeamQueueSpec:
     shares: tuple[TeamPoolShare, ...] = ()
     queueing_strategy: str = STRICT_FIFO
     budget_checked: bool = False  # the team has a budget: its hourly-priced flavors wait for the budget's check
+    budget_reached: bool = False  # ... and has spent it this month: every flavor waits (overage in a reserved pool too)
 
     def share(self, pool: str) -> TeamPoolShare:
         for share in self.shares:
@@ -219,12 +220,21 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
             "withinClusterQueue": "LowerPriority",
         },
     )
-    hourly = [pool.slug for pool in flavor_order(pools) if not pool.is_reserved]
-    if team.budget_checked and hourly:  # never an empty onFlavors: that would mean every flavor
+    checked = budget_flavors(team, pools)
+    if checked:  # never an empty onFlavors: that would mean every flavor
         queue["spec"]["admissionChecksStrategy"] = {
-            "admissionChecks": [{"name": BUDGET_CHECK_NAME, "onFlavors": hourly}]
+            "admissionChecks": [{"name": BUDGET_CHECK_NAME, "onFlavors": checked}]
         }
     return queue
+
+
+def budget_flavors(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) -> list[str]:
+    """The flavors whose workloads wait for the budget's check: none without a budget; the elastic and shared pools
+    with one; every pool once the month's budget is reached, so that a job running beyond the reservation in a
+    reserved pool (overage) is held too — the controller lets one inside the reservation pass at once."""
+    if not team.budget_checked:
+        return []
+    return [pool.slug for pool in flavor_order(pools) if team.budget_reached or not pool.is_reserved]
 
 
 def render_unreserved_cluster_queue(pool: PoolFlavorSpec) -> dict:

@@ -36,7 +36,7 @@ from datetime import datetime
 from django.db import connection
 from django.utils import timezone
 
-from billing.models import Budget
+from billing.budget import budget_statuses
 from cluster import kueue as render
 from cluster import kueue_objects, resources
 from cluster.errors import ClusterError, TransientClusterError
@@ -109,7 +109,7 @@ def _reconcile_locked(state: KueueProjection) -> dict:
     version = state.desired_version
     now = timezone.now()
     KueueProjection.objects.filter(pk=state.pk).update(last_rendered_at=now)
-    pool_specs, team_specs = with_budget_checks(*desired_specs(now))
+    pool_specs, team_specs = with_budget_checks(*desired_specs(now), now)
     desired = render.render_projection(pool_specs, team_specs)
     digests = dict(state.applied_digests or {})
     outcome: dict[str, str] = {}
@@ -174,11 +174,17 @@ def _reconcile_locked(state: KueueProjection) -> dict:
     return outcome
 
 
-def with_budget_checks(pool_specs, team_specs):
-    """The teams with a budget get the budget's AdmissionCheck on their ClusterQueue (`cluster.kueue`): the budget is
-    billing's, which the domain's desired state (`pools.projection`) does not read."""
-    budgeted = set(Budget.objects.values_list("team__slug", flat=True))
-    return pool_specs, [replace(spec, budget_checked=spec.slug in budgeted) for spec in team_specs]
+def with_budget_checks(pool_specs, team_specs, now: datetime | None = None):
+    """The teams with a budget get the budget's AdmissionCheck on their ClusterQueue (`cluster.kueue`), on every
+    flavor once it is reached: the budget is billing's, which the domain's desired state (`pools.projection`) does
+    not read."""
+    statuses = budget_statuses(now=now or timezone.now())
+    slugs = dict(Team.objects.filter(pk__in=statuses).values_list("pk", "slug"))
+    reached = {slugs[team_id]: status.reached for team_id, status in statuses.items()}
+    return pool_specs, [
+        replace(spec, budget_checked=spec.slug in reached, budget_reached=reached.get(spec.slug, False))
+        for spec in team_specs
+    ]
 
 
 def _nudge_if_stuck(cluster_queue: dict, now: datetime) -> None:

@@ -164,7 +164,13 @@ def test_over_budget_the_elastic_jobs_wait_with_the_reason_and_the_reservation_k
 ):
     team = over_budget
     queue = kueue_objects.read_kueue_object("ClusterQueue", f"team-{team.slug}")
-    assert queue["spec"]["admissionChecksStrategy"]["admissionChecks"][0]["onFlavors"] == ["elastic", "inference"]
+    # Reached: every flavor waits for the check, the reserved ones too (a job inside the reservation passes at once).
+    assert queue["spec"]["admissionChecksStrategy"]["admissionChecks"][0]["onFlavors"] == [
+        "reserved-a800",
+        "training",
+        "elastic",
+        "inference",
+    ]
     assert kueue_objects.admission_check_active(kueue_objects.read_kueue_object("AdmissionCheck", BUDGET_CHECK_NAME))
 
     inside = submit(team, "reserved-a800", gpus=2, name="inside")
@@ -228,3 +234,26 @@ def state_of(job) -> str:
     from jobs.models import Job
 
     return Job.objects.get(pk=job.pk).state
+
+
+def test_over_budget_a_job_beyond_the_reservation_waits_and_one_inside_it_runs(over_budget, quick_requeue):
+    team = over_budget
+    set_quota(team, Pool.objects.get(slug="reserved-a800"), 4)  # 2 reserved + 2 it may borrow: overage
+    budget.check_budgets()  # the budget is reached: the projection checks the reserved flavor too
+    queue = kueue_objects.read_kueue_object("ClusterQueue", f"team-{team.slug}")
+    assert "reserved-a800" in queue["spec"]["admissionChecksStrategy"]["admissionChecks"][0]["onFlavors"]
+
+    inside = submit(team, "reserved-a800", gpus=2, name="inside")
+    until(lambda: state_of(inside) == JobState.RUNNING, what="the job inside the reservation", namespace=team.namespace)
+    beyond = submit(team, "reserved-a800", gpus=2, name="beyond")
+    until(
+        lambda: (
+            budget_check(workload_owned_by(team.namespace, beyond.job_name))
+            .get("message", "")
+            .startswith("budget for ")
+        ),
+        what="the overage job held with the budget's reason",
+        namespace=team.namespace,
+    )
+    assert not admitted(workload_owned_by(team.namespace, beyond.job_name))
+    assert state_of(inside) == JobState.RUNNING

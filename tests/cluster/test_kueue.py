@@ -278,3 +278,9 @@ def test_a_team_with_a_budget_waits_for_the_check_only_on_the_pools_that_cost_by
     # With reserved pools only there is nothing to check: an empty onFlavors would mean every flavor.
     only_reserved = render_team_cluster_queue(dataclasses.replace(VISION, budget_checked=True), [TRAINING, A800])
     assert "admissionChecksStrategy" not in only_reserved["spec"]
+
+
+def test_once_the_budget_is_reached_every_flavor_waits_for_the_check():
+    queue = render_team_cluster_queue(dataclasses.replace(VISION, budget_checked=True, budget_reached=True), POOLS)
+    [rule] = queue["spec"]["admissionChecksStrategy"]["admissionChecks"]
+    assert rule["onFlavors"] == ["reserved-a800", "training", "elastic", "inference"]
