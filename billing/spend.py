@@ -107,7 +107,7 @@ def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
         daily_variable=daily,
         queued=queued_cost(team=team, now=now, month_end=end),
     )
-    budget_line = forecast.fixed + budget.cap if budget is not None else None  # the bill the cap allows
+    budget_line = budget.cap if budget is not None else None
     chart = forecast_chart(forecast, daily[len(daily) - days_elapsed :], month, budget_line=budget_line)
     return TeamForecast(forecast=forecast, month=month, chart=chart)
 
@@ -120,9 +120,11 @@ WIDTH, HEIGHT, PAD = 720, 180, 30
 def forecast_chart(
     forecast: Forecast, month_days: list[Decimal], month: date, *, budget_line: Decimal | None = None
 ) -> dict:
-    top = max([forecast.high, forecast.fixed + forecast.variable_so_far, budget_line or ZERO, Decimal(1)]) * Decimal(
-        "1.05"
-    )
+    """The variable part of the month (what a lead steers; the reservation fees come on top, fixed): spent so far,
+    accumulated day by day, and the forecast's expected line and 80 % band from today to the month's end, beside the
+    budget's cap when there is one."""
+    variable_low = forecast.variable_so_far + forecast.rest_low
+    top = max([forecast.variable_high, budget_line or ZERO, Decimal(1)]) * Decimal("1.05")
     days = forecast.days_in_month
 
     def x(day: int) -> Decimal:
@@ -131,11 +133,11 @@ def forecast_chart(
     def y(amount: Decimal) -> Decimal:
         return round_half_up(HEIGHT - PAD - Fraction(amount) / Fraction(top) * (HEIGHT - 2 * PAD), 1)
 
-    spent, points = forecast.fixed, [f"{x(0)},{y(forecast.fixed)}"]
+    spent, points = ZERO, [f"{x(0)},{y(ZERO)}"]
     for index, cost in enumerate(month_days, start=1):
         spent += cost
         points.append(f"{x(index)},{y(spent)}")
-    now_x, now_y = x(forecast.days_elapsed), y(forecast.fixed + forecast.variable_so_far)
+    now_x, now_y = x(forecast.days_elapsed), y(forecast.variable_so_far)
     end_x = x(days)
     return {
         "width": WIDTH,
@@ -145,19 +147,23 @@ def forecast_chart(
         "axis_y": HEIGHT - PAD,
         "label_y": HEIGHT - 10,
         "spent_points": " ".join(points),
-        "band_points": f"{now_x},{now_y} {end_x},{y(forecast.low)} {end_x},{y(forecast.high)}",
-        "expected": {"x1": now_x, "y1": now_y, "x2": end_x, "y2": y(forecast.expected)},
+        "band_points": f"{now_x},{now_y} {end_x},{y(variable_low)} {end_x},{y(forecast.variable_high)}",
+        "expected": {"x1": now_x, "y1": now_y, "x2": end_x, "y2": y(forecast.variable_expected)},
         "top_label": format_money(top, 0),
         "top_y": PAD,
         "budget_y": y(budget_line) if budget_line is not None else None,
         "first_label": date_format(month, "MONTH_DAY_FORMAT"),
         "last_label": date_format(next_month(month) - timedelta(days=1), "MONTH_DAY_FORMAT"),
-        "title": _("Spend so far %(spent)s; month-end forecast %(expected)s (80 %% interval %(low)s – %(high)s)")
+        "title": _(
+            "Variable part so far %(spent)s; at the month's end %(expected)s (80 %% interval %(low)s – %(high)s); "
+            "the reservation fees, %(fixed)s, come on top"
+        )
         % {
-            "spent": format_money(forecast.fixed + forecast.variable_so_far),
-            "expected": format_money(forecast.expected),
-            "low": format_money(forecast.low),
-            "high": format_money(forecast.high),
+            "spent": format_money(forecast.variable_so_far),
+            "expected": format_money(forecast.variable_expected),
+            "low": format_money(variable_low),
+            "high": format_money(forecast.variable_high),
+            "fixed": format_money(forecast.fixed),
         },
     }
 
