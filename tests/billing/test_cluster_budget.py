@@ -18,6 +18,7 @@ from cluster.kueue import BUDGET_CHECK_NAME, KUEUE_GROUP, KUEUE_VERSION
 from cluster.labels import GPU_RESOURCE, LOCAL_QUEUE_NAME
 from jobs import services
 from jobs.choices import JobState
+from jobs.models import Job
 from jobs.specs import JobSpec
 from pools import services as pool_services
 from pools.models import Pool
@@ -198,6 +199,11 @@ def test_over_budget_the_elastic_jobs_wait_with_the_reason_and_the_reservation_k
         assert not admitted(workload)
         assert budget_check(workload)["message"].endswith("of ¥0.50")
     assert state_of(spilling) == JobState.QUEUED
+    # The portal's job says why in plain words, from the check's message the sync reads off its Workload.
+    wait_for(
+        lambda: "Held by the team's budget" in Job.objects.get(pk=spilling.pk).pending_reason,
+        what="the held job's reason in the portal",
+    )
 
     # An admin lifts the budget for the portal's job: it alone is let in.
     billing_services.lift_budget(job=spilling, user=admin, now=timezone.now(), reason="deadline")
