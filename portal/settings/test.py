@@ -1,4 +1,8 @@
+import hashlib
+from pathlib import Path
+
 from .base import *  # noqa: F403
+from .base import DATABASES
 from .local_cluster import LOCAL_CLUSTER_ANNOTATIONS, LOCAL_CLUSTER_STORAGE_CLASSES
 
 DEBUG = False
@@ -15,3 +19,8 @@ VOLUME_STORAGE_CLASSES = [*LOCAL_CLUSTER_STORAGE_CLASSES, "rsv-test-*"]
 # are set high so that only the tests about them meet them.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 THROTTLE_RATES = {"writes": "100000/minute", "job_submissions": "100000/minute"}
+# The test database is named after the checkout too: a test session drops a test database of the same name when it
+# starts (Django clobbers it without asking), so two checkouts on one machine (worktrees, a fresh CI clone beside a
+# developer's) sharing `test_reservoir` dropped each other's in mid-run.
+_CHECKOUT = hashlib.sha1(str(Path(__file__).resolve().parents[2]).encode()).hexdigest()[:8]  # noqa: S324 - a name
+DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{_CHECKOUT}"}
