@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone, translation
 from django.utils.translation import gettext
@@ -477,3 +477,38 @@ class JobTemplate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.team})"
+
+
+class JobQuote(models.Model):
+    """A start-time quote a queued job was given (`jobs.quote`), kept when the queue moved it: the job page shows how
+    its quote changed. `basis` holds the quote's reasons as `jobs.quote.basis_in_words` words them, in any
+    language. `estimate`, `low` and `high` are empty when the job could not start with its team's quota."""
+
+    job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="quotes")
+    at = models.DateTimeField(_("quoted at"), default=timezone.now)
+    starts_now = models.BooleanField(_("starts now"), default=False)
+    estimate = models.DateTimeField(_("expected start"), null=True, blank=True)
+    low = models.DateTimeField(_("earliest likely start"), null=True, blank=True)
+    high = models.DateTimeField(_("latest likely start"), null=True, blank=True)
+    basis = models.JSONField(_("basis"), default=list, blank=True)
+
+    class Meta:
+        verbose_name = _("start-time quote")
+        verbose_name_plural = _("start-time quotes")
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "-at"], name="jobs_quote_job_at")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(low__lte=F("estimate"), estimate__lte=F("high"))
+                | Q(estimate__isnull=True, low__isnull=True, high__isnull=True),
+                name="%(app_label)s_%(class)s_interval_holds_estimate",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.estimate} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    def as_quote(self):
+        from .quote import Quote
+
+        return Quote(starts_now=self.starts_now, estimate=self.estimate, low=self.low, high=self.high, basis=self.basis)

@@ -424,3 +424,60 @@ def note_spill_problem(*, job_id: int, error: str) -> None:
         job=_locked(job_id),
         message=Words(gettext_noop("moving to soft placement failed, will retry: %(error)s"), {"error": error}),
     )
+
+
+# --- start-time quotes: kept when the queue moves ----------------------------------------------------------------
+
+QUOTE_MOVED = timezone.timedelta(minutes=5)
+
+
+def _quote_moved(kept, quote) -> bool:
+    """Whether `quote` says something new against the last kept one: starts now or never where it did not, a job
+    more or fewer ahead, or a bound that moved by `QUOTE_MOVED` or more."""
+    if kept is None:
+        return True
+    if (kept.starts_now, kept.estimate is None) != (quote.starts_now, quote.estimate is None):
+        return True
+    ahead = [item for item in kept.basis if item.get("say") == "ahead"]
+    if ahead != [item for item in quote.basis if item.get("say") == "ahead"]:
+        return True
+    if quote.estimate is None:
+        return False
+    return any(
+        abs(new - old) >= QUOTE_MOVED
+        for new, old in ((quote.estimate, kept.estimate), (quote.low, kept.low), (quote.high, kept.high))
+    )
+
+
+def record_quotes(*, now=None) -> int:
+    """Keep a `JobQuote` for every queued job whose quote moved since the last one kept (the first one always):
+    the history on the job page. Idempotent: run again with nothing moved, it writes nothing. Answers how many it
+    wrote."""
+    from .models import JobQuote
+    from .quote import quote_queue
+    from .quote_selectors import team_queues
+
+    now = now or timezone.now()
+    team_ids = set(Job.objects.filter(state=JobState.QUEUED).values_list("team_id", flat=True).distinct())
+    quotes = {}
+    for queue in team_queues(team_ids, now=now).values():
+        quotes.update(quote_queue(queue, now=now))
+    kept = {
+        quote.job_id: quote
+        for quote in JobQuote.objects.filter(job__in=list(quotes)).order_by("job_id", "-at", "-id").distinct("job_id")
+    }
+    new = [
+        JobQuote(
+            job_id=job_id,
+            at=now,
+            starts_now=quote.starts_now,
+            estimate=quote.estimate,
+            low=quote.low,
+            high=quote.high,
+            basis=quote.basis,
+        )
+        for job_id, quote in quotes.items()
+        if _quote_moved(kept.get(job_id), quote)
+    ]
+    JobQuote.objects.bulk_create(new)
+    return len(new)

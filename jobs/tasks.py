@@ -9,3 +9,10 @@ def spill_stuck_jobs() -> list[int]:
     from .spill import spill_due_jobs
 
     return spill_due_jobs()
+
+
+@shared_task(name="jobs.record_quotes", acks_late=True)
+def record_quotes() -> int:
+    from .services import record_quotes as record
+
+    return record()
