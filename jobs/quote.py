@@ -308,3 +308,29 @@ def quote_in_words(quote: Quote, *, now: datetime | None = None) -> str:
         "low": moment_in_words(quote.low, now=now),
         "high": moment_in_words(quote.high, now=now),
     }
+
+
+@dataclass(frozen=True)
+class QuoteWords:
+    """A quote as pages and the API show it, in the active language."""
+
+    text: str
+    basis: str
+    starts_now: bool
+    never: bool
+    estimate: datetime | None
+    low: datetime | None
+    high: datetime | None
+
+
+def worded(quote: Quote, *, now: datetime | None = None) -> QuoteWords:
+    now = now or timezone.now()
+    return QuoteWords(
+        text=quote_in_words(quote, now=now),
+        basis=basis_in_words(quote.basis, now=now),
+        starts_now=quote.starts_now,
+        never=quote.never,
+        estimate=quote.estimate,
+        low=quote.low,
+        high=quote.high,
+    )

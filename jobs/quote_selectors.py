@@ -24,7 +24,7 @@ from portal.choices import QueueingStrategy
 from portal.models import Team
 
 from .choices import ADMITTED_STATES, FINAL_STATES, JobState, Placement
-from .quote import HISTORY_SIZE, Holding, Quote, RunHistory, TeamQueue, Waiting, quote_queue
+from .quote import HISTORY_SIZE, Holding, Quote, QuoteWords, RunHistory, TeamQueue, Waiting, quote_queue, worded
 from .selectors import quota_room
 from .specs import JobSpec, max_grace_seconds
 
@@ -302,3 +302,22 @@ def preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime | None
     sooner.sort(key=lambda each: (each.quote.estimate, each.price_per_hour))
     result.alternatives = sooner[:MAX_ALTERNATIVES]
     return result
+
+
+def worded_quotes(job_ids, *, shown=None, now: datetime | None = None) -> dict[int, QuoteWords]:
+    """`quotes_for` the jobs of `job_ids` (the caller has checked the viewer may see them), in the active language;
+    only those of `shown` when given (a page quotes every visible queued job's team, so that it runs the same
+    queries whichever rows it shows, and words its own rows). Two queries more than `team_queues`."""
+    from .models import Job
+
+    now = now or timezone.now()
+    job_ids = list(job_ids)
+    shown = set(job_ids if shown is None else shown)
+    jobs = Job.objects.filter(pk__in=job_ids).only("id", "team_id", "state")
+    return {job_id: worded(quote, now=now) for job_id, quote in quotes_for(jobs, now=now).items() if job_id in shown}
+
+
+def quote_history(job, *, now: datetime | None = None) -> list[tuple[datetime, QuoteWords]]:
+    """The quotes kept for `job` as its queue moved (`services.record_quotes`), oldest first, in words."""
+    now = now or timezone.now()
+    return [(kept.at, worded(kept.as_quote(), now=now)) for kept in job.quotes.order_by("at", "id")]

@@ -1,4 +1,5 @@
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from pools.api.serializers import PoolSlugField
@@ -35,6 +36,21 @@ def _grace_field(maximum: int) -> WholeNumberField:
     )
 
 
+class ExpectedStartSerializer(serializers.Serializer):
+    """A job's start-time quote (jobs/quote.py): when it is likely to start Running, with an 80-percent interval."""
+
+    starts_now = serializers.BooleanField(help_text=_("It fits at once (or Kueue has admitted it already)."))
+    estimate = serializers.DateTimeField(
+        allow_null=True, help_text=_("The likely start; null when it cannot start with its team's quota.")
+    )
+    low = serializers.DateTimeField(
+        allow_null=True, help_text=_("Where the interval holding the start with 80 percent likelihood begins.")
+    )
+    high = serializers.DateTimeField(allow_null=True, help_text=_("Where that interval ends."))
+    text = serializers.CharField(help_text=_("The quote in the reader's language."))
+    basis = serializers.CharField(help_text=_("What the quote rests on, in the reader's language."))
+
+
 class JobSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -53,6 +69,15 @@ class JobSerializer(serializers.ModelSerializer):
     borrowed_note = serializers.SerializerMethodField(
         help_text=_("In the reader's language, what `borrowed_gpus` means for the job; empty when it borrows none.")
     )
+
+    expected_start = serializers.SerializerMethodField(
+        help_text=_("When the job is likely to start Running; null once it runs or is final.")
+    )
+
+    @extend_schema_field(ExpectedStartSerializer(allow_null=True))
+    def get_expected_start(self, job):
+        quote = self.context.get("quotes", {}).get(job.pk)
+        return None if quote is None else ExpectedStartSerializer(quote).data
 
     def get_borrowed_gpus(self, job) -> int:
         return self.context.get("borrowed_gpus", {}).get(job.pk, 0)
@@ -87,6 +112,7 @@ class JobSerializer(serializers.ModelSerializer):
             "total_gpus",
             "borrowed_gpus",
             "borrowed_note",
+            "expected_start",
         ]
         read_only_fields = fields
 

@@ -15,8 +15,10 @@ from portal import outage
 from portal.api.throttles import SubmissionRateThrottle
 
 from .. import selectors, services
+from ..choices import FINAL_STATES
 from ..filters import JobFilterSet
 from ..models import Job, JobEvent
+from ..quote_selectors import worded_quotes
 from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
 
 
@@ -29,7 +31,8 @@ def _detail(job: Job) -> dict:
     job.queue_position = services.queue_position(job)
     gang = selectors.pods_of(job)
     job.pods_running, job.pod_rows = gang.running, gang.pods
-    return JobDetailSerializer(job, context={"borrowed_gpus": selectors.borrowed_gpus([job])}).data
+    context = {"borrowed_gpus": selectors.borrowed_gpus([job]), "quotes": worded_quotes([job.pk])}
+    return JobDetailSerializer(job, context=context).data
 
 
 def _committed(job: Job, status_code: int) -> Response:
@@ -75,7 +78,11 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         queryset = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(queryset)
         rows = list(page if page is not None else queryset)
-        context = {**self.get_serializer_context(), "borrowed_gpus": selectors.borrowed_gpus(rows)}
+        context = {
+            **self.get_serializer_context(),
+            "borrowed_gpus": selectors.borrowed_gpus(rows),
+            "quotes": worded_quotes(job.pk for job in rows if job.state not in FINAL_STATES),
+        }
         data = JobSerializer(rows, many=True, context=context).data
         return self.get_paginated_response(data) if page is not None else Response(data)
 
