@@ -8,6 +8,7 @@ urlpatterns = [
     path("pending/", views.pending, name="pending"),
     path("submit/", views.job_submit, name="job_submit"),
     path("submit/preview/", views.job_submit_preview, name="job_submit_preview"),
+    path("submit/take/", views.job_submit_take, name="job_submit_take"),
     path("templates/<int:pk>/delete/", views.template_delete, name="template_delete"),
     path("<int:pk>/", views.job_detail, name="job_detail"),
     path("<int:pk>/status/", views.job_status, name="job_status"),

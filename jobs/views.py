@@ -6,6 +6,7 @@ teams answers 404 for pages and fragments alike; writes go through `jobs.service
 """
 
 import logging
+from urllib.parse import parse_qsl
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -338,6 +339,27 @@ def job_submit_preview(request):
     if not request.htmx:
         context["team_data"] = usable_by_team(request.user)
     return render_page_or_partial(request, "jobs/job_submit.html", "jobs/partials/submit_preview.html", context)
+
+
+# What an alternative of the preview may change: the fields `quote_selectors.preview_quote` varies.
+TAKEABLE_FIELDS = ("gpus", "placement", "pool", "max_run_minutes")
+
+
+@login_required
+@require_POST
+@not_a_write
+def job_submit_take(request):
+    """One click on an alternative of the preview: the submit form again, as typed, with the alternative's change
+    (`take`, e.g. "placement=soft") filled in. Nothing is submitted: the researcher reviews and submits."""
+    data = request.POST.copy()
+    for name, value in parse_qsl(request.POST.get("take", "")):
+        if name in TAKEABLE_FIELDS:
+            data[name] = value
+    data.pop("take", None)
+    form = JobSubmitForm(data, user=request.user)
+    context = {"form": form, "outlook": None, "templates": selectors.templates_for(request.user)}
+    context["team_data"] = usable_by_team(request.user)
+    return render(request, "jobs/job_submit.html", context)
 
 
 @login_required

@@ -1,6 +1,7 @@
 """Where the quote is shown: the submit preview, the job's page (with how its quote moved), the pending page and
 the API's `expected_start`, in English and Chinese; other teams' rows carry none."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -108,3 +109,40 @@ def test_the_preview_quotes_the_job_before_it_is_submitted(client, researcher, f
     client.force_login(researcher)
     html = client.post(reverse("jobs:job_submit_preview"), _form(), **HTMX).content.decode()
     assert "Likely start" in html and "1 job ahead of you in your team&#x27;s queue, 4 GPUs" in html
+
+
+@pytest.fixture
+def spill(pool, team):
+    """An elastic spill pool of the train pool, where the team has quota: soft placement or the pool itself start
+    now there, at its hourly price."""
+    elastic = PoolFactory(
+        slug="burst", name="Burst", kind="elastic", contracted_gpus=None, gpus_per_node=8, max_nodes=1
+    )
+    pool.spill_pools.set([elastic])
+    QuotaFactory(team=team, pool=elastic, max_gpus=8)
+    return elastic
+
+
+def test_the_preview_offers_alternatives_that_start_sooner_with_their_price(client, researcher, full, spill):
+    full.state = JobState.CANCELLED  # nobody ahead: in a strict queue a waiting head holds back every pool
+    full.save()
+    client.force_login(researcher)
+    html = client.post(reverse("jobs:job_submit_preview"), _form(), **HTMX).content.decode()
+    assert "Starts sooner" in html
+    assert "with soft placement" in html and "in Burst" in html
+    assert "72.00 per hour" in html  # 4 GPUs at the elastic pool's 18.00 per GPU-hour
+    assert 'value="placement=soft"' in html and 'value="pool=burst"' in html
+    assert html.count("Take this") <= 3
+
+
+def test_taking_an_alternative_prefills_the_form_and_submits_nothing(client, researcher, full, spill):
+    from jobs.models import Job
+
+    client.force_login(researcher)
+    before = Job.objects.count()
+    response = client.post(reverse("jobs:job_submit_take"), {**_form(), "take": "placement=soft&team=other"})
+    html = response.content.decode()
+    assert response.status_code == 200 and Job.objects.count() == before
+    soft = re.search(r'<input[^>]*value="soft"[^>]*>', html).group(0)
+    assert "checked" in soft, soft
+    assert 'name="name" value="bert-base"' in html  # the rest as typed
