@@ -233,6 +233,10 @@ class Job(models.Model):
         indexes = [
             models.Index(fields=["team", "pool", "state"], name="jobs_job_team_pool_state"),
             models.Index(fields=["state", "-priority", "created_at"], name="jobs_job_queue_order"),
+            # A team's most recent finished jobs: the history start-time quotes are fitted on (jobs/quote_selectors.py).
+            models.Index(
+                fields=["team", "-finished_at"], name="jobs_job_team_finished", condition=Q(finished_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

@@ -169,13 +169,14 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
     run_fraction = queue.history.quantile(level)
     while left:
         still = []
-        blocked = False
-        for index in left:
+        for position, index in enumerate(left):
             job = queue.waiting[index]
-            pool = None if blocked else next((p for p in job.pools if free.get(p, 0) >= job.gpus), None)
+            pool = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None)
             if pool is None:
+                if not queue.best_effort:  # StrictFIFO: nobody passes a waiting head
+                    still.extend(left[position:])
+                    break
                 still.append(index)
-                blocked = blocked or not queue.best_effort
                 continue
             free[pool] -= job.gpus
             run.starts[index] = (moment, pool)

@@ -458,7 +458,7 @@ def record_quotes(*, now=None) -> int:
     from .quote_selectors import team_queues
 
     now = now or timezone.now()
-    team_ids = set(Job.objects.filter(state=JobState.QUEUED).values_list("team_id", flat=True).distinct())
+    team_ids = set(Job.objects.filter(state=JobState.QUEUED).values_list("team_id", flat=True).order_by().distinct())
     quotes = {}
     for queue in team_queues(team_ids, now=now).values():
         quotes.update(quote_queue(queue, now=now))
