@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 from portal import outbox
 
 from . import tasks, usage
-from .models import ClosedMonth, DailyUsage, Invoice, InvoiceLine, UsageInterval
+from .models import Budget, BudgetLift, ClosedMonth, DailyUsage, Invoice, InvoiceLine, UsageInterval
 from .periods import format_month
 
 
@@ -101,4 +101,32 @@ class DailyUsageAdmin(admin.ModelAdmin):
         return False
 
     def has_add_permission(self, request):
+        return False
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    """Read here; set on the team's billing page or `PUT /api/v1/spend/<team>/budget/` (audited, billing.services)."""
+
+    list_display = ["team", "monthly_cap", "updated_by", "updated_at"]
+    readonly_fields = ["team", "monthly_cap", "updated_by", "updated_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(BudgetLift)
+class BudgetLiftAdmin(admin.ModelAdmin):
+    """Read here; lifted with `POST /api/v1/budget-lifts/` (admins, audited, billing.services.lift_budget)."""
+
+    list_display = ["job", "month", "lifted_by", "lifted_at", "reason"]
+    list_select_related = ["job", "lifted_by"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False

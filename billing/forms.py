@@ -21,3 +21,11 @@ class MonthForm(forms.Form):
         if self.is_valid():
             return parse_month(self.cleaned_data["month"])
         return self.months[0]
+
+
+class BudgetForm(forms.Form):
+    """A team's monthly cap on the variable part; empty removes the budget."""
+
+    monthly_cap = forms.DecimalField(
+        label=_("Monthly cap on the variable part"), required=False, min_value=0, max_digits=14, decimal_places=2
+    )

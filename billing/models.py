@@ -347,3 +347,49 @@ class InvoiceLine(models.Model):
     @property
     def unit_label(self) -> str:
         return unit_label(self.unit)
+
+
+class Budget(models.Model):
+    """A team's monthly cap on the variable part of its bill: overage and spill at the pools' hourly prices (lending
+    credits do not count against it). At 80 % the money alert fires; at 100 % Kueue holds the team's jobs that would
+    add variable cost (the portal's AdmissionCheck, `reconcile.budget`) until the month ends, the cap is raised or an
+    admin lifts it for a job. Every change is audited (`billing.services.set_budget`)."""
+
+    team = models.OneToOneField(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="budget")
+    monthly_cap = models.DecimalField(_("monthly cap on the variable part"), max_digits=14, decimal_places=2)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("updated by"), on_delete=models.SET_NULL, null=True, blank=True
+    )
+
+    class Meta:
+        verbose_name = _("budget")
+        verbose_name_plural = _("budgets")
+        constraints = [
+            models.CheckConstraint(condition=Q(monthly_cap__gte=0), name="%(app_label)s_%(class)s_cap_not_negative")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} · {self.monthly_cap}"
+
+
+class BudgetLift(models.Model):
+    """An admin let one job pass its team's budget for one month (the hard stop no longer holds it)."""
+
+    job = models.ForeignKey("jobs.Job", verbose_name=_("job"), on_delete=models.CASCADE, related_name="budget_lifts")
+    month = models.DateField(_("month"))
+    lifted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("lifted by"), on_delete=models.SET_NULL, null=True, blank=True
+    )
+    lifted_at = models.DateTimeField(_("lifted at"), auto_now_add=True)
+    reason = models.CharField(_("reason"), max_length=300, blank=True)
+
+    class Meta:
+        verbose_name = _("budget lift")
+        verbose_name_plural = _("budget lifts")
+        constraints = [
+            models.UniqueConstraint(fields=["job", "month"], name="%(app_label)s_%(class)s_one_per_job_and_month")
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} · {self.month:%Y-%m}"

@@ -27,3 +27,13 @@ def close_month(month: str, user_id: int | None = None) -> dict:
     user = User.objects.filter(pk=user_id).first() if user_id else None
     result = services.close_month(month=parsed, now=timezone.now(), user=user)
     return {"month": format_month(result.month), "closed_now": result.closed_now, "invoices": result.invoices}
+
+
+@shared_task(name="billing.email_spend_summaries", acks_late=True)
+def email_spend_summaries() -> int:
+    """Monthly (beat.py): the reservation advice to every team's leads by e-mail."""
+    from django.conf import settings
+
+    from . import spend
+
+    return spend.email_spend_summaries(now=timezone.now(), base_url=settings.PORTAL_BASE_URL)

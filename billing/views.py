@@ -8,18 +8,22 @@ import csv
 import json
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.http import require_POST
 
 from portal.htmx import render_page_or_partial
 from portal.models import Team
 
-from . import selectors
-from .forms import MonthForm
+from . import selectors, services, spend
+from .budget import describe, team_budget
+from .forms import BudgetForm, MonthForm
 from .models import Invoice
-from .periods import format_month, parse_month
+from .periods import format_month, month_of, parse_month
 
 
 def _led_team(request, slug: str) -> Team:
@@ -41,13 +45,11 @@ def billing_home(request):
     return redirect("billing:team_billing", slug=team.slug)
 
 
-@login_required
-def team_billing(request, slug: str):
-    team = _led_team(request, slug)
-    now = timezone.now()
-    form = MonthForm(request.GET or None, months=selectors.months_for(team, now=now))
+def _page_context(request, team: Team, now, *, month_query=None, budget_form=None) -> dict:
+    form = MonthForm(month_query or None, months=selectors.months_for(team, now=now))
     month = form.chosen()
-    context = {
+    return {
+        "spend": _spend(team, now, budget_form=budget_form) if month == month_of(now) else None,
         "team": team,
         "teams": Team.objects.led_by(request.user).order_by("name"),
         "form": form,
@@ -56,7 +58,43 @@ def team_billing(request, slug: str):
         "report": selectors.team_month(team=team, month=month, now=now),
         "closed_invoices": selectors.closed_invoices(team),
     }
+
+
+@login_required
+def team_billing(request, slug: str):
+    team = _led_team(request, slug)
+    context = _page_context(request, team, timezone.now(), month_query=request.GET)
     return render_page_or_partial(request, "billing/team_billing.html", "billing/partials/team_month.html", context)
+
+
+def _spend(team: Team, now, *, budget_form=None) -> dict:
+    """The current month's forecast, the budget and the reservation advice, for the page."""
+    status = team_budget(team=team, now=now)
+    forecast = spend.team_forecast(team=team, now=now, budget=status)
+    return {
+        "forecast": forecast,
+        "advice": spend.team_advice(team=team, now=now),
+        "budget": describe(status) if status else None,
+        "budget_form": budget_form or BudgetForm(initial={"monthly_cap": status.cap if status else None}),
+    }
+
+
+@login_required
+@require_POST
+def team_budget_set(request, slug: str):
+    """A lead (or an admin) sets or removes the team's monthly cap on the variable part; audited."""
+    team = _led_team(request, slug)
+    now = timezone.now()
+    form = BudgetForm(request.POST)
+    if form.is_valid():
+        try:
+            services.set_budget(team=team, monthly_cap=form.cleaned_data["monthly_cap"], user=request.user, now=now)
+        except ValidationError as error:
+            form.add_error(None, error)
+    if form.errors:
+        context = _page_context(request, team, now, budget_form=form)
+        return render(request, "billing/team_billing.html", context, status=400)
+    return redirect(f"{reverse('billing:team_billing', args=[team.slug])}#budget")
 
 
 def _export(team: Team, month) -> dict:

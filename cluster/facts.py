@@ -19,6 +19,7 @@ from datetime import datetime
 
 from django.utils.dateparse import parse_datetime
 
+from .kueue import BUDGET_CHECK_NAME
 from .labels import GPU_RESOURCE, LABEL_JOB_ID, USAGE_FINALIZER
 
 
@@ -304,6 +305,17 @@ def workload_facts(workload: dict) -> WorkloadFacts:
     if not admitted:
         waiting = conditions.get("QuotaReserved") if not quota_reserved else conditions.get("Admitted")
         message = (waiting or {}).get("message") or ""
+        # Held by the portal's budget check: its own words say why, not Kueue's "admission check is false".
+        held = next(
+            (
+                check.get("message") or ""
+                for check in status.get("admissionChecks") or []
+                if check.get("name") == BUDGET_CHECK_NAME and check.get("state") in ("Pending", "Retry")
+            ),
+            "",
+        )
+        if held.startswith("budget for "):
+            message = held
     # The Evicted condition keeps the reason and message of the last eviction after the workload is requeued
     # (status False): the portal reads them when it sees an admitted job go back to the queue.
     evicted = conditions.get("Evicted") or {}

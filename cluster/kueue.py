@@ -14,7 +14,12 @@ The projection (PRODUCT.md, "What the cluster must look like"):
   it holds the GPUs nobody reserved and lends them all. A team's quota above its reservation is borrowed from it and
   from the lending teams of the pool, so the teams of a pool together never hold more than the pool has;
 - every team namespace has a LocalQueue `reservoir` pointing at the team's ClusterQueue;
-- WorkloadPriorityClasses reservoir-low / normal / high carry the same values as the pods' PriorityClasses.
+- WorkloadPriorityClasses reservoir-low / normal / high carry the same values as the pods' PriorityClasses;
+- the AdmissionCheck `reservoir-budget` (controllerName `reservoir.io/budget`: the portal is its controller,
+  `reconcile.budget`). A team with a budget has it on its ClusterQueue for the flavors that cost by the hour
+  (`admissionChecksStrategy` with `onFlavors` = the elastic and shared pools; every pool once its budget is
+  reached): a workload Kueue would admit there waits until the portal says Ready, which it does while the month's
+  variable spend is below the cap, and for a job inside the reservation.
 
 Every object carries `app.kubernetes.io/managed-by: reservoir`: the reconcile deletes only objects with that label.
 Fields the apiserver would default (stopPolicy, preemption.borrowWithinCohort, flavorFungibility, ...) are written
@@ -50,11 +55,15 @@ RESERVED_KIND = "reserved"
 MAX_FLAVORS_PER_GROUP = 64
 MAX_FLAVOR_NODE_LABELS = 8
 MAX_FLAVOR_TOLERATIONS = 8
+# The portal's own AdmissionCheck: the budget's hard stop (reconcile/budget.py is its controller).
+BUDGET_CHECK_NAME = "reservoir-budget"
+BUDGET_CONTROLLER_NAME = "reservoir.io/budget"
 
 # Kind, plural and whether namespaced, for every kind rendered here (the apply order is the order of KINDS).
 KINDS = {
     "ResourceFlavor": ("resourceflavors", False),
     "WorkloadPriorityClass": ("workloadpriorityclasses", False),
+    "AdmissionCheck": ("admissionchecks", False),
     "ClusterQueue": ("clusterqueues", False),
     "LocalQueue": ("localqueues", True),
 }
@@ -100,6 +109,8 @@ class TeamQueueSpec:
     memory_mib: int
     shares: tuple[TeamPoolShare, ...] = ()
     queueing_strategy: str = STRICT_FIFO
+    budget_checked: bool = False  # the team has a budget: its hourly-priced flavors wait for the budget's check
+    budget_reached: bool = False  # ... and has spent it this month: every flavor waits (overage in a reserved pool too)
 
     def share(self, pool: str) -> TeamPoolShare:
         for share in self.shares:
@@ -197,7 +208,7 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
         flavors.append(
             _flavor_quotas(pool.slug, gpus, borrowing, lending, cpu if has_gpus else "0", memory if has_gpus else "0")
         )
-    return _cluster_queue(
+    queue = _cluster_queue(
         name=cluster_queue_name(team.slug),
         labels=_labels(**{LABEL_TEAM: team.slug}),
         namespace_selector={"matchLabels": {NAMESPACE_NAME_LABEL: team.namespace}},
@@ -209,6 +220,21 @@ def render_team_cluster_queue(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) 
             "withinClusterQueue": "LowerPriority",
         },
     )
+    checked = budget_flavors(team, pools)
+    if checked:  # never an empty onFlavors: that would mean every flavor
+        queue["spec"]["admissionChecksStrategy"] = {
+            "admissionChecks": [{"name": BUDGET_CHECK_NAME, "onFlavors": checked}]
+        }
+    return queue
+
+
+def budget_flavors(team: TeamQueueSpec, pools: list[PoolFlavorSpec]) -> list[str]:
+    """The flavors whose workloads wait for the budget's check: none without a budget; the elastic and shared pools
+    with one; every pool once the month's budget is reached, so that a job running beyond the reservation in a
+    reserved pool (overage) is held too — the controller lets one inside the reservation pass at once."""
+    if not team.budget_checked:
+        return []
+    return [pool.slug for pool in flavor_order(pools) if team.budget_reached or not pool.is_reserved]
 
 
 def render_unreserved_cluster_queue(pool: PoolFlavorSpec) -> dict:
@@ -290,6 +316,17 @@ def render_workload_priority_classes() -> list[dict]:
     ]
 
 
+def render_budget_admission_check() -> dict:
+    """The budget's AdmissionCheck. Kueue counts a ClusterQueue that names it as inactive until its controller (the
+    portal) marks it Active (`cluster.kueue_objects.mark_admission_check_active`, right after every apply)."""
+    return {
+        "apiVersion": KUEUE_API_VERSION,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": BUDGET_CHECK_NAME, "labels": _labels()},
+        "spec": {"controllerName": BUDGET_CONTROLLER_NAME},
+    }
+
+
 def check_limits(pools: list[PoolFlavorSpec]) -> list[str]:
     """What Kueue would refuse in this set of pools, in words (empty when all is well)."""
     problems = []
@@ -304,10 +341,12 @@ def check_limits(pools: list[PoolFlavorSpec]) -> list[str]:
 
 
 def render_projection(pools: list[PoolFlavorSpec], teams: list[TeamQueueSpec]) -> list[dict]:
-    """Every object of the projection, in apply order: flavors, priority classes, cluster queues, local queues."""
+    """Every object of the projection, in apply order: flavors, priority classes, the budget's admission check,
+    cluster queues, local queues."""
     ordered_pools = flavor_order(pools)
     objects = [render_resource_flavor(pool) for pool in ordered_pools]
     objects += render_workload_priority_classes()
+    objects.append(render_budget_admission_check())
     ordered_teams = sorted(teams, key=lambda team: team.slug)
     objects += [render_team_cluster_queue(team, ordered_pools) for team in ordered_teams]
     objects += [render_unreserved_cluster_queue(pool) for pool in ordered_pools]

@@ -211,3 +211,71 @@ def _wait_gone(kind: str, name: str, namespace: str | None, *, timeout: float = 
         if time.monotonic() > deadline:
             raise TransientClusterError(f"{kind} {name} is still being deleted")
         time.sleep(0.2)
+
+
+# --- the budget's AdmissionCheck: the portal is its controller ----------------------------------------------------
+
+
+def mark_admission_check_active(name: str, *, at: str) -> bool:
+    """Set the AdmissionCheck's `Active` condition to True (its controller, the portal, answers for it): until then
+    Kueue counts every ClusterQueue that names the check as inactive. False when the check is gone."""
+    api = client.custom_objects()
+    body = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "Active",
+                    "status": "True",
+                    "reason": "Active",
+                    "message": "The portal's budget controller answers this check",
+                    "lastTransitionTime": at,
+                }
+            ]
+        }
+    }
+    try:
+        with_retries(
+            lambda: api.patch_cluster_custom_object_status(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", name, body)
+        )
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True
+
+
+def admission_check_active(obj: dict) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Active" and c.get("status") == "True" for c in conditions)
+
+
+def list_workloads() -> list[dict]:
+    """Every Workload of the cluster (all namespaces)."""
+    api = client.custom_objects()
+    result = with_retries(lambda: api.list_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, "workloads"))
+    return list(result.get("items") or [])
+
+
+def set_workload_check_state(workload: dict, check: dict) -> bool:
+    """Write `check` (name, state, message, lastTransitionTime, maybe requeueAfterSeconds) into the Workload's
+    `status.admissionChecks`, the other checks as they are. Optimistic: the patch carries the resourceVersion read,
+    so a Workload Kueue wrote meanwhile answers 409 and False is returned (the next round reads it again); False too
+    when it is gone."""
+    metadata = workload["metadata"]
+    checks = [c for c in (workload.get("status") or {}).get("admissionChecks") or [] if c["name"] != check["name"]]
+    body = {
+        "metadata": {"resourceVersion": metadata["resourceVersion"]},
+        "status": {"admissionChecks": [*checks, check]},
+    }
+    api = client.custom_objects()
+    try:
+        with_retries(
+            lambda: api.patch_namespaced_custom_object_status(
+                KUEUE_GROUP, KUEUE_VERSION, metadata["namespace"], "workloads", metadata["name"], body
+            )
+        )
+    except Exception as error:
+        if _is(404, error) or _is(409, error):
+            return False
+        raise
+    return True

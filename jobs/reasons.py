@@ -14,7 +14,9 @@ as what the cluster says.
 """
 
 import re
+from datetime import date, datetime
 
+from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext, pgettext
 
@@ -132,6 +134,8 @@ _MAXIMUM = re.compile(
 )
 _NO_AFFINITY = re.compile(r"flavor (?P<flavor>[^\s,]+) doesn't match node affinity")
 _PREEMPTING = re.compile(r"Pending the preemption of (?P<n>\d+) workload")
+# The portal's own AdmissionCheck holding a job (reconcile/budget.py `BudgetStatus.held_message`).
+_BUDGET = re.compile(r"budget for (?P<month>[A-Z][a-z]+) reached: (?P<spent>\S+) of (?P<cap>\S+)")
 _INACTIVE = re.compile(r"ClusterQueue (?P<queue>\S+) (is inactive|not found)")
 
 
@@ -177,6 +181,16 @@ def kueue_reason(message: str, pool_names: dict[str, str] | None = None) -> str:
                 int(preempting["n"]),
             )
             % {"n": int(preempting["n"])}
+        )
+    budget = _BUDGET.search(message)
+    if budget:
+        month = datetime.strptime(budget["month"], "%B").month
+        sentences.append(
+            _(
+                "Held by the team's budget: the variable spend of %(month)s has reached %(spent)s of %(cap)s. It "
+                "starts when an admin raises the cap or lets it pass, or next month."
+            )
+            % {"month": date_format(date(2000, month, 1), "F"), "spent": budget["spent"], "cap": budget["cap"]}
         )
     inactive = _INACTIVE.search(message)
     if inactive:

@@ -36,6 +36,7 @@ class AlertKind(models.TextChoices):
     RESERVATION_WASTED = "reservation_wasted", _("Reservation idle while the team spills")
     RESERVATION_NOT_LENT = "reservation_not_lent", _("Reservation idle, not lent, while others wait")
     CAPACITY_MISSING = "capacity_missing", _("Paid GPUs missing")
+    BUDGET_USED = "budget_used", _("Budget for the variable spend nearly used")
 
 
 class NotificationStatus(models.TextChoices):

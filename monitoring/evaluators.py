@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db.models import Count, Q, Sum
 from django.utils.translation import gettext_noop
 
+from billing.budget import budget_statuses
 from billing.models import DailyUsage
 from billing.periods import month_of
 from jobs.choices import JobState
@@ -237,6 +238,24 @@ def capacity_missing(now: datetime) -> list[Observation]:
     ]
 
 
+def budget_used(now: datetime) -> list[Observation]:
+    """Per team with a budget: the share of this month's cap its variable part (overage and spill) has spent
+    (`billing.budget`). At 100 % the cluster holds its jobs that would spend more (reconcile/budget.py)."""
+    statuses = budget_statuses(now=now)
+    names = dict(Team.objects.filter(pk__in=statuses).values_list("pk", "name"))
+    slugs = dict(Team.objects.filter(pk__in=statuses).values_list("pk", "slug"))
+    return [
+        Observation(
+            AlertKind.BUDGET_USED,
+            f"budget:{slugs[team_id]}",
+            Words(gettext_noop("budget of team %(team)s"), {"team": names[team_id]}),
+            float(status.used_percent),
+            team_id=team_id,
+        )
+        for team_id, status in statuses.items()
+    ]
+
+
 def observe_all(now: datetime) -> dict[str, list[Observation] | None]:
     """Every kind's observations at `now` (None for a kind whose data is unknown)."""
     run = latest_ok_run(now)
@@ -256,4 +275,5 @@ def observe_all(now: datetime) -> dict[str, list[Observation] | None]:
         AlertKind.RESERVATION_WASTED: reservation_wasted(now),
         AlertKind.RESERVATION_NOT_LENT: reservation_not_lent(now),
         AlertKind.CAPACITY_MISSING: capacity_missing(now),
+        AlertKind.BUDGET_USED: budget_used(now),
     }

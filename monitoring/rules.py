@@ -24,6 +24,8 @@ from .choices import AlertKind, AlertState, Severity
 
 ABOVE = "above"
 BELOW = "below"
+AT_LEAST = "at_least"  # reached: the threshold itself counts (a budget 80 % used)
+SIGNS = {ABOVE: ">", BELOW: "<", AT_LEAST: "≥"}
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class RuleDefault:
             gettext_noop("%(meaning)s %(sign)s %(threshold)s%(unit)s"),
             {
                 "meaning": Words(self.meaning_id),
-                "sign": ">" if self.comparison == ABOVE else "<",
+                "sign": SIGNS[self.comparison],
                 "threshold": f"{Decimal(str(threshold)).normalize():f}",
                 "unit": Words(self.unit_id),
             },
@@ -119,6 +121,14 @@ DEFAULT_RULES: dict[str, RuleDefault] = {
         Severity.WARNING,
         gettext_noop("reserved GPUs idle and not lent while other teams' jobs wait"),
     ),
+    AlertKind.BUDGET_USED: RuleDefault(
+        Decimal(80),
+        0,
+        AT_LEAST,
+        " %",
+        Severity.WARNING,
+        gettext_noop("share of this month's budget spent on the variable part"),
+    ),
     AlertKind.CAPACITY_MISSING: RuleDefault(
         Decimal(0),
         5 * MINUTE,
@@ -147,6 +157,8 @@ class EffectiveRule:
 
     def breached(self, value: float) -> bool:
         threshold = float(self.threshold)
+        if self.default.comparison == AT_LEAST:
+            return value >= threshold
         return value > threshold if self.default.comparison == ABOVE else value < threshold
 
     def describe(self) -> str:

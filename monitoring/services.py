@@ -14,11 +14,14 @@ from decimal import Decimal
 import urllib3
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone, translation
+from django.utils.translation import gettext
 
 from portal import audit, outbox
+from portal.mail import mail_leads
 
-from .choices import OPEN_STATES, AlertState, NotificationStatus
+from .choices import OPEN_STATES, AlertKind, AlertState, NotificationStatus
 from .evaluators import observe_all
 from .models import Alert, AlertNotification, AlertRule
 from .rules import DEFAULT_RULES, Action, RuleBook, decide
@@ -119,7 +122,15 @@ def _resolve(alert: Alert, now: datetime, *, value: float) -> None:
     alert.save(update_fields=["state", "resolved_at", "value", "last_evaluated_at"])
 
 
+# The money alerts of a team also go to its leads by e-mail when they fire (`email_alert`).
+EMAILED_KINDS = frozenset(
+    {AlertKind.BUDGET_USED, AlertKind.RESERVATION_WASTED, AlertKind.RESERVATION_NOT_LENT, AlertKind.SPILL_RATIO}
+)
+
+
 def _queue_notification(alert: Alert, event: str) -> None:
+    if event == AlertState.FIRING and alert.team_id and alert.kind in EMAILED_KINDS:
+        outbox.send("monitoring.email_alert", alert.pk)
     if not settings.ALERT_WEBHOOK_URL:
         AlertNotification.objects.get_or_create(
             alert=alert, event=event, defaults={"status": NotificationStatus.SKIPPED}
@@ -128,6 +139,25 @@ def _queue_notification(alert: Alert, event: str) -> None:
     notification, created = AlertNotification.objects.get_or_create(alert=alert, event=event)
     if created:
         outbox.send("monitoring.send_alert_notification", notification.pk)
+
+
+def email_alert(alert_id: int) -> int:
+    """E-mail a firing money alert to its team's leads, each in their language; how many were sent (0 when the
+    alert is gone or no longer firing: a late retry sends nothing stale)."""
+    alert = Alert.objects.select_related("team").filter(pk=alert_id, state=AlertState.FIRING).first()
+    if alert is None or alert.team is None:
+        return 0
+    link = f"{settings.PORTAL_BASE_URL.rstrip('/')}{reverse('billing:team_billing', args=[alert.team.slug])}"
+
+    def compose() -> tuple[str, str]:
+        subject = gettext("Reservoir alert: %(kind)s (%(team)s)") % {
+            "kind": alert.get_kind_display(),
+            "team": alert.team.name,
+        }
+        body = "\n\n".join([str(alert.summary_in_words), gettext("The team's spend: %(link)s") % {"link": link}])
+        return subject, body
+
+    return mail_leads(alert.team, compose)
 
 
 def webhook_payload(alert: Alert, event: str) -> dict:

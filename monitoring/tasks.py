@@ -43,6 +43,12 @@ def send_alert_notification(self, notification_id: int) -> str:
     return services.deliver_notification(notification_id, final_attempt=final)
 
 
+@shared_task(name="monitoring.email_alert", acks_late=True)
+def email_alert(alert_id: int) -> int:
+    """E-mail a firing money alert to its team's leads (monitoring.services.email_alert)."""
+    return services.email_alert(alert_id)
+
+
 @shared_task(name="monitoring.prune_telemetry", acks_late=True, ignore_result=True)
 def prune_telemetry() -> int:
     return telemetry.prune()

@@ -30,11 +30,13 @@ The desired state is read by `pools.projection` (`desired_specs`); whether it is
 import hashlib
 import json
 import logging
+from dataclasses import replace
 from datetime import datetime
 
 from django.db import connection
 from django.utils import timezone
 
+from billing.budget import budget_statuses
 from cluster import kueue as render
 from cluster import kueue_objects, resources
 from cluster.errors import ClusterError, TransientClusterError
@@ -107,7 +109,7 @@ def _reconcile_locked(state: KueueProjection) -> dict:
     version = state.desired_version
     now = timezone.now()
     KueueProjection.objects.filter(pk=state.pk).update(last_rendered_at=now)
-    pool_specs, team_specs = desired_specs(now)
+    pool_specs, team_specs = with_budget_checks(*desired_specs(now), now)
     desired = render.render_projection(pool_specs, team_specs)
     digests = dict(state.applied_digests or {})
     outcome: dict[str, str] = {}
@@ -124,6 +126,13 @@ def _reconcile_locked(state: KueueProjection) -> dict:
                 outcome[key] = _apply(
                     manifest, existing.get(key), digests, _audit_instance(manifest, pools, teams, state)
                 )
+                if manifest["kind"] == "AdmissionCheck" and not kueue_objects.admission_check_active(
+                    existing.get(key) or {}
+                ):
+                    # The portal is the check's controller: Active at once, or the queues naming it stop admitting.
+                    kueue_objects.mark_admission_check_active(
+                        manifest["metadata"]["name"], at=now.strftime("%Y-%m-%dT%H:%M:%SZ")
+                    )
             except TransientClusterError:
                 raise
             except ClusterError as error:
@@ -163,6 +172,19 @@ def _reconcile_locked(state: KueueProjection) -> dict:
         rendered_at=now, last_error="", last_checked_at=finished, applied_digests=digests
     )
     return outcome
+
+
+def with_budget_checks(pool_specs, team_specs, now: datetime | None = None):
+    """The teams with a budget get the budget's AdmissionCheck on their ClusterQueue (`cluster.kueue`), on every
+    flavor once it is reached: the budget is billing's, which the domain's desired state (`pools.projection`) does
+    not read."""
+    statuses = budget_statuses(now=now or timezone.now())
+    slugs = dict(Team.objects.filter(pk__in=statuses).values_list("pk", "slug"))
+    reached = {slugs[team_id]: status.reached for team_id, status in statuses.items()}
+    return pool_specs, [
+        replace(spec, budget_checked=spec.slug in reached, budget_reached=reached.get(spec.slug, False))
+        for spec in team_specs
+    ]
 
 
 def _nudge_if_stuck(cluster_queue: dict, now: datetime) -> None:

@@ -20,7 +20,7 @@ from portal.models import Team
 from portal.retry import ClusterTask
 from teamdata.models import TeamVolume
 
-from . import jobs, kueue, namespaces, taints, volumes
+from . import budget, jobs, kueue, namespaces, taints, volumes
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,14 @@ def reconcile_kueue_at_reservation_boundary() -> dict | None:
     with single_attempt():
         outcome = kueue.reconcile_at_reservation_boundary()
     return None if outcome is None else kueue.summary(outcome)
+
+
+@shared_task(name="billing.check_budgets", acks_late=True)
+def check_budgets() -> dict:
+    """Frequent: the controller of the budget's AdmissionCheck (reconcile/budget.py) answers the Workloads waiting for
+    it. Its next run is its retry."""
+    with single_attempt():
+        return budget.check_budgets()
 
 
 # --- jobs --------------------------------------------------------------------------------------------------------

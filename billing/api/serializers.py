@@ -60,3 +60,12 @@ class InvoiceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Invoice
         fields = ["id", "team", "month", "status", "total", "metered_until", "closed_at", "lines"]
+
+
+class BudgetSerializer(serializers.Serializer):
+    monthly_cap = serializers.DecimalField(max_digits=14, decimal_places=2, min_value=0, allow_null=True)
+
+
+class BudgetLiftSerializer(serializers.Serializer):
+    job = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(max_length=300, required=False, allow_blank=True)

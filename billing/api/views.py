@@ -1,22 +1,27 @@
 """Read-only billing API: monthly usage from the rollups and invoices, scoped to the teams a user leads."""
 
 import django_filters
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import viewsets
+from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
+from jobs.models import Job
 from portal.models import Team
 
-from .. import selectors
+from .. import selectors, services, spend
+from ..budget import describe, team_budget
 from ..choices import InvoiceStatus
-from ..models import Invoice
+from ..models import BudgetLift, Invoice
 from ..periods import month_of, parse_month
-from .serializers import InvoiceSerializer, UsageSerializer
+from .serializers import BudgetLiftSerializer, BudgetSerializer, InvoiceSerializer, UsageSerializer
 
 MONTH_PARAMETER = OpenApiParameter(
     "month",
@@ -83,3 +88,61 @@ class InvoiceViewSet(viewsets.ReadOnlyModelViewSet):
             .prefetch_related("lines__pool")
             .order_by("-month", "team__slug")
         )
+
+
+class SpendViewSet(viewsets.ViewSet):
+    api_description = gettext_lazy(
+        "The current month's forecast bill with its 80-percent interval, and the reservation size that would have cost "
+        "least over the last whole months, per team the user leads."
+    )
+
+    lookup_field = "slug"
+    lookup_value_regex = r"[a-z0-9-]+"
+
+    @extend_schema(operation_id="spend_retrieve", responses=OpenApiTypes.OBJECT)
+    def retrieve(self, request, slug=None):
+        team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
+        now = timezone.now()
+        data = spend.as_data(spend.team_forecast(team=team, now=now), spend.team_advice(team=team, now=now))
+        status = team_budget(team=team, now=now)
+        budget = {k: v for k, v in describe(status).items() if not k.endswith("_text")} if status else None
+        return Response({"team": team.slug, **data, "budget": budget})
+
+    @extend_schema(operation_id="spend_budget_set", request=BudgetSerializer, responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["put"])
+    def budget(self, request, slug=None):
+        """Set the team's monthly cap on the variable part (`null` removes it); a lead or an admin, audited. Once the
+        month's spend reached it, only an admin may raise or remove it."""
+        team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
+        serializer = BudgetSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            services.set_budget(
+                team=team, monthly_cap=serializer.validated_data["monthly_cap"], user=request.user, now=timezone.now()
+            )
+        except DjangoValidationError as error:
+            raise ValidationError(error.messages) from error
+        status = team_budget(team=team, now=timezone.now())
+        return Response({"team": team.slug, "monthly_cap": status.cap if status else None})
+
+
+class BudgetLiftViewSet(viewsets.GenericViewSet, mixins.CreateModelMixin):
+    api_description = gettext_lazy(
+        "Platform admins let one job pass its team's budget for the rest of the month (audited)."
+    )
+
+    serializer_class = BudgetLiftSerializer
+
+    def get_queryset(self):
+        return BudgetLift.objects.none()
+
+    def create(self, request):
+        if not request.user.is_admin:
+            raise Http404("platform admins only")
+        serializer = BudgetLiftSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        job = get_object_or_404(Job, pk=serializer.validated_data["job"])
+        lift = services.lift_budget(
+            job=job, user=request.user, now=timezone.now(), reason=serializer.validated_data.get("reason", "")
+        )
+        return Response({"job": job.pk, "month": f"{lift.month:%Y-%m}", "reason": lift.reason}, status=201)

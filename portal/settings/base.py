@@ -308,6 +308,7 @@ CELERY_TASK_ROUTES = {
     "jobs.*": {"queue": "cluster"},
     "pools.*": {"queue": "cluster"},
     "teamdata.*": {"queue": "cluster"},
+    "billing.check_budgets": {"queue": "cluster"},  # the budget's AdmissionCheck: cluster I/O (reconcile/budget.py)
     "billing.*": {"queue": "billing"},
 }
 CELERY_BEAT_SCHEDULE: dict = {}  # filled by each app's beat.py (see portal/celery.py)
@@ -385,6 +386,13 @@ ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", defau
 ALERT_WEBHOOK_LANGUAGE = env("ALERT_WEBHOOK_LANGUAGE", default="en")
 # Where people reach the portal (links in notifications).
 PORTAL_BASE_URL = env("RESERVOIR_BASE_URL", default="http://127.0.0.1:8000")
+# E-mail to team leads (budget alerts, the monthly spend summary): Django's backend from a URL
+# (smtp+tls://user:password@host:587, consolemail://, dummymail://); who it comes from.
+EMAIL_CONFIG = env.email_url("EMAIL_URL", default="consolemail://")
+vars().update(EMAIL_CONFIG)
+DEFAULT_FROM_EMAIL = env("RESERVOIR_EMAIL_FROM", default="reservoir@localhost")
+# The currency sign of the text a held Workload carries in the cluster ("budget for November reached: ¥X of ¥Y").
+RESERVOIR_CURRENCY_SIGN = env("RESERVOIR_CURRENCY_SIGN", default="¥")
 # Telemetry is collected at steps aligned to this many seconds; alert rules are evaluated this often.
 MONITORING_STEP_SECONDS = env.int("RESERVOIR_MONITORING_STEP_SECONDS", default=60)
 MONITORING_EVALUATION_SECONDS = env.int("RESERVOIR_ALERT_EVALUATION_SECONDS", default=30)

@@ -215,6 +215,21 @@ MATRIX = [
     ),
     ("job cancel", "post", lambda w: f"/api/v1/jobs/{_alpha_job(w)}/cancel/", None, members(202)),
     ("usage of alpha", "get", lambda w: "/api/v1/usage/alpha/", None, {**members(200), RESEARCHER: 404}),
+    ("spend of alpha", "get", lambda w: "/api/v1/spend/alpha/", None, {**members(200), RESEARCHER: 404}),
+    (
+        "budget of alpha",
+        "put",
+        lambda w: "/api/v1/spend/alpha/budget/",
+        lambda w: {"monthly_cap": "100000.00"},
+        {**members(200), RESEARCHER: 404},
+    ),
+    (
+        "budget lift",
+        "post",
+        lambda w: "/api/v1/budget-lifts/",
+        lambda w: {"job": _alpha_job(w), "reason": "deadline"},
+        hidden_from_non_admins(201),
+    ),
     ("invoices list", "get", lambda w: "/api/v1/invoices/", None, everyone(200)),
     ("tokens list", "get", lambda w: "/api/v1/tokens/", None, hidden_from_non_admins(200)),
     (

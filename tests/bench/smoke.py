@@ -31,6 +31,7 @@ SMOKE_ARGS = {
     "admission": "--nodes 4 --teams 2 --jobs 6 --run-seconds 2 --workers 1 --worker-threads 2 --submitters 2 "
     "--timeout 240",
     "exchange": "--day-seconds 12 --reserved-nodes 1 --elastic-nodes 1 --drain-timeout 90",
+    "spend": "--teams-per-shape 1",
     "faults": "--burst 4 --rate 1 --fault-at 1 --runs-for 1s --outage 1 --converge-timeout 90",
 }
 ON_SHARED_CLUSTER = {"cluster_idle", "sync", "admission", "exchange", "faults"}

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from cluster.facts import job_facts, node_facts, pod_facts
+from cluster.facts import job_facts, node_facts, pod_facts, workload_facts
 
 
 def at(text: str) -> datetime:
@@ -164,3 +164,24 @@ def test_a_pod_without_the_portals_finalizer_is_never_released():
     raw["metadata"]["finalizers"] = ["batch.kubernetes.io/job-tracking"]
     facts = pod_facts(raw)
     assert facts.usage_final and not facts.held_for_usage and not facts.releasable
+
+
+def test_a_workload_held_by_the_budget_says_so_rather_than_kueues_admission_check_words():
+    held = workload_facts(
+        {
+            "metadata": {"uid": "w1", "namespace": "team-a", "name": "job-rsv-7-x"},
+            "status": {
+                "conditions": [
+                    {"type": "QuotaReserved", "status": "False", "message": "At least one admission check is false"}
+                ],
+                "admissionChecks": [
+                    {
+                        "name": "reservoir-budget",
+                        "state": "Pending",
+                        "message": "budget for May reached: ¥9.00 of ¥5.00",
+                    }
+                ],
+            },
+        }
+    )
+    assert held.message == "budget for May reached: ¥9.00 of ¥5.00"

@@ -5,11 +5,14 @@ import re
 
 from cluster.kueue import (
     BEST_EFFORT_FIFO,
+    BUDGET_CHECK_NAME,
+    BUDGET_CONTROLLER_NAME,
     COHORT,
     PoolFlavorSpec,
     TeamPoolShare,
     TeamQueueSpec,
     object_key,
+    render_budget_admission_check,
     render_local_queue,
     render_projection,
     render_resource_flavor,
@@ -244,7 +247,13 @@ def test_workload_priorities_match_the_pod_priority_classes_which_never_preempt(
 def test_the_projection_is_in_apply_order_and_every_object_is_the_portals():
     objects = render_projection(POOLS, [VISION, TeamQueueSpec("audio", "team-audio", 1000, 1024)])
     kinds = [obj["kind"] for obj in objects]
-    assert kinds == ["ResourceFlavor"] * 4 + ["WorkloadPriorityClass"] * 3 + ["ClusterQueue"] * 6 + ["LocalQueue"] * 2
+    assert kinds == (
+        ["ResourceFlavor"] * 4
+        + ["WorkloadPriorityClass"] * 3
+        + ["AdmissionCheck"]
+        + ["ClusterQueue"] * 6
+        + ["LocalQueue"] * 2
+    )
     keys = [object_key(obj) for obj in objects]
     assert len(set(keys)) == len(keys)
     assert "LocalQueue/team-audio/reservoir" in keys and "ClusterQueue/pool-elastic-unreserved" in keys
@@ -252,3 +261,26 @@ def test_the_projection_is_in_apply_order_and_every_object_is_the_portals():
     for obj in objects:
         assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "reservoir"
         assert dns_label.match(obj["metadata"]["name"]), obj["metadata"]["name"]
+
+
+def test_the_budget_check_is_the_portals_and_a_team_without_a_budget_does_not_wait_for_it():
+    check = render_budget_admission_check()
+    assert (check["kind"], check["metadata"]["name"]) == ("AdmissionCheck", BUDGET_CHECK_NAME)
+    assert check["spec"] == {"controllerName": BUDGET_CONTROLLER_NAME}
+    assert "admissionChecksStrategy" not in render_team_cluster_queue(VISION, POOLS)["spec"]
+
+
+def test_a_team_with_a_budget_waits_for_the_check_only_on_the_pools_that_cost_by_the_hour():
+    queue = render_team_cluster_queue(dataclasses.replace(VISION, budget_checked=True), POOLS)
+    assert queue["spec"]["admissionChecksStrategy"] == {
+        "admissionChecks": [{"name": BUDGET_CHECK_NAME, "onFlavors": ["elastic", "inference"]}]
+    }
+    # With reserved pools only there is nothing to check: an empty onFlavors would mean every flavor.
+    only_reserved = render_team_cluster_queue(dataclasses.replace(VISION, budget_checked=True), [TRAINING, A800])
+    assert "admissionChecksStrategy" not in only_reserved["spec"]
+
+
+def test_once_the_budget_is_reached_every_flavor_waits_for_the_check():
+    queue = render_team_cluster_queue(dataclasses.replace(VISION, budget_checked=True, budget_reached=True), POOLS)
+    [rule] = queue["spec"]["admissionChecksStrategy"]["admissionChecks"]
+    assert rule["onFlavors"] == ["reserved-a800", "training", "elastic", "inference"]

@@ -93,6 +93,11 @@ KUEUE_SAID = {  # read from Kueue's Workloads by tests/jobs/test_kueue_admission
         "Waiting for its team's quota in Reserved A800: 2 more GPUs needed than the team's reservation and what it "
         "may borrow leave free now.",
     ),
+    "held by the budget": (  # the portal's own check (reconcile/budget.py), as the sync reads it off the Workload
+        "budget for November reached: ¥1,234.50 of ¥1,000.00",
+        "Held by the team's budget: the variable spend of November has reached ¥1,234.50 of ¥1,000.00. It starts "
+        "when an admin raises the cap or lets it pass, or next month.",
+    ),
 }
 
 

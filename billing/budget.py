@@ -1,0 +1,109 @@
+"""Reads of the teams' budgets: how much of the month's variable part each team has spent against its cap.
+
+The variable part a budget caps is what the team's use above its reservations costs this month: overage and spill
+GPU-hours at each pool's hourly price, from the daily rollups (`DailyUsageQuerySet.month_sums`), each pool to the
+cent as invoiced. Lending credits do not count against it (the cap is on what the team spends, not on its net
+bill). The figure lags metering (every few minutes), so a hard stop can let a few minutes of spend pass the cap.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+
+from django.conf import settings
+
+from pools.models import Pool
+
+from .models import Budget, BudgetLift, DailyUsage
+from .money import format_money, hourly_cost
+from .periods import month_of
+
+WARNING_PERCENT = Decimal(80)
+ZERO = Decimal("0.00")
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    team_id: int
+    month: date
+    cap: Decimal
+    spent: Decimal
+
+    @property
+    def used_percent(self) -> Decimal:
+        if not self.cap:
+            return Decimal(100) if self.spent > 0 else Decimal(0)
+        return (self.spent * 100 / self.cap).quantize(Decimal("0.1"))
+
+    @property
+    def reached(self) -> bool:
+        """The hard stop holds: the month's variable part has reached the cap."""
+        return self.spent >= self.cap
+
+    @property
+    def warning(self) -> bool:
+        return self.used_percent >= WARNING_PERCENT
+
+    def held_message(self) -> str:
+        """What a held Workload says in the cluster (English: what Kueue, kubectl and the sync read)."""
+        sign = settings.RESERVOIR_CURRENCY_SIGN
+        return (
+            f"budget for {self.month:%B} reached: {sign}{format_money_plain(self.spent)} "
+            f"of {sign}{format_money_plain(self.cap)}"
+        )
+
+
+def format_money_plain(value: Decimal) -> str:
+    """Money grouped by thousands, to the cent, whatever language is active (for the cluster's English text)."""
+    return f"{value:,.2f}"
+
+
+def variable_spent(*, team_ids, month: date) -> dict[int, Decimal]:
+    """The month's overage and spill cost per team id (teams without any are left out)."""
+    rows = DailyUsage.objects.filter(team_id__in=team_ids).month_sums(month)
+    pools = Pool.objects.in_bulk({row["pool_id"] for row in rows})
+    spent: dict[int, Decimal] = defaultdict(lambda: ZERO)
+    for row in rows:
+        price = pools[row["pool_id"]].hourly_price_per_gpu
+        spent[row["team_id"]] += hourly_cost(row["overage"] or 0, price) + hourly_cost(row["spill"] or 0, price)
+    return dict(spent)
+
+
+def budget_statuses(*, now: datetime, team_ids=None) -> dict[int, BudgetStatus]:
+    """Every budget's status this month (UTC), per team id: two queries and the pools'."""
+    budgets = Budget.objects.all() if team_ids is None else Budget.objects.filter(team_id__in=team_ids)
+    caps = dict(budgets.values_list("team_id", "monthly_cap"))
+    if not caps:
+        return {}
+    month = month_of(now)
+    spent = variable_spent(team_ids=list(caps), month=month)
+    return {
+        team_id: BudgetStatus(team_id=team_id, month=month, cap=cap, spent=spent.get(team_id, ZERO))
+        for team_id, cap in caps.items()
+    }
+
+
+def team_budget(*, team, now: datetime) -> BudgetStatus | None:
+    return budget_statuses(now=now, team_ids=[team.pk]).get(team.pk)
+
+
+def lifted_job_ids(*, now: datetime) -> set[int]:
+    """The jobs an admin let pass their team's budget this month."""
+    return set(BudgetLift.objects.filter(month=month_of(now)).values_list("job_id", flat=True))
+
+
+def describe(status: BudgetStatus) -> dict:
+    """A budget's status for pages and the API."""
+    return {
+        "month": f"{status.month:%Y-%m}",
+        "cap": status.cap,
+        "spent": status.spent,
+        "used_percent": status.used_percent,
+        "warning": status.warning,
+        "reached": status.reached,
+        "cap_text": format_money(status.cap),
+        "spent_text": format_money(status.spent),
+    }

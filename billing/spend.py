@@ -1,0 +1,331 @@
+"""Reads for a lead steering spend: the month's forecast bill, the cheapest reservation size, and their chart.
+
+The arithmetic is pure and lives beside this (`billing.forecast`, `billing.advice`); this module feeds it from the
+database: the variable cost of each day from the daily rollups (overage and spill at each pool's hourly price, less
+lent GPU-hours at its lending price, each pool-day to the cent as invoiced), the month's reservation fees in full
+(`services.reservation_fee`), what the team's queued jobs would cost above its idle reserved GPUs, and how long the
+team spent at each level of GPUs in use over the last whole months (from the usage intervals, in one query).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+from django.db import connection
+from django.utils.formats import date_format
+from django.utils.translation import gettext as _
+
+from jobs.choices import JobState
+from jobs.models import Job
+from pools.choices import PoolKind
+from pools.models import Pool, Reservation
+from portal.models import Team
+
+from . import services
+from .advice import Advice, advise
+from .forecast import Forecast, forecast_month
+from .models import DailyUsage
+from .money import format_money, hourly_cost, round_half_up
+from .periods import month_bounds, month_of, next_month, previous_month
+
+HISTORY_DAYS = 180  # the daily costs the forecast calibrates on
+FIT_MONTHS = 3  # the whole months the advice is fitted on
+ZERO = Decimal(0)
+
+
+def daily_variable_costs(*, team: Team, first: date, last: date) -> dict[date, Decimal]:
+    """The variable cost of each day from `first` to `last` (both included; days without rollups cost 0): overage
+    and spill at the pool's hourly price, less lent GPU-hours at its lending price, each pool-day to the cent."""
+    costs = {first + timedelta(days=offset): ZERO for offset in range((last - first).days + 1)}
+    rows = DailyUsage.objects.filter(team=team, day__gte=first, day__lte=last).values_list(
+        "day", "pool_id", "overage_gpu_seconds", "spill_gpu_seconds", "lent_gpu_seconds"
+    )
+    pools = {}
+    for day, pool_id, overage, spill, lent in rows:
+        pool = pools.get(pool_id) or pools.setdefault(pool_id, Pool.objects.get(pk=pool_id))
+        costs[day] += hourly_cost(overage + spill, pool.hourly_price_per_gpu) - hourly_cost(
+            lent, pool.lending_price_per_gpu
+        )
+    return costs
+
+
+def month_fixed(*, team: Team, month: date) -> Decimal:
+    """The month's reservation fees in full: every reservation of `team` overlapping it, to its end or the month's."""
+    start, end = month_bounds(month)
+    fees = ZERO
+    for reservation in Reservation.objects.overlapping(start, end).filter(team=team).select_related("pool"):
+        fees += services.reservation_fee(reservation, month=month, until=end)[1]
+    return fees
+
+
+def queued_cost(*, team: Team, now: datetime, month_end: datetime) -> Decimal:
+    """What the team's queued jobs would cost above its reservation: oldest first, each takes the idle reserved GPUs
+    of its pool that are left, and the rest of its GPUs run at the pool's hourly price for its maximum run time (to
+    the month's end at most). An upper estimate: a strict job beyond the reservation may wait instead."""
+    reserved: dict[int, int] = defaultdict(int)
+    for reservation in Reservation.objects.filter(team=team).active_at(now):
+        reserved[reservation.pool_id] += reservation.gpus
+    used = Job.objects.filter(team=team).gpus_in_use(pools=list(reserved))
+    idle = {pool_id: max(0, gpus - used.get((team.pk, pool_id), 0)) for pool_id, gpus in reserved.items()}
+    cost = ZERO
+    left = Decimal(max(0, int((month_end - now).total_seconds())))
+    for job in Job.objects.filter(team=team, state=JobState.QUEUED).select_related("pool").order_by("created_at", "pk"):
+        inside = min(idle.get(job.pool_id, 0), job.total_gpus)
+        idle[job.pool_id] = idle.get(job.pool_id, 0) - inside
+        above = job.total_gpus - inside
+        if above:
+            run_seconds = min(Decimal(job.max_run_minutes * 60), left)
+            cost += hourly_cost(above * run_seconds, job.pool.hourly_price_per_gpu)
+    return cost
+
+
+@dataclass
+class TeamForecast:
+    forecast: Forecast
+    month: date
+    chart: dict = field(default_factory=dict)
+
+
+def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
+    """The current month's bill of `team`, forecast from the days metered so far (whole UTC days before today)."""
+    month = month_of(now)
+    start, end = month_bounds(month)
+    days_in_month = (next_month(month) - month).days
+    today = now.date()
+    days_elapsed = (today - month).days
+    last_whole_day = today - timedelta(days=1)
+    costs = daily_variable_costs(team=team, first=today - timedelta(days=HISTORY_DAYS), last=last_whole_day)
+    daily = list(costs.values())
+    forecast = forecast_month(
+        days_in_month=days_in_month,
+        days_elapsed=days_elapsed,
+        fixed=month_fixed(team=team, month=month),
+        daily_variable=daily,
+        queued=queued_cost(team=team, now=now, month_end=end),
+    )
+    budget_line = budget.cap if budget is not None else None
+    chart = forecast_chart(forecast, daily[len(daily) - days_elapsed :], month, budget_line=budget_line)
+    return TeamForecast(forecast=forecast, month=month, chart=chart)
+
+
+# The chart: spend so far (fixed fee + variable cost accumulated day by day) and the projection's band to the month's
+# end. Geometry computed here; the template only places numbers (STYLE.md, 11).
+WIDTH, HEIGHT, PAD = 720, 180, 30
+
+
+def forecast_chart(
+    forecast: Forecast, month_days: list[Decimal], month: date, *, budget_line: Decimal | None = None
+) -> dict:
+    """The variable part of the month (what a lead steers; the reservation fees come on top, fixed): spent so far,
+    accumulated day by day, and the forecast's expected line and 80 % band from today to the month's end, beside the
+    budget's cap when there is one."""
+    variable_low = forecast.variable_so_far + forecast.rest_low
+    top = max([forecast.variable_high, budget_line or ZERO, Decimal(1)]) * Decimal("1.05")
+    days = forecast.days_in_month
+
+    def x(day: int) -> Decimal:
+        return round_half_up(PAD + Fraction(WIDTH - 2 * PAD) * day / days, 1)
+
+    def y(amount: Decimal) -> Decimal:
+        return round_half_up(HEIGHT - PAD - Fraction(amount) / Fraction(top) * (HEIGHT - 2 * PAD), 1)
+
+    spent, points = ZERO, [f"{x(0)},{y(ZERO)}"]
+    for index, cost in enumerate(month_days, start=1):
+        spent += cost
+        points.append(f"{x(index)},{y(spent)}")
+    now_x, now_y = x(forecast.days_elapsed), y(forecast.variable_so_far)
+    end_x = x(days)
+    return {
+        "width": WIDTH,
+        "height": HEIGHT,
+        "pad": PAD,
+        "right": WIDTH - PAD,
+        "axis_y": HEIGHT - PAD,
+        "label_y": HEIGHT - 10,
+        "spent_points": " ".join(points),
+        "band_points": f"{now_x},{now_y} {end_x},{y(variable_low)} {end_x},{y(forecast.variable_high)}",
+        "expected": {"x1": now_x, "y1": now_y, "x2": end_x, "y2": y(forecast.variable_expected)},
+        "top_label": format_money(top, 0),
+        "top_y": PAD,
+        "budget_y": y(budget_line) if budget_line is not None else None,
+        "first_label": date_format(month, "MONTH_DAY_FORMAT"),
+        "last_label": date_format(next_month(month) - timedelta(days=1), "MONTH_DAY_FORMAT"),
+        "title": _(
+            "Variable part so far %(spent)s; at the month's end %(expected)s (80 %% interval %(low)s – %(high)s); "
+            "the reservation fees, %(fixed)s, come on top"
+        )
+        % {
+            "spent": format_money(forecast.variable_so_far),
+            "expected": format_money(forecast.variable_expected),
+            "low": format_money(variable_low),
+            "high": format_money(forecast.variable_high),
+            "fixed": format_money(forecast.fixed),
+        },
+    }
+
+
+# --- advice ---------------------------------------------------------------------------------------------------------
+
+_LEVELS_SQL = """
+WITH events AS (
+    SELECT greatest(started_at, %(start)s) AS t, gpus AS delta
+    FROM billing_usageinterval
+    WHERE team_id = %(team)s AND tstzrange(started_at, ended_at, '[)') && tstzrange(%(start)s, %(end)s, '[)')
+    UNION ALL
+    SELECT least(coalesce(ended_at, %(end)s), %(end)s), -gpus
+    FROM billing_usageinterval
+    WHERE team_id = %(team)s AND tstzrange(started_at, ended_at, '[)') && tstzrange(%(start)s, %(end)s, '[)')
+),
+levels AS (
+    SELECT t, sum(delta) OVER (ORDER BY t) AS level, lead(t) OVER (ORDER BY t) AS t_next FROM events
+)
+SELECT level::int, sum(extract(epoch FROM t_next - t)) FROM levels WHERE t_next > t GROUP BY level
+"""
+
+
+def usage_levels(*, team: Team, start: datetime, end: datetime) -> dict[int, Decimal]:
+    """How long `team` held each number of GPUs (all its pools together) within [start, end): {GPUs: seconds}. Ties
+    at one instant are peers of the running sum, so the zero-length segments between them add nothing."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LEVELS_SQL, {"team": team.pk, "start": start, "end": end})
+        return {level: Decimal(seconds) for level, seconds in cursor.fetchall() if level > 0}
+
+
+@dataclass
+class TeamAdvice:
+    advice: Advice
+    pool: Pool
+    first_month: date
+    last_month: date
+    months: int
+
+
+def fitted_months(*, team: Team, now: datetime) -> list[date]:
+    """The last whole months (FIT_MONTHS at most) since the team's first metered day."""
+    first = DailyUsage.objects.filter(team=team).order_by("day").values_list("day", flat=True).first()
+    if first is None:
+        return []
+    months, month = [], previous_month(month_of(now))
+    while len(months) < FIT_MONTHS and month >= month_of(first):
+        months.append(month)
+        month = previous_month(month)
+    return months[::-1]
+
+
+def team_advice(*, team: Team, now: datetime) -> TeamAdvice | None:
+    """The reservation size that would have cost least over the fitted months, in the reserved pool where the team
+    holds most GPUs now (its prices); None without a reservation or a whole month of history."""
+    months = fitted_months(team=team, now=now)
+    reserved: dict[int, int] = defaultdict(int)
+    for reservation in Reservation.objects.filter(team=team, pool__kind=PoolKind.RESERVED).active_at(now):
+        reserved[reservation.pool_id] += reservation.gpus
+    if not months or not reserved:
+        return None
+    pool_id = max(reserved, key=lambda pk: (reserved[pk], -pk))
+    pool = Pool.objects.get(pk=pool_id)
+    levels = usage_levels(team=team, start=month_bounds(months[0])[0], end=month_bounds(months[-1])[1])
+    advice = advise(
+        levels,
+        current_gpus=reserved[pool_id],
+        monthly_price=pool.monthly_price_per_gpu,
+        hourly_price=pool.hourly_price_per_gpu,
+        months=len(months),
+    )
+    return TeamAdvice(advice=advice, pool=pool, first_month=months[0], last_month=months[-1], months=len(months))
+
+
+def as_data(forecast: TeamForecast | None, advice: TeamAdvice | None) -> dict:
+    """The forecast and the advice for the API and exports (money as Decimal strings, hours to six places)."""
+    data: dict = {"forecast": None, "advice": None}
+    if forecast is not None:
+        f = forecast.forecast
+        data["forecast"] = {
+            "month": f"{forecast.month:%Y-%m}",
+            "days_elapsed": f.days_elapsed,
+            "days_in_month": f.days_in_month,
+            "fixed": f.fixed,
+            "variable_so_far": f.variable_so_far,
+            "queued": f.queued,
+            "expected": f.expected,
+            "low": f.low,
+            "high": f.high,
+            "interval": "80 %",
+            "basis": f.basis,
+        }
+    if advice is not None:
+        a = advice.advice
+
+        def size(cost) -> dict:
+            return {
+                "reserved_gpus": cost.reserved_gpus,
+                "reservation_fee": cost.reservation_fee,
+                "elastic_cost": cost.elastic_cost,
+                "total": cost.total,
+                "elastic_peak_gpus": cost.elastic_peak_gpus,
+                "elastic_gpu_hours": cost.elastic_gpu_hours,
+                "hours_above_reservation": cost.hours_above_reservation,
+            }
+
+        data["advice"] = {
+            "pool": advice.pool.slug,
+            "months": [f"{advice.first_month:%Y-%m}", f"{advice.last_month:%Y-%m}"],
+            "advised": size(a.advised),
+            "current": size(a.current),
+            "saving": a.saving,
+            "monthly_price_per_gpu": advice.pool.monthly_price_per_gpu,
+            "hourly_price_per_gpu": advice.pool.hourly_price_per_gpu,
+        }
+    return data
+
+
+# --- the monthly e-mail to leads ------------------------------------------------------------------------------------
+
+
+def advice_words(advice: TeamAdvice) -> str:
+    """The advice in one paragraph of the active language (the page says the same in its own markup)."""
+    a = advice.advice
+    return _(
+        "Over %(first)s – %(last)s, at the prices of %(pool)s, reserving %(best)s GPUs would have cost least (you "
+        "reserve %(current)s): %(total)s instead of %(current_total)s, a saving of %(saving)s. The rest on elastic "
+        "GPUs: up to %(peak)s GPUs, %(gpu_hours)s GPU-hours; for %(hours)s hours the team used more than that."
+    ) % {
+        "first": date_format(advice.first_month, "YEAR_MONTH_FORMAT"),
+        "last": date_format(advice.last_month, "YEAR_MONTH_FORMAT"),
+        "pool": advice.pool.name,
+        "best": a.advised.reserved_gpus,
+        "current": a.current.reserved_gpus,
+        "total": format_money(a.advised.total),
+        "current_total": format_money(a.current.total),
+        "saving": format_money(a.saving),
+        "peak": a.advised.elastic_peak_gpus,
+        "gpu_hours": format_money(a.advised.elastic_gpu_hours, 1),
+        "hours": format_money(a.advised.hours_above_reservation, 1),
+    }
+
+
+def email_spend_summaries(*, now: datetime, base_url: str) -> int:
+    """At the start of a month: each team's leads get the reservation advice fitted on the months just ended, with
+    a link to the billing page; teams without advice (no reservation or no whole month) get nothing. Returns how
+    many e-mails were sent."""
+    from django.urls import reverse
+
+    from portal.mail import mail_leads
+
+    sent = 0
+    for team in Team.objects.order_by("slug"):
+        advice = team_advice(team=team, now=now)
+        if advice is None:
+            continue
+        link = f"{base_url.rstrip('/')}{reverse('billing:team_billing', args=[team.slug])}"
+
+        def compose(team=team, advice=advice, link=link) -> tuple[str, str]:
+            subject = _("Reservoir: reservation advice for %(team)s") % {"team": team.name}
+            spend_line = _("The team's spend: %(link)s") % {"link": link}
+            return subject, f"{advice_words(advice)}\n\n{spend_line}"
+
+        sent += mail_leads(team, compose)
+    return sent

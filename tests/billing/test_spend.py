@@ -1,0 +1,167 @@
+"""The lead's forecast and reservation advice (billing/spend.py) on the billing page and in the API."""
+
+from decimal import Decimal
+
+import pytest
+import time_machine
+from django.urls import reverse
+
+from billing import services, spend
+from jobs.choices import JobState
+from tests.billing.conftest import at
+from tests.factories import JobFactory, ReservationFactory
+
+NOW = at(16, 12)  # March 2026 is half over: 15 whole days metered
+
+
+@pytest.fixture
+def metered(team, other_team, reservation, pod, elastic_pool):
+    pod(at(2, 10), at(2, 12), gpus=6)  # 4 GPU-hours of overage × 18.00 = 72.00
+    pod(at(3, 0), at(3, 2), gpus=1, pool=elastic_pool)  # 2 GPU-hours of spill × 6.50 = 13.00
+    pod(at(3, 0), at(3, 5), gpus=2, for_team=other_team)
+    with time_machine.travel(NOW, tick=False):
+        services.refresh_usage(now=NOW)
+
+
+@pytest.fixture
+def frozen():
+    with time_machine.travel(NOW, tick=False):
+        yield
+
+
+def test_the_forecast_is_the_fees_plus_the_variable_part_so_far_plus_the_rest_at_the_recent_rate(team, metered, frozen):
+    result = spend.team_forecast(team=team, now=NOW).forecast
+    assert result.fixed == Decimal("39200.00")  # 4 GPUs × 9,800.00 for the whole month
+    assert result.variable_so_far == Decimal("85.00")
+    assert (result.days_elapsed, result.days_in_month) == (15, 31)
+    # 85.00 over the last 14 days → 16 days × 85 / 14 = 97.14; too little history for ratios: normal interval.
+    assert result.basis == "normal"
+    assert result.rest_expected == Decimal("97.14")
+    assert result.expected == Decimal("39382.14")
+    assert result.low < result.expected < result.high
+
+
+def test_queued_jobs_above_the_reservation_are_a_floor_under_the_rest(team, metered, frozen, elastic_pool):
+    JobFactory(team=team, pool=elastic_pool, gpus=2, max_run_minutes=600, state=JobState.QUEUED)
+    result = spend.team_forecast(team=team, now=NOW).forecast
+    assert result.queued == Decimal("130.00")  # 2 GPUs × 10 h × 6.50
+    assert result.rest_low == result.rest_expected == Decimal("130.00")
+
+
+def test_queued_jobs_that_fit_in_the_idle_reservation_add_nothing(team, metered, frozen, reserved_pool):
+    JobFactory(team=team, pool=reserved_pool, gpus=4, max_run_minutes=600, state=JobState.QUEUED)
+    assert spend.team_forecast(team=team, now=NOW).forecast.queued == Decimal("0.00")
+
+
+@pytest.fixture
+def february(team, reserved_pool, pod):
+    """Team Alpha used 6 GPUs all February, with 4 reserved."""
+    ReservationFactory(
+        team=team,
+        pool=reserved_pool,
+        gpus=4,
+        starts_at=at(1, month=2),
+        ends_at=at(1, month=3),
+        monthly_price_per_gpu=Decimal("9800.00"),
+    )
+    pod(at(1, month=2), at(1, month=3), gpus=6)
+    with time_machine.travel(NOW, tick=False):
+        services.refresh_usage(now=NOW)
+
+
+def test_the_advice_reserves_what_a_busy_team_uses_and_says_what_it_saves(team, reservation, february, frozen):
+    advice = spend.team_advice(team=team, now=NOW)
+    assert (advice.first_month, advice.last_month, advice.months) == (at(1, month=2).date(), at(1, month=2).date(), 1)
+    # 672 h × 18.00 = 12,096.00 per extra GPU > 9,800.00 a month: reserve all 6.
+    assert advice.advice.advised.reserved_gpus == 6
+    assert advice.advice.current.total == Decimal("63392.00")  # 4 × 9,800 + 2 × 672 × 18
+    assert advice.advice.advised.total == Decimal("58800.00")
+    assert advice.advice.saving == Decimal("4592.00")
+    assert advice.advice.advised.hours_above_reservation == 0
+
+
+def test_the_lead_sees_forecast_chart_and_advice_on_the_page_of_this_month(client, lead, reservation, february, frozen):
+    client.force_login(lead)
+    body = client.get(reverse("billing:team_billing", args=["alpha"])).content.decode()
+    assert "Month-end forecast" in body and 'class="band"' in body
+    assert "39,200.00" in body
+    assert "reserving <strong>6 GPUs</strong> would have cost least" in body
+    assert "4,592.00" in body
+    past = client.get(reverse("billing:team_billing", args=["alpha"]), {"month": "2026-02"}).content.decode()
+    assert "Month-end forecast" not in past
+
+
+def test_the_page_reads_in_chinese(client, lead, reservation, february, frozen):
+    lead.language = "zh-hans"
+    lead.save()
+    client.force_login(lead)
+    body = client.get(reverse("billing:team_billing", args=["alpha"]), HTTP_ACCEPT_LANGUAGE="zh-hans").content.decode()
+    assert "月末预测" in body
+    assert "Month-end forecast" not in body
+
+
+def test_the_api_gives_the_forecast_and_the_advice_to_a_lead_only(
+    client, lead, researcher, reservation, february, frozen
+):
+    client.force_login(lead)
+    data = client.get("/api/v1/spend/alpha/").json()
+    assert Decimal(str(data["forecast"]["fixed"])) == Decimal("39200.00")
+    assert data["forecast"]["interval"] == "80 %"
+    assert data["advice"]["advised"]["reserved_gpus"] == 6
+    assert Decimal(str(data["advice"]["saving"])) == Decimal("4592.00")
+    client.force_login(researcher)
+    assert client.get("/api/v1/spend/alpha/").status_code == 404
+
+
+def test_a_lead_sets_the_budget_on_the_page_and_sees_it_with_its_line_on_the_chart(client, lead, metered, frozen):
+    client.force_login(lead)
+    response = client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "100"})
+    assert response.status_code == 302
+    body = client.get(reverse("billing:team_billing", args=["alpha"])).content.decode()
+    assert "Variable part this month: 85.00 of a 100.00 budget (85.0 %)." in body
+    assert "the money alert has fired" in body
+    assert 'class="budget"' in body
+
+
+def test_once_reached_the_lead_cannot_raise_the_budget_and_is_told_why(client, lead, metered, frozen):
+    client.force_login(lead)
+    client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "50"})
+    body = client.get(reverse("billing:team_billing", args=["alpha"])).content.decode()
+    assert "The budget is reached" in body
+    response = client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "5000"})
+    assert response.status_code == 400
+    assert "only a platform admin may raise or remove it" in response.content.decode()
+
+
+def test_a_researcher_cannot_set_the_budget(client, researcher, metered, frozen):
+    client.force_login(researcher)
+    assert client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "1"}).status_code == 404
+
+
+def test_the_api_sets_the_budget_and_an_admin_lifts_it_for_a_job(client, team, lead, platform_admin, metered, frozen):
+    from billing.models import BudgetLift
+
+    client.force_login(lead)
+    answer = client.put("/api/v1/spend/alpha/budget/", {"monthly_cap": "80.00"}, content_type="application/json")
+    assert answer.status_code == 200
+    data = client.get("/api/v1/spend/alpha/").json()
+    assert data["budget"]["reached"] is True and Decimal(str(data["budget"]["spent"])) == Decimal("85.00")
+    refused = client.put("/api/v1/spend/alpha/budget/", {"monthly_cap": "900"}, content_type="application/json")
+    assert refused.status_code == 400
+    job = JobFactory(team=team, state=JobState.QUEUED)
+    assert client.post("/api/v1/budget-lifts/", {"job": job.pk}, content_type="application/json").status_code == 404
+    client.force_login(platform_admin)
+    lifted = client.post("/api/v1/budget-lifts/", {"job": job.pk, "reason": "demo"}, content_type="application/json")
+    assert lifted.status_code == 201
+    assert BudgetLift.objects.get().job == job
+
+
+def test_the_monthly_email_gives_each_lead_the_advice(lead, reservation, february, frozen, mailoutbox):
+    lead.email = "leo@example.com"
+    lead.save()
+    assert spend.email_spend_summaries(now=NOW, base_url="https://portal.example.com") == 1
+    [mail] = mailoutbox
+    assert mail.subject == "Reservoir: reservation advice for Alpha"
+    assert "reserving 6 GPUs would have cost least (you reserve 4)" in mail.body
+    assert "a saving of 4,592.00" in mail.body
+    assert "https://portal.example.com/billing/teams/alpha/" in mail.body
