@@ -5,6 +5,7 @@ scripts/supervise.sh."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.client
 import os
 import shutil
@@ -16,7 +17,9 @@ from pathlib import Path
 from bench.harness import REPO_ROOT, free_port
 from bench.harness import wait_for as wait
 
-PG_CLUSTER = "benchfaults"
+# One PostgreSQL cluster per checkout: the benchmark drops the one of its name before it starts, so two checkouts'
+# suites running at once (two CI clones on one machine) must never share a name.
+PG_CLUSTER = "benchfaults_" + hashlib.sha1(str(REPO_ROOT).encode()).hexdigest()[:8]  # noqa: S324 - a name, not a secret
 
 
 class Postgres:

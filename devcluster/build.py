@@ -21,6 +21,7 @@ from stepping on each other.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -29,7 +30,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from devcluster import versions
@@ -379,18 +380,26 @@ class _Builder:
             )
 
 
+@contextlib.contextmanager
+def build_lock(directory: Path, report: Callable[[str], None], what: str = "build") -> Iterator[None]:
+    """One build into `directory` at a time, across processes (an flock on its `.build.lock`); a second one says it
+    waits, then waits. The caller checks again, inside, whether the build is still needed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".build.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report(f"another {what} is running; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_built(progress: Callable[[str], None] | None = None) -> Path:
     """Build the binaries if any is missing; return the directory holding them."""
     if is_built():
         return bin_dir()
     report = progress or _default_progress
-    versioned_dir().mkdir(parents=True, exist_ok=True)
-    with (versioned_dir() / ".build.lock").open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            report("another build is running; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock(versioned_dir(), report):
         if not is_built():
             _Builder(report).run()
     return bin_dir()
@@ -401,11 +410,10 @@ def ensure_helm(progress: Callable[[str], None] | None = None) -> Path:
     target = binary("helm")
     if os.access(target, os.X_OK):
         return target
-    versioned_dir().mkdir(parents=True, exist_ok=True)
-    with (versioned_dir() / ".build.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    report = progress or _default_progress
+    with build_lock(versioned_dir(), report):
         if not os.access(target, os.X_OK):
-            builder = _Builder(progress or _default_progress)
+            builder = _Builder(report)
             builder.check_go()
             builder.bin.mkdir(parents=True, exist_ok=True)
             builder.build_helm()

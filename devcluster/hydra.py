@@ -327,6 +327,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _ours(pid: int) -> bool:
+    """Whether `pid` is still hydra or the login app `make dev` started: a pid from a stale state file (after a reboot)
+    may belong to another program by now, which must be left alone."""
+    try:
+        cmdline = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0"))
+    except OSError:
+        return False
+    return "hydra" in cmdline
+
+
 def dev_env(state_dir: Path) -> str:
     state = json.loads(_state_file(state_dir).read_text())
     return "\n".join(
@@ -385,7 +395,7 @@ def dev_down(state_dir: Path) -> list[int]:
         return []
     stopped = []
     for pid in json.loads(state_file.read_text())["pids"]:
-        if _alive(pid):
+        if _alive(pid) and _ours(pid):
             os.kill(pid, signal.SIGTERM)
             stopped.append(pid)
     state_file.unlink()

@@ -8,7 +8,6 @@ the binary is missing; a file lock keeps two concurrent builds (a test run and `
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -17,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from devcluster.build import BuildError, cache_root
+from devcluster.build import BuildError, build_lock, cache_root
 
 HYDRA_MODULE = "github.com/ory/hydra/v2"
 HYDRA_VERSION = "v2.3.0"
@@ -98,13 +97,7 @@ def ensure_built(progress: Callable[[str], None] | None = None) -> Path:
     def report(message: str) -> None:
         (progress or (lambda text: print(f"[hydra build] {text}", file=sys.stderr, flush=True)))(message)
 
-    hydra_dir().mkdir(parents=True, exist_ok=True)
-    with (hydra_dir() / ".build.lock").open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            report("another hydra build is running; waiting for it")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+    with build_lock(hydra_dir(), report, "hydra build"):
         if not is_built():
             (hydra_dir() / "bin").mkdir(parents=True, exist_ok=True)
             _build(report)

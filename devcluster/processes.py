@@ -35,6 +35,18 @@ def tail(path: Path, lines: int = 30) -> str:
         return "(no log)"
 
 
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (/proc/<pid>/stat, field 22). Unlike a start time on the
+    wall clock (psutil's create_time is boot time + these ticks, and the boot time is read from the wall clock), it
+    does not move when the machine's clock is stepped, e.g. after a virtual machine was paused and resumed."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 (state) is fields[0]
+    return int(fields[19])
+
+
 @dataclass
 class ProcessRecord:
     """One process the launcher started."""
@@ -46,12 +58,17 @@ class ProcessRecord:
     port: int
     health_url: str
     log: str
+    start_ticks: int | None = None  # records written before it existed have none: create_time is compared then
 
     def process(self) -> psutil.Process | None:
-        """The live process, or None when the pid is gone or now belongs to someone else."""
+        """The live process, or None when the pid is gone or now belongs to someone else. Its identity is its start in
+        ticks since boot; a record without it falls back to the wall-clock start time, within a second."""
         try:
             process = psutil.Process(self.pid)
-            if abs(process.create_time() - self.create_time) > 1.0:
+            if self.start_ticks is not None:
+                if start_ticks(self.pid) != self.start_ticks:
+                    return None
+            elif abs(process.create_time() - self.create_time) > 1.0:
                 return None
             if process.status() == psutil.STATUS_ZOMBIE:
                 return None
@@ -189,7 +206,9 @@ def spawn(name: str, argv: list[str], *, port: int, health_url: str, log_path: P
         except psutil.Error:
             break
         time.sleep(0.01)
-    return ProcessRecord(name, process.pid, create_time, argv[0], port, health_url, str(log_path))
+    return ProcessRecord(
+        name, process.pid, create_time, argv[0], port, health_url, str(log_path), start_ticks=start_ticks(process.pid)
+    )
 
 
 def read_state(path: Path) -> dict[str, Any]:

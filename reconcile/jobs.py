@@ -38,9 +38,10 @@ from django.db.models import Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from cluster import resources
+from cluster import kueue_objects, resources
 from cluster.errors import ClusterError
 from cluster.facts import JobFacts
+from cluster.labels import LOCAL_QUEUE_NAME
 from cluster.namespaces import rendezvous_policy_name
 from jobs import observations
 from jobs.choices import FINAL_STATES, JobState
@@ -49,7 +50,7 @@ from jobs.models import Job, Words
 from portal import outbox
 from portal.models import OutboxMessage
 
-from . import namespaces
+from . import kueue, namespaces
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,26 @@ def _unsent(job_id: int) -> Job | None:
         )
 
 
+def _ensure_local_queue(job: Job) -> None:
+    """The team's LocalQueue is in the cluster before its Job is: Kueue v0.17.0 skips a Job whose namespace its cache
+    has not seen yet and never looks at it again, so a Job made before its queue (a team created a moment before its
+    first job, its Kueue objects not reconciled yet) stayed suspended without a Workload for good (issue 31). When the
+    queue is missing, the Kueue projection is reconciled first."""
+
+    def present() -> bool:
+        return kueue_objects.read_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, job.team.namespace) is not None
+
+    if present():
+        return
+    try:
+        kueue.reconcile()
+    except ClusterError as error:
+        # Another object of the projection may fail (a foreign object with a name the portal wants): that is the
+        # projection's to report, not this job's, once its own queue is there.
+        if error.transient or not present():
+            raise
+
+
 def _ensure_gang_service(job: Job) -> None:
     """A multi-node job's headless Service, owned by its Job (the garbage collector deletes it with the Job). Made
     after the Job, whose uid it names; a retry finds it there. Nothing when the Job is gone again (cancelled)."""
@@ -214,6 +235,7 @@ def create_in_cluster(job_id: int, *, attempt: int, attempts: int) -> str:
         return "nothing to do"
     try:
         namespaces.ensure(job.team)
+        _ensure_local_queue(job)
         _ensure_rendezvous_policy(job)
         created = resources.create_job(render(job))
         _ensure_gang_service(job)

@@ -4,6 +4,7 @@ answered by reconcile/budget.py) — a Job sent to the team's LocalQueue around 
 words on the Workload, while jobs inside the reservation are admitted and run; raising the cap or an admin's lift for
 a job lets them in."""
 
+import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -138,8 +139,14 @@ def until(predicate, *, what: str, namespace: str, timeout: float = 60.0):
 @pytest.fixture
 def over_budget(cluster_sync, cluster_team, admin):
     """The team holds 2 GPUs of reserved-a800 for the month and may use 4 elastic GPUs; it already spilled this month
-    (4 GPUs for up to half an hour at 1.10 per GPU-hour) past a cap of 0.50."""
+    (4 GPUs for up to half an hour at 1.10 per GPU-hour) past a cap of 0.01. In a month's first seconds there is
+    not yet time for that spend to fit in the month: the fixture waits until 20 s have passed (4.4 per hour over
+    19 s is 0.023, over the cap)."""
     now = timezone.now()
+    month_start = midnight(month_of(now))
+    if now - month_start < timedelta(seconds=20):
+        time.sleep((month_start + timedelta(seconds=20) - now).total_seconds())
+        now = timezone.now()
     team = cluster_team
     reserved, elastic = Pool.objects.get(slug="reserved-a800"), Pool.objects.get(slug="elastic")
     pool_services.create_reservation(
@@ -151,11 +158,11 @@ def over_budget(cluster_sync, cluster_team, admin):
         team=team,
         pool=elastic,
         gpus=4,
-        started_at=max(now - timedelta(minutes=30), midnight(month_of(now))),
-        ended_at=now - timedelta(seconds=30),
+        started_at=max(now - timedelta(minutes=30), month_start),
+        ended_at=now - timedelta(seconds=1),
     )
     billing_services.refresh_usage(now=now)
-    billing_services.set_budget(team=team, monthly_cap=Decimal("0.50"), user=admin, now=now)
+    billing_services.set_budget(team=team, monthly_cap=Decimal("0.01"), user=admin, now=now)
     project_now()
     return team
 
@@ -197,7 +204,7 @@ def test_over_budget_the_elastic_jobs_wait_with_the_reason_and_the_reservation_k
         )
         workload = workload_owned_by(team.namespace, job_name)
         assert not admitted(workload)
-        assert budget_check(workload)["message"].endswith("of ¥0.50")
+        assert budget_check(workload)["message"].endswith("of ¥0.01")
     assert state_of(spilling) == JobState.QUEUED
     # The portal's job says why in plain words, from the check's message the sync reads off its Workload.
     wait_for(

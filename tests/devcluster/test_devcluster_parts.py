@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -363,3 +364,31 @@ def test_a_pair_close_to_expiry_is_not_valid(tmp_path, monkeypatch):
     monkeypatch.setattr(certs, "VALIDITY", datetime.timedelta(hours=12))
     certs.ensure_shared_serving_pair(tmp_path, common_name="kueue-metrics")
     assert not certs.pair_is_valid(tmp_path / "tls.crt", tmp_path / "tls.key")
+
+
+def test_a_process_is_known_by_its_start_in_ticks_since_boot_not_by_the_wall_clock(tmp_path):
+    """A step of the machine's clock (a virtual machine paused and resumed) moves every wall-clock start time: the
+    launcher must still know its processes (or it reports them not running and `down` leaves them behind), and must
+    still tell a reused pid apart."""
+    import psutil
+
+    from devcluster.processes import ProcessRecord, start_ticks
+
+    ours = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        # Between fork and exec the child still shows Python's command line: wait for sleep's (as the launcher does).
+        deadline = time.monotonic() + 10
+        while psutil.Process(ours.pid).cmdline()[:1] != ["sleep"]:
+            assert time.monotonic() < deadline, "sleep did not start"
+        ticks = start_ticks(ours.pid)
+        assert ticks is not None
+        fields = {"name": "etcd", "pid": ours.pid, "binary": "sleep", "port": 1, "health_url": "", "log": ""}
+        stepped = ProcessRecord(**fields, create_time=1.0, start_ticks=ticks)  # wall-clock start far off
+        assert stepped.process() is not None
+        reused = ProcessRecord(**fields, create_time=1.0, start_ticks=ticks + 1)  # the pid of another start
+        assert reused.process() is None
+        legacy = ProcessRecord(**fields, create_time=1.0)  # no ticks recorded: the wall-clock check decides
+        assert legacy.process() is None
+    finally:
+        ours.kill()
+        ours.wait()

@@ -88,6 +88,24 @@ def test_a_strict_job_lands_in_its_pool_and_its_interval_is_recorded(cluster_syn
     assert interval.ended_at - interval.started_at >= timedelta(seconds=2)
 
 
+def test_a_job_whose_team_queue_is_missing_gets_the_queue_before_its_job(cluster_sync, cluster_team):
+    """A Job made before its team's LocalQueue was never admitted (issue 31: Kueue v0.17.0 skips a Job whose namespace
+    it has not seen and never looks again). The submit task makes the Kueue projection first when the queue is not
+    in the cluster: here it was deleted behind the portal's back, and nothing else puts it back during the test."""
+    from cluster import kueue_objects
+    from cluster.labels import LOCAL_QUEUE_NAME
+
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    kueue_objects.delete_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, cluster_team.namespace)
+    wait_for(
+        lambda: kueue_objects.read_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, cluster_team.namespace) is None,
+        what="the LocalQueue to be gone",
+    )
+    job = submit(cluster_team, "reserved-a800", gpus=2, runs_for="1s")
+    wait_state(job, JobState.SUCCEEDED)
+    assert kueue_objects.read_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, cluster_team.namespace) is not None
+
+
 def test_an_admitted_job_on_full_nodes_stays_pending_with_the_schedulers_reason(
     cluster_sync, cluster_team, kube_namespace
 ):
