@@ -16,4 +16,5 @@ urlpatterns = [
     path("<int:pk>/events/", views.job_cluster_events, name="job_cluster_events"),
     path("<int:pk>/cancel/", views.job_cancel, name="job_cancel"),
     path("<int:pk>/resubmit/", views.job_resubmit, name="job_resubmit"),
+    path("<int:pk>/notify/", views.job_notify, name="job_notify"),
 ]

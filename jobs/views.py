@@ -23,14 +23,15 @@ from django.views.decorators.http import require_POST
 from cluster import live
 from cluster.errors import ClusterError, describe
 from pools.models import Pool
+from portal.choices import JobMail
 from portal.htmx import render_page_or_partial
 from portal.throttling import counts_as_submission, not_a_write
 from teamdata.selectors import usable_by_team
 
-from . import job_templates, quote_selectors, reasons, selectors, services
+from . import job_templates, notifications, quote_selectors, reasons, selectors, services
 from .choices import FINAL_STATES, JobState
 from .filters import JobFilterSet
-from .forms import JobSubmitForm
+from .forms import JobNotifyForm, JobSubmitForm
 from .models import Job, JobTemplate
 from .quote import worded
 from .specs import JobSpec
@@ -116,7 +117,29 @@ def job_detail(request, pk: int):
     context = _detail_context(job)
     context["gpu_utilisation"] = job_gpu_utilisation(job)
     context["quote_history"] = quote_selectors.quote_history(job)
+    context["mails_sent"] = notifications.sent(job)
+    context["notify_words"] = pgettext("list separator", ", ").join(str(JobMail(kind).label) for kind in job.notify)
+    if job.submitted_by_id == request.user.pk and not job.is_final:
+        context["notify_form"] = JobNotifyForm(initial={"notify": job.notify})
     return render(request, "jobs/job_detail.html", context)
+
+
+@login_required
+@require_POST
+def job_notify(request, pk: int):
+    """The submitter's choice of e-mails about the job (403 for anyone else who may see it)."""
+    job = _visible_job(request, pk)
+    form = JobNotifyForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(form.errors["notify"]))
+        return redirect("jobs:job_detail", pk=job.pk)
+    try:
+        services.set_job_notify(job=job, user=request.user, notify=form.cleaned_data["notify"])
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, _("E-mails about job #%(id)d saved.") % {"id": job.pk})
+    return redirect("jobs:job_detail", pk=job.pk)
 
 
 @login_required
@@ -289,7 +312,9 @@ def job_submit(request):
             data = form.cleaned_data
             spec = form.spec()
             try:
-                job = services.submit_job(team=data["team"], pool=data["pool"], user=request.user, spec=spec)
+                job = services.submit_job(
+                    team=data["team"], pool=data["pool"], user=request.user, spec=spec, notify=data["notify"]
+                )
             except ValidationError as error:
                 form.add_spec_errors(error)
             else:

@@ -6,6 +6,7 @@ from pools.api.serializers import PoolSlugField
 from pools.models import Pool
 from portal.api.base import WholeNumberField
 from portal.api.serializers import TeamSlugField
+from portal.choices import JobMail
 from portal.models import Team
 
 from ..choices import Placement, Priority
@@ -34,6 +35,32 @@ def _grace_field(maximum: int) -> WholeNumberField:
             "(default 30), at most the platform's cap (RESERVOIR_MAX_GRACE_SECONDS, 60 unless set otherwise)."
         ),
     )
+
+
+def _notify_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(
+            choices=JobMail.choices,
+            error_messages={"invalid_choice": _('"{input}" is not one of start, end, fail.')},
+        ),
+        help_text=_(
+            "When the submitter is e-mailed about the job: any of start (it starts running), end (it succeeds) and "
+            "fail (it fails), one mail each; [] for none."
+        ),
+        **kwargs,
+    )
+
+
+class JobNotifySerializer(serializers.Serializer):
+    """What may be changed on a job once submitted: its e-mails (by its submitter, while it is not finished)."""
+
+    notify = _notify_field()
+
+    def validate(self, attrs):
+        others = sorted(set(self.initial_data) - {"notify"}) if isinstance(self.initial_data, dict) else []
+        if others:
+            raise serializers.ValidationError({name: _("Only notify can be changed on a job.") for name in others})
+        return attrs
 
 
 class ExpectedStartSerializer(serializers.Serializer):
@@ -73,6 +100,7 @@ class JobSerializer(serializers.ModelSerializer):
     expected_start = serializers.SerializerMethodField(
         help_text=_("When the job is likely to start Running; null once it runs or is final.")
     )
+    notify = _notify_field(read_only=True)
 
     @extend_schema_field(ExpectedStartSerializer(allow_null=True))
     def get_expected_start(self, job):
@@ -113,6 +141,7 @@ class JobSerializer(serializers.ModelSerializer):
             "borrowed_gpus",
             "borrowed_note",
             "expected_start",
+            "notify",
         ]
         read_only_fields = fields
 
@@ -232,6 +261,7 @@ class JobSubmitSerializer(serializers.Serializer):
         max_length=MAX_PULL_SECRETS,
         help_text=_("Names of the team's image pull credentials."),
     )
+    notify = _notify_field(required=False)
     secret_env = serializers.DictField(
         child=serializers.DictField(child=serializers.CharField(max_length=253)),
         required=False,
@@ -252,6 +282,6 @@ class JobSubmitSerializer(serializers.Serializer):
         return fields
 
     def spec(self) -> JobSpec:
-        data = {k: v for k, v in self.validated_data.items() if k not in ("team", "pool")}
+        data = {k: v for k, v in self.validated_data.items() if k not in ("team", "pool", "notify")}
         data.setdefault("termination_grace_seconds", default_grace_seconds())
         return JobSpec(**data)
