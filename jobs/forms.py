@@ -91,6 +91,10 @@ class JobNotifyForm(forms.Form):
 
     notify = notify_field()
 
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
     def clean_notify(self) -> list[str]:
         return JobMail.ordered(self.cleaned_data["notify"])
 
