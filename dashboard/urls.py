@@ -21,6 +21,7 @@ portal_patterns = (
         path("healthz", health.healthz, name="healthz"),
         path("readyz", health.readyz, name="readyz"),
         path("language/", portal_views.set_language, name="set_language"),
+        path("preferences/", portal_views.preferences_page, name="preferences"),
         path("teams/", views.team_list, name="team_list"),
         path("teams/<slug:slug>/", views.team_detail, name="team_detail"),
         path("teams/<slug:slug>/quota-requests/", views.team_quota_request, name="team_quota_request"),

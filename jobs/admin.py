@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Job, JobEvent
+from .models import Job, JobEvent, JobNotification
 
 
 class JobEventInline(admin.TabularInline):
@@ -23,6 +23,20 @@ class JobAdmin(admin.ModelAdmin):
     list_select_related = ["team", "pool", "submitted_by"]
     inlines = [JobEventInline]
     readonly_fields = [f.name for f in Job._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(JobNotification)
+class JobNotificationAdmin(admin.ModelAdmin):
+    """Read-only: the e-mails about jobs, sent or not (with the mail server's last error); jobs/notifications.py."""
+
+    list_display = ["id", "job", "kind", "created_at", "sent_at", "attempts", "last_error"]
+    list_filter = ["kind", ("sent_at", admin.EmptyFieldListFilter)]
+    search_fields = ["job__name", "job__submitted_by__username"]
+    list_select_related = ["job"]
+    readonly_fields = [f.name for f in JobNotification._meta.fields]
 
     def has_add_permission(self, request):
         return False

@@ -1,6 +1,8 @@
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from portal.choices import JobMail
+
 
 class JobState(models.TextChoices):
     QUEUED = "queued", _("Queued")
@@ -63,3 +65,12 @@ class Priority(models.IntegerChoices):
     LOW = 0, _("Low")
     NORMAL = 50, _("Normal")
     HIGH = 100, _("High")
+
+
+# The transitions a job's submitter may ask to be e-mailed about (`Job.notify`, jobs/notifications.py): the state a
+# transition reaches -> the kind of mail. Queued, Admitted and Pending are steps on the way; a cancel is its actor's.
+MAIL_FOR_STATE: dict[str, str] = {
+    JobState.RUNNING: JobMail.START,
+    JobState.SUCCEEDED: JobMail.END,
+    JobState.FAILED: JobMail.FAIL,
+}

@@ -15,6 +15,7 @@ from django.core.validators import MaxValueValidator
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
+from portal.choices import JobMail
 from portal.models import Team
 
 from .choices import Placement, Priority
@@ -50,6 +51,7 @@ SPEC_TO_FORM = {
     "secret_env": "secret_env",
     "nodes": "nodes",
     "retries": "retries",
+    "notify": "notify",
 }
 MIB_PER_GIB = 1024
 
@@ -71,6 +73,30 @@ def _pairs(text: str, what: str) -> dict[str, str]:
 
 def _pairs_text(values: dict) -> str:
     return "\n".join(f"{key}={value}" for key, value in values.items())
+
+
+def notify_field() -> forms.MultipleChoiceField:
+    """When the submitter is e-mailed about a job (`Job.notify`): none ticked, no mail."""
+    return forms.MultipleChoiceField(
+        label=_("E-mail me"),
+        choices=JobMail.choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_("About this job, at your account's address. What new jobs ask for is in your preferences."),
+    )
+
+
+class JobNotifyForm(forms.Form):
+    """The job page's choice of e-mails, for its submitter while it is not finished (`services.set_job_notify`)."""
+
+    notify = notify_field()
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+    def clean_notify(self) -> list[str]:
+        return JobMail.ordered(self.cleaned_data["notify"])
 
 
 class JobSubmitForm(forms.Form):
@@ -179,6 +205,7 @@ class JobSubmitForm(forms.Form):
         initial=0,
         help_text=_("Failed pods replaced before the job fails; 0: a failed pod fails the job."),
     )
+    notify = notify_field()
     save_as_template = forms.CharField(
         label=_("Save as template named"),
         required=False,
@@ -192,6 +219,7 @@ class JobSubmitForm(forms.Form):
         self.fields["team"].queryset = Team.objects.visible_to(user).order_by("name")
         self.fields["pool"].queryset = Pool.objects.visible_to(user).order_by("name")
         self._cap_grace_period()
+        self.fields["notify"].initial = list(user.notify_default)
         allowed = settings.POD_ANNOTATION_ALLOWLIST
         self.fields["pod_annotations"].help_text = (
             _("One key=value per line. Allowed keys: %(keys)s.") % {"keys": ", ".join(allowed)}
@@ -255,6 +283,9 @@ class JobSubmitForm(forms.Form):
                 raise ValidationError(_("Write %(name)s=secret/key."), params={"name": name})
             refs[name] = {"secret": secret.strip(), "key": key.strip()}
         return refs
+
+    def clean_notify(self) -> list[str]:
+        return JobMail.ordered(self.cleaned_data["notify"])
 
     def clean(self):
         cleaned = super().clean()

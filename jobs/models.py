@@ -8,16 +8,18 @@ edge outside `choices.TRANSITIONS` and writes a `JobEvent` with the time, so the
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone, translation
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from pools.models import Pool
+from portal.choices import JobMail
 from portal.models import Team, TeamScopedQuerySet
 
 from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
@@ -207,6 +209,13 @@ class Job(models.Model):
         validators=[MaxValueValidator(10)],
         help_text=_("Failed pods replaced before the job fails (0: a failed pod fails the job)."),
     )
+    notify = ArrayField(
+        models.CharField(max_length=10, choices=JobMail.choices),
+        verbose_name=_("e-mail the submitter"),
+        default=list,
+        blank=True,
+        help_text=_("When its submitter is e-mailed about the job (jobs/notifications.py)."),
+    )
     # The one definition of a job's GPUs wherever quota, queues, fit and previews count them: GPUs per pod × pods.
     total_gpus = models.GeneratedField(
         expression=models.F("gpus") * models.F("nodes"),
@@ -229,10 +238,17 @@ class Job(models.Model):
                 condition=~Q(placement=Placement.SPILL_AFTER) | Q(spill_after_minutes__gt=0),
                 name="%(app_label)s_%(class)s_spill_after_has_minutes",
             ),
+            models.CheckConstraint(
+                condition=Q(notify__contained_by=JobMail.values), name="%(app_label)s_%(class)s_valid_notify"
+            ),
         ]
         indexes = [
             models.Index(fields=["team", "pool", "state"], name="jobs_job_team_pool_state"),
             models.Index(fields=["state", "-priority", "created_at"], name="jobs_job_queue_order"),
+            # A team's most recent finished jobs: the history start-time quotes are fitted on (jobs/quote_selectors.py).
+            models.Index(
+                fields=["team", "-finished_at"], name="jobs_job_team_finished", condition=Q(finished_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -477,3 +493,73 @@ class JobTemplate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.team})"
+
+
+class JobQuote(models.Model):
+    """A start-time quote a queued job was given (`jobs.quote`), kept when the queue moved it: the job page shows how
+    its quote changed. `basis` holds the quote's reasons as `jobs.quote.basis_in_words` words them, in any
+    language. `estimate`, `low` and `high` are empty when the job could not start with its team's quota."""
+
+    job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="quotes")
+    at = models.DateTimeField(_("quoted at"), default=timezone.now)
+    starts_now = models.BooleanField(_("starts now"), default=False)
+    estimate = models.DateTimeField(_("expected start"), null=True, blank=True)
+    low = models.DateTimeField(_("earliest likely start"), null=True, blank=True)
+    high = models.DateTimeField(_("latest likely start"), null=True, blank=True)
+    basis = models.JSONField(_("basis"), default=list, blank=True)
+
+    class Meta:
+        verbose_name = _("start-time quote")
+        verbose_name_plural = _("start-time quotes")
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "-at"], name="jobs_quote_job_at")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(low__lte=F("estimate"), estimate__lte=F("high"))
+                | Q(estimate__isnull=True, low__isnull=True, high__isnull=True),
+                name="%(app_label)s_%(class)s_interval_holds_estimate",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.estimate} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    def as_quote(self):
+        from .quote import Quote
+
+        return Quote(starts_now=self.starts_now, estimate=self.estimate, low=self.low, high=self.high, basis=self.basis)
+
+
+class JobNotification(models.Model):
+    """The e-mail of one kind (`JobMail`) about one job to its submitter: at most one row per job and kind, made in
+    the transaction that wrote the transition, and `sent_at` set only in the transaction of the task that sent it
+    (jobs/notifications.py says why that sends it once)."""
+
+    job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="notifications")
+    kind = models.CharField(_("kind"), max_length=10, choices=JobMail.choices)
+    event = models.ForeignKey(
+        JobEvent, verbose_name=_("transition"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
+    tried_at = models.DateTimeField(_("last tried at"), null=True, blank=True)
+    attempts = models.PositiveIntegerField(
+        _("attempts"), default=0, help_text=_("Sends tried, the one that worked too.")
+    )
+    last_error = models.TextField(_("last error"), blank=True)
+
+    class Meta:
+        verbose_name = _("job e-mail")
+        verbose_name_plural = _("job e-mails")
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "kind"], name="%(app_label)s_%(class)s_one_per_job_and_kind"),
+            models.CheckConstraint(condition=Q(kind__in=JobMail.values), name="%(app_label)s_%(class)s_valid_kind"),
+        ]
+        # The sweep's question (`notifications.due_again`): the unsent ones.
+        indexes = [
+            models.Index(fields=["created_at"], name="jobs_notification_unsent", condition=Q(sent_at__isnull=True))
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind}: {'sent' if self.sent_at else 'not sent'}"

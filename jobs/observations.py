@@ -107,12 +107,11 @@ def observe(*, job_id: int, observation: Observation) -> bool:
     if job.state != observation.state and observation.state in TRANSITIONS[job.state]:
         # Cluster times have second precision: never record a step before the one it follows.
         at = max(observation.at or timezone.now(), job.state_changed_at)
-        job.transition_to(observation.state, message=observation.message, at=at).save()
+        _record(job, job.transition_to(observation.state, message=observation.message, at=at))
         changed = True
-    if changed or fields:
+    elif fields:
         job.save()
-        return True
-    return False
+    return changed or bool(fields)
 
 
 def fail_job_deleted_outside(*, job_id: int) -> None:

@@ -12,7 +12,7 @@ deliver Workload and pod events does not matter.
 import logging
 from dataclasses import replace
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -22,11 +22,11 @@ from django.utils.translation import gettext_noop
 from cluster.facts import PREEMPTOR_UID, WorkloadFacts
 from pools.models import NamespaceLimits, Node, Pool, Quota
 from portal import audit, outbox
-from portal.choices import Role
+from portal.choices import JobMail, Role
 from portal.models import Team
 from teamdata.selectors import check_job_references, with_enforced_read_only
 
-from . import policy
+from . import notifications, policy
 from .choices import TRANSITIONS, JobState, Placement
 from .models import Job, JobEvent, Pod, Words, Workload
 from .specs import JobSpec, validate_spec
@@ -99,8 +99,11 @@ def _check_gang_can_ever_fit(*, pool: Pool, spec: JobSpec, errors: dict) -> None
 
 
 def _record(job: Job, event: JobEvent) -> None:
+    """Save a transition `job.transition_to` made: the job, its event, and the e-mail its submitter asked for about
+    it (`notifications.transition_written`), all in the caller's transaction. Every transition is saved here."""
     job.save()
     event.save()
+    notifications.transition_written(job, event)
 
 
 def _send_to_cluster(job: Job) -> None:
@@ -115,8 +118,17 @@ def _delete_from_cluster(job: Job) -> None:
 
 
 @transaction.atomic
-def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from: Job | None = None) -> Job:
-    """Save a job as Queued and, after commit, create its Job in the cluster, where Kueue admits it."""
+def submit_job(
+    *,
+    team: Team,
+    pool: Pool,
+    user,
+    spec: JobSpec,
+    resubmitted_from: Job | None = None,
+    notify: list[str] | None = None,
+) -> Job:
+    """Save a job as Queued and, after commit, create its Job in the cluster, where Kueue admits it. `notify`: when
+    the submitter is e-mailed about it (`JobMail` values; None: the user's default, `User.notify_default`)."""
     if not _can_submit(user, team):
         raise ValidationError({"team": _("You are not a member of %(team)s.") % {"team": team.name}})
     validate_spec(spec)
@@ -126,6 +138,7 @@ def submit_job(*, team: Team, pool: Pool, user, spec: JobSpec, resubmitted_from:
     # A volume its lead made read-only for researchers is mounted read-only in a researcher's job, whatever it asked.
     spec = replace(spec, volumes=with_enforced_read_only(team=team, user=user, volumes=spec.volumes))
     job = Job(team=team, pool=pool, submitted_by=user, resubmitted_from=resubmitted_from, **spec.as_model_fields())
+    job.notify = JobMail.ordered(user.notify_default if notify is None else notify)
     job.full_clean()
     job.save()
     note = (
@@ -170,10 +183,32 @@ def cancel_job(*, job: Job, user) -> Job:
 
 
 def resubmit_job(*, job: Job, user) -> Job:
-    """Submit a new job with the same spec (the original stays as it was)."""
+    """Submit a new job with the same spec (the original stays as it was); its submitter's e-mail choice goes with
+    it, another user's job gets that user's default."""
     if not job.is_final:
         raise ValidationError(_("Only a finished job can be resubmitted; cancel it first."))
-    return submit_job(team=job.team, pool=job.pool, user=user, spec=JobSpec.from_job(job), resubmitted_from=job)
+    notify = job.notify if job.submitted_by_id == user.pk else None
+    spec = JobSpec.from_job(job)
+    return submit_job(team=job.team, pool=job.pool, user=user, spec=spec, resubmitted_from=job, notify=notify)
+
+
+@transaction.atomic
+def set_job_notify(*, job: Job, user, notify: list[str]) -> Job:
+    """Choose anew when the job's submitter is e-mailed about it (`JobMail` values): the submitter only, while the
+    job is not finished. It counts for the transitions still to come; one already written is not mailed afterwards."""
+    job = _locked(job.pk)
+    if job.submitted_by_id != user.pk:
+        raise PermissionDenied(_("Only the job's submitter chooses the e-mails about it."))
+    if job.is_final:
+        raise ValidationError(
+            {"notify": _("Job #%(id)d is already %(state)s.") % {"id": job.pk, "state": job.get_state_display()}}
+        )
+    try:
+        job.notify = Job._meta.get_field("notify").clean(JobMail.ordered(notify), job)
+    except ValidationError as error:
+        raise ValidationError({"notify": error.messages}) from None
+    job.save(update_fields=["notify"])
+    return job
 
 
 # --- Kueue's verdicts -------------------------------------------------------------------------------------------
@@ -386,10 +421,9 @@ def settle_job(*, job_id: int) -> bool:
             message = Words(gettext_noop("running on %(node)s"), {"node": node_name})
         else:
             message = reason
-        event = job.transition_to(state, message=message, at=at)
-        event.save()
+        _record(job, job.transition_to(state, message=message, at=at))
         changed = True
-    if changed or fields:
+    elif fields:
         job.save()
     return changed or bool(fields)
 
@@ -424,3 +458,60 @@ def note_spill_problem(*, job_id: int, error: str) -> None:
         job=_locked(job_id),
         message=Words(gettext_noop("moving to soft placement failed, will retry: %(error)s"), {"error": error}),
     )
+
+
+# --- start-time quotes: kept when the queue moves ----------------------------------------------------------------
+
+QUOTE_MOVED = timezone.timedelta(minutes=5)
+
+
+def _quote_moved(kept, quote) -> bool:
+    """Whether `quote` says something new against the last kept one: starts now or never where it did not, a job
+    more or fewer ahead, or a bound that moved by `QUOTE_MOVED` or more."""
+    if kept is None:
+        return True
+    if (kept.starts_now, kept.estimate is None) != (quote.starts_now, quote.estimate is None):
+        return True
+    ahead = [item for item in kept.basis if item.get("say") == "ahead"]
+    if ahead != [item for item in quote.basis if item.get("say") == "ahead"]:
+        return True
+    if quote.estimate is None:
+        return False
+    return any(
+        abs(new - old) >= QUOTE_MOVED
+        for new, old in ((quote.estimate, kept.estimate), (quote.low, kept.low), (quote.high, kept.high))
+    )
+
+
+def record_quotes(*, now=None) -> int:
+    """Keep a `JobQuote` for every queued job whose quote moved since the last one kept (the first one always):
+    the history on the job page. Idempotent: run again with nothing moved, it writes nothing. Answers how many it
+    wrote."""
+    from .models import JobQuote
+    from .quote import quote_queue
+    from .quote_selectors import team_queues
+
+    now = now or timezone.now()
+    team_ids = set(Job.objects.filter(state=JobState.QUEUED).values_list("team_id", flat=True).order_by().distinct())
+    quotes = {}
+    for queue in team_queues(team_ids, now=now).values():
+        quotes.update(quote_queue(queue, now=now))
+    kept = {
+        quote.job_id: quote
+        for quote in JobQuote.objects.filter(job__in=list(quotes)).order_by("job_id", "-at", "-id").distinct("job_id")
+    }
+    new = [
+        JobQuote(
+            job_id=job_id,
+            at=now,
+            starts_now=quote.starts_now,
+            estimate=quote.estimate,
+            low=quote.low,
+            high=quote.high,
+            basis=quote.basis,
+        )
+        for job_id, quote in quotes.items()
+        if _quote_moved(kept.get(job_id), quote)
+    ]
+    JobQuote.objects.bulk_create(new)
+    return len(new)

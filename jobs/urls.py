@@ -8,6 +8,7 @@ urlpatterns = [
     path("pending/", views.pending, name="pending"),
     path("submit/", views.job_submit, name="job_submit"),
     path("submit/preview/", views.job_submit_preview, name="job_submit_preview"),
+    path("submit/take/", views.job_submit_take, name="job_submit_take"),
     path("templates/<int:pk>/delete/", views.template_delete, name="template_delete"),
     path("<int:pk>/", views.job_detail, name="job_detail"),
     path("<int:pk>/status/", views.job_status, name="job_status"),
@@ -15,4 +16,5 @@ urlpatterns = [
     path("<int:pk>/events/", views.job_cluster_events, name="job_cluster_events"),
     path("<int:pk>/cancel/", views.job_cancel, name="job_cancel"),
     path("<int:pk>/resubmit/", views.job_resubmit, name="job_resubmit"),
+    path("<int:pk>/notify/", views.job_notify, name="job_notify"),
 ]

@@ -6,6 +6,7 @@ teams answers 404 for pages and fragments alike; writes go through `jobs.service
 """
 
 import logging
+from urllib.parse import parse_qsl
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -22,15 +23,17 @@ from django.views.decorators.http import require_POST
 from cluster import live
 from cluster.errors import ClusterError, describe
 from pools.models import Pool
+from portal.choices import JobMail
 from portal.htmx import render_page_or_partial
 from portal.throttling import counts_as_submission, not_a_write
 from teamdata.selectors import usable_by_team
 
-from . import job_templates, reasons, selectors, services
-from .choices import JobState
+from . import job_templates, notifications, quote_selectors, reasons, selectors, services
+from .choices import FINAL_STATES, JobState
 from .filters import JobFilterSet
-from .forms import JobSubmitForm
+from .forms import JobNotifyForm, JobSubmitForm
 from .models import Job, JobTemplate
+from .quote import worded
 from .specs import JobSpec
 
 log = logging.getLogger(__name__)
@@ -95,7 +98,15 @@ def _detail_context(job: Job) -> dict:
         "now": timezone.now(),
         "poll": STATUS_POLL_SECONDS,
         "gang": selectors.pods_of(job),
+        "quote": _quote_of(job),
     }
+
+
+def _quote_of(job: Job):
+    """The job's start-time quote in words while it is not running yet (None once it runs or is final)."""
+    if job.state == JobState.RUNNING or job.state in FINAL_STATES:
+        return None
+    return quote_selectors.worded_quotes([job.pk]).get(job.pk)
 
 
 @login_required
@@ -105,7 +116,30 @@ def job_detail(request, pk: int):
     job = _visible_job(request, pk)
     context = _detail_context(job)
     context["gpu_utilisation"] = job_gpu_utilisation(job)
+    context["quote_history"] = quote_selectors.quote_history(job)
+    context["mails_sent"] = notifications.sent(job)
+    context["notify_words"] = pgettext("list separator", ", ").join(str(JobMail(kind).label) for kind in job.notify)
+    if job.submitted_by_id == request.user.pk and not job.is_final:
+        context["notify_form"] = JobNotifyForm(initial={"notify": job.notify})
     return render(request, "jobs/job_detail.html", context)
+
+
+@login_required
+@require_POST
+def job_notify(request, pk: int):
+    """The submitter's choice of e-mails about the job (403 for anyone else who may see it)."""
+    job = _visible_job(request, pk)
+    form = JobNotifyForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, " ".join(form.errors["notify"]))
+        return redirect("jobs:job_detail", pk=job.pk)
+    try:
+        services.set_job_notify(job=job, user=request.user, notify=form.cleaned_data["notify"])
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(request, _("E-mails about job #%(id)d saved.") % {"id": job.pk})
+    return redirect("jobs:job_detail", pk=job.pk)
 
 
 @login_required
@@ -234,6 +268,22 @@ def _outlook(form: JobSubmitForm):
     return selectors.submit_outlook(team=form.cleaned_data["team"], pool=form.cleaned_data["pool"], spec=form.spec())
 
 
+def _preview_quote(form: JobSubmitForm, outlook) -> dict | None:
+    """When the typed job would start (`quote_selectors.preview_quote`) and the alternatives that start sooner, in
+    words; None while the form is incomplete or the job can never fit."""
+    if outlook is None or outlook.start == "never":
+        return None
+    data = form.cleaned_data
+    preview = quote_selectors.preview_quote(team=data["team"], pool=data["pool"], spec=form.spec())
+    return {
+        "quote": worded(preview.quote),
+        "alternatives": [
+            {"label": each.label, "take": each.take_value, "price": each.price_words, "quote": worded(each.quote)}
+            for each in preview.alternatives
+        ],
+    }
+
+
 def _preview_notes(form: JobSubmitForm) -> tuple[str, list[str]]:
     """What the preview says while the form is incomplete: the fields still to fill in (never an error for a field
     nobody has typed in yet) and the problems of what was typed. Form-wide problems wait until nothing is missing."""
@@ -262,7 +312,9 @@ def job_submit(request):
             data = form.cleaned_data
             spec = form.spec()
             try:
-                job = services.submit_job(team=data["team"], pool=data["pool"], user=request.user, spec=spec)
+                job = services.submit_job(
+                    team=data["team"], pool=data["pool"], user=request.user, spec=spec, notify=data["notify"]
+                )
             except ValidationError as error:
                 form.add_spec_errors(error)
             else:
@@ -300,9 +352,11 @@ def job_submit_preview(request):
     """The manifest, the quota after submission and the expected start, for what is typed so far."""
     form = JobSubmitForm(request.POST, user=request.user)
     to_fill, problems = _preview_notes(form)
+    outlook = _outlook(form)
     context = {
         "form": form,
-        "outlook": _outlook(form),
+        "outlook": outlook,
+        "quote": _preview_quote(form, outlook),
         "to_fill": to_fill,
         "problems": problems,
         "templates": selectors.templates_for(request.user),
@@ -310,6 +364,27 @@ def job_submit_preview(request):
     if not request.htmx:
         context["team_data"] = usable_by_team(request.user)
     return render_page_or_partial(request, "jobs/job_submit.html", "jobs/partials/submit_preview.html", context)
+
+
+# What an alternative of the preview may change: the fields `quote_selectors.preview_quote` varies.
+TAKEABLE_FIELDS = ("gpus", "placement", "pool", "max_run_minutes")
+
+
+@login_required
+@require_POST
+@not_a_write
+def job_submit_take(request):
+    """One click on an alternative of the preview: the submit form again, as typed, with the alternative's change
+    (`take`, e.g. "placement=soft") filled in. Nothing is submitted: the researcher reviews and submits."""
+    data = request.POST.copy()
+    for name, value in parse_qsl(request.POST.get("take", "")):
+        if name in TAKEABLE_FIELDS:
+            data[name] = value
+    data.pop("take", None)
+    form = JobSubmitForm(data, user=request.user)
+    context = {"form": form, "outlook": None, "templates": selectors.templates_for(request.user)}
+    context["team_data"] = usable_by_team(request.user)
+    return render(request, "jobs/job_submit.html", context)
 
 
 @login_required
@@ -330,6 +405,14 @@ def pending(request):
     if slug := request.GET.get("pool"):
         pool = get_object_or_404(Pool.objects.visible_to(request.user), slug=slug)
     overview = selectors.pending_overview(request.user, pool=pool, page_number=request.GET.get("page"))
+    # Quotes for the viewer's own queued jobs (other teams' rows carry no job id: nothing of theirs), read for every
+    # such job, not only this page's: the same queries whichever rows the page shows.
+    quotes = quote_selectors.worded_quotes(
+        [row.job_id for row in overview.page.paginator.object_list if row.kind == "queued" and row.job_id],
+        shown=[row.job_id for row in overview.page if row.job_id],
+    )
+    for row in overview.page:
+        row.quote = quotes.get(row.job_id)
     context = {
         "overview": overview,
         "pool": pool,

@@ -76,7 +76,7 @@ class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
     list_filter = ["is_platform_admin", "is_break_glass", "is_staff", "is_active"]
     fieldsets = [
         *BaseUserAdmin.fieldsets,
-        (_("Reservoir"), {"fields": ["is_platform_admin", "is_break_glass", "language"]}),
+        (_("Reservoir"), {"fields": ["is_platform_admin", "is_break_glass", "language", "notify_default"]}),
     ]
 
 

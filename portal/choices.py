@@ -21,3 +21,19 @@ class MembershipSource(models.TextChoices):
 
     MANUAL = "manual", _("Set by hand")
     PROVIDER = "provider", _("From the identity provider")
+
+
+class JobMail(models.TextChoices):
+    """When a job's submitter is e-mailed about it (jobs/notifications.py): a job holds a list of these (`Job.notify`),
+    defaulting to the submitter's own list (`User.notify_default`). One mail per job and kind, whatever happens."""
+
+    START = "start", _("when it starts running")
+    END = "end", _("when it succeeds")
+    FAIL = "fail", _("when it fails")
+
+    @classmethod
+    def ordered(cls, kinds) -> list[str]:
+        """`kinds` once each, in the order above (how a job's and a user's lists are kept); unknown ones are the
+        caller's to refuse (the model's field says which)."""
+        given = set(kinds)
+        return [kind for kind in cls.values if kind in given] + sorted(given - set(cls.values))

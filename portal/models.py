@@ -7,13 +7,14 @@ fetched (and answers 404).
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractUser
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .choices import MembershipSource, QueueingStrategy, Role
+from .choices import JobMail, MembershipSource, QueueingStrategy, Role
 
 SLUG_VALIDATOR = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
@@ -35,6 +36,23 @@ class User(AbstractUser):
         default=False,
         help_text=_("May sign in with a local password even when local passwords are turned off (an emergency admin)."),
     )
+    notify_default = ArrayField(
+        models.CharField(max_length=10, choices=JobMail.choices),
+        verbose_name=_("e-mail me about my jobs"),
+        default=list,
+        blank=True,
+        help_text=_(
+            "What a job you submit asks for unless you choose otherwise on the form; each job's page can change it."
+        ),
+    )
+
+    class Meta(AbstractUser.Meta):
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(notify_default__contained_by=JobMail.values),
+                name="%(app_label)s_%(class)s_valid_notify_default",
+            ),
+        ]
 
     @property
     def is_admin(self) -> bool:

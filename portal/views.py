@@ -1,15 +1,21 @@
 """The portal's own pages: log-in (identity/views.py adds the provider's button, and signs out), the lock-out
-answer and the language switch (the probes are in portal/health.py). The pages that gather several apps (home, a
-team's page) are the dashboard's (`dashboard/views.py`)."""
+answer, the language switch and a user's preferences (the probes are in portal/health.py). The pages that gather
+several apps (home, a team's page) are the dashboard's (`dashboard/views.py`)."""
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.shortcuts import redirect, render
+from django.utils import translation
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from . import preferences
+from .forms import PreferencesForm
 
 
 class LoginView(auth_views.LoginView):
@@ -39,3 +45,26 @@ def set_language(request):
         preferences.set_user_language(user=request.user, language=language)
         response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax")
     return response
+
+
+@login_required
+def preferences_page(request):
+    """The user's own preferences: the portal's language, and the e-mails new jobs ask for (jobs/notifications.py),
+    beside the address they go to (the identity provider's, or the one an admin set)."""
+    user = request.user
+    initial = {"language": user.language, "notify_default": user.notify_default}
+    form = PreferencesForm(request.POST or None, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        try:
+            with transaction.atomic():
+                preferences.set_user_language(user=user, language=form.cleaned_data["language"])
+                preferences.set_notify_default(user=user, notify=form.cleaned_data["notify_default"])
+        except ValidationError as error:
+            form.add_service_errors(error)
+        else:
+            translation.activate(user.language)
+            messages.success(request, _("Preferences saved."))
+            response = redirect("portal:preferences")
+            response.set_cookie(settings.LANGUAGE_COOKIE_NAME, user.language, samesite="Lax")
+            return response
+    return render(request, "portal/preferences.html", {"form": form}, status=400 if form.errors else 200)

@@ -1,10 +1,12 @@
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from pools.api.serializers import PoolSlugField
 from pools.models import Pool
 from portal.api.base import WholeNumberField
 from portal.api.serializers import TeamSlugField
+from portal.choices import JobMail
 from portal.models import Team
 
 from ..choices import Placement, Priority
@@ -35,6 +37,47 @@ def _grace_field(maximum: int) -> WholeNumberField:
     )
 
 
+def _notify_field(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.ChoiceField(
+            choices=JobMail.choices,
+            error_messages={"invalid_choice": _('"{input}" is not one of start, end, fail.')},
+        ),
+        help_text=_(
+            "When the submitter is e-mailed about the job: any of start (it starts running), end (it succeeds) and "
+            "fail (it fails), one mail each; [] for none."
+        ),
+        **kwargs,
+    )
+
+
+class JobNotifySerializer(serializers.Serializer):
+    """What may be changed on a job once submitted: its e-mails (by its submitter, while it is not finished)."""
+
+    notify = _notify_field()
+
+    def validate(self, attrs):
+        others = sorted(set(self.initial_data) - {"notify"}) if isinstance(self.initial_data, dict) else []
+        if others:
+            raise serializers.ValidationError({name: _("Only notify can be changed on a job.") for name in others})
+        return attrs
+
+
+class ExpectedStartSerializer(serializers.Serializer):
+    """A job's start-time quote (jobs/quote.py): when it is likely to start Running, with an 80-percent interval."""
+
+    starts_now = serializers.BooleanField(help_text=_("It fits at once (or Kueue has admitted it already)."))
+    estimate = serializers.DateTimeField(
+        allow_null=True, help_text=_("The likely start; null when it cannot start with its team's quota.")
+    )
+    low = serializers.DateTimeField(
+        allow_null=True, help_text=_("Where the interval holding the start with 80 percent likelihood begins.")
+    )
+    high = serializers.DateTimeField(allow_null=True, help_text=_("Where that interval ends."))
+    text = serializers.CharField(help_text=_("The quote in the reader's language."))
+    basis = serializers.CharField(help_text=_("What the quote rests on, in the reader's language."))
+
+
 class JobSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -53,6 +96,16 @@ class JobSerializer(serializers.ModelSerializer):
     borrowed_note = serializers.SerializerMethodField(
         help_text=_("In the reader's language, what `borrowed_gpus` means for the job; empty when it borrows none.")
     )
+
+    expected_start = serializers.SerializerMethodField(
+        help_text=_("When the job is likely to start Running; null once it runs or is final.")
+    )
+    notify = _notify_field(read_only=True)
+
+    @extend_schema_field(ExpectedStartSerializer(allow_null=True))
+    def get_expected_start(self, job):
+        quote = self.context.get("quotes", {}).get(job.pk)
+        return None if quote is None else ExpectedStartSerializer(quote).data
 
     def get_borrowed_gpus(self, job) -> int:
         return self.context.get("borrowed_gpus", {}).get(job.pk, 0)
@@ -87,6 +140,8 @@ class JobSerializer(serializers.ModelSerializer):
             "total_gpus",
             "borrowed_gpus",
             "borrowed_note",
+            "expected_start",
+            "notify",
         ]
         read_only_fields = fields
 
@@ -206,6 +261,7 @@ class JobSubmitSerializer(serializers.Serializer):
         max_length=MAX_PULL_SECRETS,
         help_text=_("Names of the team's image pull credentials."),
     )
+    notify = _notify_field(required=False)
     secret_env = serializers.DictField(
         child=serializers.DictField(child=serializers.CharField(max_length=253)),
         required=False,
@@ -226,6 +282,6 @@ class JobSubmitSerializer(serializers.Serializer):
         return fields
 
     def spec(self) -> JobSpec:
-        data = {k: v for k, v in self.validated_data.items() if k not in ("team", "pool")}
+        data = {k: v for k, v in self.validated_data.items() if k not in ("team", "pool", "notify")}
         data.setdefault("termination_grace_seconds", default_grace_seconds())
         return JobSpec(**data)

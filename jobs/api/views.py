@@ -1,6 +1,6 @@
 """Jobs: list and filter (the page's JobFilterSet), submit (201, queued or submitted, with the queue position),
-cancel (202: the cluster's Job and pods are deleted by a task) and resubmit. Members act on their teams' jobs;
-platform admins on all; anything else is 404."""
+cancel (202: the cluster's Job and pods are deleted by a task), resubmit, and the submitter's choice of e-mails
+(PATCH `notify`). Members act on their teams' jobs; platform admins on all; anything else is 404."""
 
 from django.db import DatabaseError
 from django.db.models import Prefetch
@@ -15,9 +15,11 @@ from portal import outage
 from portal.api.throttles import SubmissionRateThrottle
 
 from .. import selectors, services
+from ..choices import FINAL_STATES
 from ..filters import JobFilterSet
 from ..models import Job, JobEvent
-from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
+from ..quote_selectors import worded_quotes
+from .serializers import JobDetailSerializer, JobNotifySerializer, JobSerializer, JobSubmitSerializer
 
 
 def _detail(job: Job) -> dict:
@@ -29,7 +31,8 @@ def _detail(job: Job) -> dict:
     job.queue_position = services.queue_position(job)
     gang = selectors.pods_of(job)
     job.pods_running, job.pod_rows = gang.running, gang.pods
-    return JobDetailSerializer(job, context={"borrowed_gpus": selectors.borrowed_gpus([job])}).data
+    context = {"borrowed_gpus": selectors.borrowed_gpus([job]), "quotes": worded_quotes([job.pk])}
+    return JobDetailSerializer(job, context=context).data
 
 
 def _committed(job: Job, status_code: int) -> Response:
@@ -75,7 +78,11 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         queryset = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(queryset)
         rows = list(page if page is not None else queryset)
-        context = {**self.get_serializer_context(), "borrowed_gpus": selectors.borrowed_gpus(rows)}
+        context = {
+            **self.get_serializer_context(),
+            "borrowed_gpus": selectors.borrowed_gpus(rows),
+            "quotes": worded_quotes(job.pk for job in rows if job.state not in FINAL_STATES),
+        }
         data = JobSerializer(rows, many=True, context=context).data
         return self.get_paginated_response(data) if page is not None else Response(data)
 
@@ -94,8 +101,27 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         serializer = JobSubmitSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        job = services.submit_job(team=data["team"], pool=data["pool"], user=request.user, spec=serializer.spec())
+        job = services.submit_job(
+            team=data["team"], pool=data["pool"], user=request.user, spec=serializer.spec(), notify=data.get("notify")
+        )
         return _committed(job, status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=JobNotifySerializer,
+        responses={200: JobDetailSerializer},
+        description=gettext_lazy(
+            "Choose anew when the job's submitter is e-mailed about it (`notify`, the one field that can change): "
+            "for its submitter only (403 for anyone else), while the job is not finished. It counts for the "
+            "transitions still to come."
+        ),
+    )
+    def partial_update(self, request, *args, **kwargs):
+        serializer = JobNotifySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        job = services.set_job_notify(
+            job=self.get_object(), user=request.user, notify=serializer.validated_data["notify"]
+        )
+        return Response(_detail(job))
 
     @extend_schema(
         request=None,

@@ -305,6 +305,9 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # Cluster I/O and billing get queues of their own so that one cannot starve the other.
 CELERY_TASK_QUEUES = (Queue("default"), Queue("cluster"), Queue("billing"))
 CELERY_TASK_ROUTES = {
+    # Mail, not cluster I/O (an exact name wins over the patterns).
+    "jobs.send_job_mail": {"queue": "default"},
+    "jobs.resend_job_mails": {"queue": "default"},
     "jobs.*": {"queue": "cluster"},
     "pools.*": {"queue": "cluster"},
     "teamdata.*": {"queue": "cluster"},
@@ -386,11 +389,14 @@ ALERT_WEBHOOK_TIMEOUT_SECONDS = env.float("ALERT_WEBHOOK_TIMEOUT_SECONDS", defau
 ALERT_WEBHOOK_LANGUAGE = env("ALERT_WEBHOOK_LANGUAGE", default="en")
 # Where people reach the portal (links in notifications).
 PORTAL_BASE_URL = env("RESERVOIR_BASE_URL", default="http://127.0.0.1:8000")
-# E-mail to team leads (budget alerts, the monthly spend summary): Django's backend from a URL
+# E-mail to team leads (budget alerts, the monthly spend summary) and to job submitters who ask for it
+# (jobs/notifications.py): Django's backend from a URL
 # (smtp+tls://user:password@host:587, consolemail://, dummymail://); who it comes from.
 EMAIL_CONFIG = env.email_url("EMAIL_URL", default="consolemail://")
 vars().update(EMAIL_CONFIG)
 DEFAULT_FROM_EMAIL = env("RESERVOIR_EMAIL_FROM", default="reservoir@localhost")
+# A mail server that does not answer within this many seconds fails the send (its task retries): a task never hangs.
+EMAIL_TIMEOUT = env.int("RESERVOIR_EMAIL_TIMEOUT_SECONDS", default=10)
 # The currency sign of the text a held Workload carries in the cluster ("budget for November reached: ¥X of ¥Y").
 RESERVOIR_CURRENCY_SIGN = env("RESERVOIR_CURRENCY_SIGN", default="¥")
 # Telemetry is collected at steps aligned to this many seconds; alert rules are evaluated this often.

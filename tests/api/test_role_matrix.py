@@ -214,6 +214,14 @@ MATRIX = [
         members(201, outsider=400),
     ),
     ("job cancel", "post", lambda w: f"/api/v1/jobs/{_alpha_job(w)}/cancel/", None, members(202)),
+    (
+        "job e-mails",
+        "patch",
+        lambda w: f"/api/v1/jobs/{_alpha_job(w)}/",
+        lambda w: {"notify": ["end"]},
+        # The mails go to the job's submitter (rita, the researcher): only she chooses them.
+        {ANON: 401, OUTSIDER: 404, RESEARCHER: 200, LEAD: 403, ADMIN: 403},
+    ),
     ("usage of alpha", "get", lambda w: "/api/v1/usage/alpha/", None, {**members(200), RESEARCHER: 404}),
     ("spend of alpha", "get", lambda w: "/api/v1/spend/alpha/", None, {**members(200), RESEARCHER: 404}),
     (

@@ -21,3 +21,9 @@ def test_metering_benchmark_rollups_equal_the_month_from_scratch(bench_env):
     summary = run_benchmark("metering", bench_env)
     assert summary["intervals"] == 300
     assert summary["rollups_equal_scratch"] is True
+
+
+def test_quote_benchmark_quotes_every_pending_job_and_keeps_each_first_quote_once(bench_env):
+    summary = run_benchmark("quote", bench_env)
+    assert summary["pending_jobs"] == 30
+    assert summary["record_first_kept"] == 30 and summary["record_again_kept"] == 0

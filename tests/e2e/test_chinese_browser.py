@@ -190,6 +190,8 @@ def test_a_researcher_who_reads_chinese_meets_no_english_sentence(
     for path in ["/pools/", "/pools/reserved-a800/", "/jobs/pending/", "/jobs/", "/alerts/"]:
         page.goto(f"{base}{path}")
         assert_no_english(page, data, path)
+    page.goto(f"{base}/preferences/")
+    assert_no_english(page, (*data, researcher.email), "/preferences/")
     page.goto(f"{base}/jobs/pending/")
     expect(page.locator("#pending-table")).to_contain_text("等待团队在 Reserved A800")
     shoot("zh-02-pending")

@@ -1,0 +1,337 @@
+"""When will a job start: a point estimate and an 80 % interval, from the team's queue, its room and its history.
+
+The idea. A queued job starts when Kueue admits it, and Kueue admits it when its team's queue ahead of it has been
+admitted and its team has room for its GPUs. The team's room grows at known moments: borrowed GPUs of its
+reservation come back within the borrowers' grace period (Kueue reclaims them at once), and each of its running jobs
+gives its GPUs back when it ends — at the latest at its deadline (start + maximum run time), and usually sooner: how
+much sooner is read off the team's own history, the fraction of their maximum run time its finished jobs really ran
+(an empirical distribution, fitted only on jobs already finished: never on the future).
+
+The quote replays the team's queue forward in time, in Kueue's order (priority, then submission), once per quantile
+level of that distribution: at level q every running job ends at the q-quantile of its run given how long it has run
+already, and every job admitted on the way runs for the q-quantile of its maximum. Kueue's own rule decides who
+starts at each moment: in a `StrictFIFO` queue no job passes the head; in a `BestEffortFIFO` one a later job that
+fits starts first. Level 0.5 is the estimate, 0.1 and 0.9 bound the 80 % interval, and level 1 (every job runs to
+its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job whose start is now
+at every level "starts now".
+
+What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), work
+submitted after the quote (a higher-priority job may still pass), preemption within the team, and the nodes
+themselves (a job Kueue admits may wait Pending for a node: the submit preview says so beside the quote). This
+module is pure: its inputs are built from the database by `jobs.quote_selectors`, with the rules' one place each
+(`quota_room`, `pools.lending`, `JobQuerySet.in_use`).
+"""
+
+import heapq
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.utils import formats, timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+LOW, ESTIMATE, HIGH, LATEST = 0.1, 0.5, 0.9, 1.0
+MIN_HISTORY = 10  # fewer finished jobs than this: the prior below stands in for the team's history
+HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is fitted on
+# With no history: a run may end anywhere in its maximum run time, evenly (wide on purpose).
+PRIOR = tuple(step / 20 for step in range(1, 21))
+
+
+class RunHistory:
+    """The fractions of their maximum run time the team's finished jobs ran (each in [0, 1]), and its quantiles."""
+
+    def __init__(self, fractions, *, prior: bool = False):
+        self.fractions = sorted(min(max(float(f), 0.0), 1.0) for f in fractions)
+        self.prior = prior
+
+    @classmethod
+    def fitted(cls, fractions) -> "RunHistory":
+        """The team's own history when it is long enough, else the wide prior."""
+        fractions = list(fractions)
+        if len(fractions) >= MIN_HISTORY:
+            return cls(fractions)
+        return cls(PRIOR, prior=True)
+
+    @property
+    def size(self) -> int:
+        return 0 if self.prior else len(self.fractions)
+
+    def quantile(self, level: float, *, after: float = 0.0) -> float:
+        """The `level`-quantile of the run fraction, given the run has lasted `after` already (only runs longer
+        than that are counted; when none is, the rest of the time to the deadline is spread evenly)."""
+        if level >= 1.0:
+            return 1.0
+        rest = self.fractions[bisect_right(self.fractions, after) :]
+        if not rest:
+            return after + level * (1.0 - after)
+        index = min(int(level * len(rest)), len(rest) - 1)
+        return max(rest[index], after)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """A job of the team holding GPUs in a pool now (`JobQuerySet.in_use`), since `started_at`."""
+
+    pool_id: int
+    gpus: int
+    started_at: datetime
+    max_run_seconds: int
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A job of the team not admitted yet, in Kueue's order; `pools`: where it may be admitted (home first, then
+    the spill pools of a soft job). `job_id` None: the job of the submit preview."""
+
+    job_id: int | None
+    gpus: int
+    max_run_seconds: int
+    pools: tuple[int, ...]
+
+
+@dataclass
+class TeamQueue:
+    """Everything the quote of one team's queue reads (built by `jobs.quote_selectors`)."""
+
+    team_id: int
+    best_effort: bool
+    room: dict[int, int]  # pool id -> GPUs the team can still be admitted on there now (`quota_room`)
+    holding: list[Holding]
+    waiting: list[Waiting]
+    history: RunHistory
+    reclaim: dict[int, tuple[int, int]] = field(default_factory=dict)  # pool id -> (GPUs lent out, seconds to return)
+    pool_names: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Quote:
+    """When one job starts: `estimate` within [`low`, `high`] (80 %), `latest` if every job runs to its maximum; all
+    None when it cannot start with the team's quota. `basis` says why, as items `basis_in_words` words."""
+
+    starts_now: bool
+    estimate: datetime | None
+    low: datetime | None
+    high: datetime | None
+    latest: datetime | None = None
+    pool_id: int | None = None
+    basis: list[dict] = field(default_factory=list)
+
+    @property
+    def never(self) -> bool:
+        return self.estimate is None
+
+    def sooner_than(self, other: "Quote", *, by: timedelta) -> bool:
+        """Starts meaningfully sooner than `other`: its estimate at least `by` earlier (or `other` never starts)."""
+        if self.never:
+            return False
+        return other.never or self.estimate <= other.estimate - by
+
+
+@dataclass
+class _Run:
+    """One replay at one quantile level: when each waiting job starts, in which pool, and what freed the room."""
+
+    starts: dict[int, tuple[datetime, int]] = field(default_factory=dict)  # index in `waiting` -> (time, pool)
+    freed_by_running: dict[int, int] = field(default_factory=dict)  # index -> GPUs running jobs gave back before it
+    reclaimed: dict[int, int] = field(default_factory=dict)  # index -> GPUs reclaimed before it
+
+
+def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
+    free = dict(queue.room)
+    events: list[tuple[datetime, int, int, str, int]] = []  # (time, tie, pool, kind, GPUs)
+    tie = 0
+    for holding in queue.holding:
+        elapsed = max((now - holding.started_at).total_seconds(), 0.0)
+        max_run = max(holding.max_run_seconds, 1)
+        fraction = queue.history.quantile(level, after=min(elapsed / max_run, 1.0))
+        end = max(holding.started_at + timedelta(seconds=fraction * max_run), now)
+        events.append((end, tie, holding.pool_id, "running", holding.gpus))
+        tie += 1
+    for pool_id, (gpus, seconds) in queue.reclaim.items():
+        if gpus:
+            events.append((now + timedelta(seconds=seconds), tie, pool_id, "reclaim", gpus))
+            tie += 1
+    heapq.heapify(events)
+    run = _Run()
+    # A job larger than all its team could ever hold in its pools waits for ever: it blocks nobody (Kueue sets it
+    # aside as inadmissible).
+    capacity = dict(queue.room)
+    for _at, _tie, pool_id, _kind, gpus in events:
+        capacity[pool_id] = capacity.get(pool_id, 0) + gpus
+    left = [
+        index
+        for index, job in enumerate(queue.waiting)
+        if any(capacity.get(pool_id, 0) >= job.gpus for pool_id in job.pools)
+    ]
+    freed = reclaimed = 0
+    moment = now
+    run_fraction = queue.history.quantile(level)
+    while left:
+        still = []
+        for position, index in enumerate(left):
+            job = queue.waiting[index]
+            pool = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None)
+            if pool is None:
+                if not queue.best_effort:  # StrictFIFO: nobody passes a waiting head
+                    still.extend(left[position:])
+                    break
+                still.append(index)
+                continue
+            free[pool] -= job.gpus
+            run.starts[index] = (moment, pool)
+            run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed
+            end = moment + timedelta(seconds=run_fraction * job.max_run_seconds)
+            heapq.heappush(events, (end, tie, pool, "admitted", job.gpus))
+            tie += 1
+        left = still
+        if not left or not events:
+            break
+        moment = events[0][0]
+        while events and events[0][0] == moment:
+            _at, _tie, pool_id, kind, gpus = heapq.heappop(events)
+            free[pool_id] = free.get(pool_id, 0) + gpus
+            freed += gpus if kind == "running" else 0
+            reclaimed += gpus if kind == "reclaim" else 0
+    return run
+
+
+def quote_queue(queue: TeamQueue, *, now: datetime | None = None) -> dict[int | None, Quote]:
+    """A `Quote` for every waiting job of `queue`, by job id (None: the preview's job)."""
+    now = now or timezone.now()
+    runs = {level: _replay(queue, level=level, now=now) for level in (LOW, ESTIMATE, HIGH, LATEST)}
+    quotes: dict[int | None, Quote] = {}
+    for index, job in enumerate(queue.waiting):
+        quotes[job.job_id] = _quote_one(queue, index, job, runs, now=now)
+    return quotes
+
+
+def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Run], *, now: datetime) -> Quote:
+    home = job.pools[0]
+    ahead = queue.waiting[:index]
+    basis: list[dict] = []
+    if ahead:
+        basis.append({"say": "ahead", "jobs": len(ahead), "gpus": sum(other.gpus for other in ahead)})
+    if index not in runs[LATEST].starts:
+        basis.append({"say": "never", "gpus": job.gpus, "pool": queue.pool_names.get(home, "")})
+        return Quote(starts_now=False, estimate=None, low=None, high=None, basis=basis)
+    times = sorted(runs[level].starts.get(index, runs[LATEST].starts[index])[0] for level in (LOW, ESTIMATE, HIGH))
+    low, estimate, high = times
+    latest, pool_id = runs[LATEST].starts[index]
+    latest = max(latest, high)
+    starts_now = high <= now
+    if starts_now:
+        basis.append({"say": "room", "gpus": queue.room.get(pool_id, 0), "pool": queue.pool_names.get(pool_id, "")})
+    else:
+        freed = runs[LATEST].freed_by_running.get(index, 0)
+        if freed:
+            basis.append({"say": "freed", "gpus": freed, "latest": latest.isoformat()})
+        reclaimed = runs[LATEST].reclaimed.get(index, 0)
+        if reclaimed:
+            seconds = max(queue.reclaim.get(pool_id, (0, 0))[1] for pool_id in job.pools)
+            basis.append({"say": "reclaim", "gpus": reclaimed, "seconds": seconds})
+        basis.append({"say": "history", "jobs": queue.history.size})
+    if pool_id != home:
+        basis.append({"say": "spills", "pool": queue.pool_names.get(pool_id, "")})
+    return Quote(
+        starts_now=starts_now, estimate=estimate, low=low, high=high, latest=latest, pool_id=pool_id, basis=basis
+    )
+
+
+# --- words -------------------------------------------------------------------------------------------------------
+
+
+def moment_in_words(moment: datetime, *, now: datetime | None = None) -> str:
+    """A time as a reader reads it: the hour and minute today, the date too on another day."""
+    now = timezone.localtime(now or timezone.now())
+    local = timezone.localtime(moment)
+    if local.date() == now.date():
+        return formats.time_format(local, "H:i")
+    return formats.date_format(local, "SHORT_DATETIME_FORMAT")
+
+
+def _basis_item(item: dict, now: datetime) -> str:
+    say = item["say"]
+    if say == "ahead":
+        return (
+            ngettext(
+                "%(jobs)d job ahead of you in your team's queue, %(gpus)d GPUs",
+                "%(jobs)d jobs ahead of you in your team's queue, %(gpus)d GPUs",
+                item["jobs"],
+            )
+            % item
+        )
+    if say == "room":
+        return _("your team has room for %(gpus)d more GPUs in %(pool)s now") % item
+    if say == "freed":
+        latest = moment_in_words(datetime.fromisoformat(item["latest"]), now=now)
+        return _("your team's running jobs free %(gpus)d GPUs by %(latest)s at the latest") % {
+            "gpus": item["gpus"],
+            "latest": latest,
+        }
+    if say == "reclaim":
+        return _("%(gpus)d borrowed GPUs of your reservation return within %(seconds)d s") % item
+    if say == "history":
+        if not item["jobs"]:
+            return _("your team has few finished jobs yet, so any run may last up to its maximum run time")
+        return (
+            ngettext(
+                "run times fitted on your team's %(jobs)d finished job",
+                "run times fitted on your team's %(jobs)d finished jobs",
+                item["jobs"],
+            )
+            % item
+        )
+    if say == "admitted":
+        return _("Kueue has admitted it: it starts as soon as its pods are placed on nodes")
+    if say == "spills":
+        return _("in %(pool)s, a spill pool") % item
+    if say == "never":
+        return _("it needs %(gpus)d GPUs, more than your team can ever hold in %(pool)s") % item
+    return ""
+
+
+def basis_in_words(basis: list[dict], *, now: datetime | None = None) -> str:
+    """The basis of a quote in the active language: its items joined into one sentence."""
+    now = now or timezone.now()
+    return "; ".join(part for part in (_basis_item(item, now) for item in basis) if part)
+
+
+def quote_in_words(quote: Quote, *, now: datetime | None = None) -> str:
+    """ "Starts now", "likely 14:20 (80 %: 13:55–15:10)", or that it cannot start with the team's quota."""
+    now = now or timezone.now()
+    if quote.never:
+        return _("cannot start with your team's quota")
+    if quote.starts_now:
+        return _("starts now")
+    return _("likely %(estimate)s (80 %%: %(low)s–%(high)s)") % {
+        "estimate": moment_in_words(quote.estimate, now=now),
+        "low": moment_in_words(quote.low, now=now),
+        "high": moment_in_words(quote.high, now=now),
+    }
+
+
+@dataclass(frozen=True)
+class QuoteWords:
+    """A quote as pages and the API show it, in the active language."""
+
+    text: str
+    basis: str
+    starts_now: bool
+    never: bool
+    estimate: datetime | None
+    low: datetime | None
+    high: datetime | None
+
+
+def worded(quote: Quote, *, now: datetime | None = None) -> QuoteWords:
+    now = now or timezone.now()
+    return QuoteWords(
+        text=quote_in_words(quote, now=now),
+        basis=basis_in_words(quote.basis, now=now),
+        starts_now=quote.starts_now,
+        never=quote.never,
+        estimate=quote.estimate,
+        low=quote.low,
+        high=quote.high,
+    )

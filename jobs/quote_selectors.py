@@ -1,0 +1,331 @@
+"""The quote's inputs from the database, and the quotes pages, the API and the submit preview show.
+
+Each rule is read from its one place: the room a team has in a pool from `jobs.selectors.quota_room` (Kueue's
+own sum over reservations, lending and the cohort), the GPUs a team's jobs hold from `JobQuerySet.in_use`, and what
+its reservation lends now from `pools.lending.pool_lending`. The history is the team's most recent finished jobs
+(finished before now), as fractions of their maximum run time. A fixed number of queries, whatever the number of
+teams and jobs (`team_queues`).
+"""
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db import connection
+from django.db.models import Max
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from billing.money import format_money, hourly_cost
+from pools.choices import PoolKind
+from pools.lending import pool_lending, team_uses
+from pools.models import Pool, Quota
+from portal.choices import QueueingStrategy
+from portal.models import Team
+
+from .choices import ADMITTED_STATES, FINAL_STATES, JobState, Placement
+from .quote import HISTORY_SIZE, Holding, Quote, QuoteWords, RunHistory, TeamQueue, Waiting, quote_queue, worded
+from .selectors import quota_room
+from .specs import JobSpec, max_grace_seconds
+
+MAX_ALTERNATIVES = 3
+
+
+def _spill_targets() -> dict[int, tuple[int, ...]]:
+    targets: dict[int, list[int]] = {}
+    for from_id, to_id in Pool.spill_pools.through.objects.values_list("from_pool_id", "to_pool_id").order_by("id"):
+        targets.setdefault(from_id, []).append(to_id)
+    return {pool_id: tuple(to) for pool_id, to in targets.items()}
+
+
+def _where(*, pool_id: int, placement: str, spilled: bool, spill: dict) -> tuple[int, ...]:
+    """The pools a job may be admitted in: its home pool, and the spill pools once its placement is soft."""
+    if placement == Placement.SOFT or spilled:
+        return (pool_id, *spill.get(pool_id, ()))
+    return (pool_id,)
+
+
+# Per team, its last HISTORY_SIZE jobs that ran and finished by a moment: a LATERAL scan of the index
+# jobs_job_team_finished for each team, so the cost follows the teams asked for, not the years of history kept.
+_RUN_FRACTIONS = """
+SELECT team.id, recent.fraction
+FROM unnest(%(teams)s::bigint[]) AS team(id)
+CROSS JOIN LATERAL (
+    SELECT EXTRACT(EPOCH FROM job.finished_at - job.started_at)::float8
+           / (GREATEST(job.max_run_minutes, 1) * 60) AS fraction
+    FROM jobs_job AS job
+    WHERE job.team_id = team.id AND job.finished_at IS NOT NULL AND job.finished_at <= %(now)s
+      AND job.started_at IS NOT NULL AND job.state = ANY(%(states)s)
+    ORDER BY job.finished_at DESC
+    LIMIT %(limit)s
+) AS recent
+"""
+
+
+def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
+    """Per team: how much of their maximum run time its last `HISTORY_SIZE` jobs that ran and finished before `now`
+    ran (fractions in [0, 1], computed in the database: only numbers cross the wire). One query."""
+    team_ids = sorted(set(team_ids))
+    if not team_ids:
+        return {}
+    parameters = {"teams": team_ids, "now": now, "states": sorted(FINAL_STATES), "limit": HISTORY_SIZE}
+    with connection.cursor() as cursor:
+        cursor.execute(_RUN_FRACTIONS, parameters)
+        rows = cursor.fetchall()
+    fractions: dict[int, list[float]] = {}
+    for team_id, fraction in rows:
+        fractions.setdefault(team_id, []).append(min(max(fraction, 0.0), 1.0))
+    return fractions
+
+
+def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | None = None) -> dict[int, TeamQueue]:
+    """The `TeamQueue` of each team of `team_ids`: its queued jobs in Kueue's order (priority, then submission), its
+    room in every pool they, their spill pools or `extra_pools` ({team id: pool ids}) name, what its jobs hold, what
+    its reservations lend out and its history. About a dozen queries, whatever the number of teams and jobs."""
+    from .models import Job
+
+    now = now or timezone.now()
+    team_ids = set(team_ids)
+    if not team_ids:
+        return {}
+    strategies = dict(Team.objects.filter(pk__in=team_ids).values_list("id", "queueing_strategy"))
+    spill = _spill_targets()
+    queued = list(
+        Job.objects.filter(team__in=team_ids, state=JobState.QUEUED)
+        .order_by("team_id", "-priority", "created_at", "id")
+        .values_list("id", "team_id", "pool_id", "total_gpus", "max_run_minutes", "placement", "spilled")
+    )
+    holding = list(
+        Job.objects.filter(team__in=team_ids)
+        .in_use()
+        .values_list("team_id", "quota_pool", "total_gpus", "started_at", "state_changed_at", "max_run_minutes")
+    )
+    waiting: dict[int, list[Waiting]] = {team_id: [] for team_id in team_ids}
+    pairs = {(team_id, pool_id) for team_id, pools in (extra_pools or {}).items() for pool_id in pools}
+    for job_id, team_id, pool_id, gpus, max_run, placement, spilled in queued:
+        where = _where(pool_id=pool_id, placement=placement, spilled=spilled, spill=spill)
+        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where))
+        pairs.update((team_id, each) for each in where)
+    pairs.update((team_id, pool_id) for team_id, pool_id, *_rest in holding)
+    quotas = {
+        (team, pool): gpus
+        for team, pool, gpus in Quota.objects.filter(team__in=team_ids).values_list("team_id", "pool_id", "max_gpus")
+    }
+    pools = {pool.pk: pool for pool in Pool.objects.filter(pk__in={p for _t, p in pairs})}
+    room = quota_room(pairs, quotas=quotas, now=now, pools=pools)
+    reclaim = _reclaims(team_ids, list(pools.values()), now=now)
+    fractions = run_fractions(team_ids, now=now)
+    queues = {}
+    for team_id in team_ids:
+        queues[team_id] = TeamQueue(
+            team_id=team_id,
+            best_effort=strategies.get(team_id) == QueueingStrategy.BEST_EFFORT_FIFO,
+            room={pool_id: max(room[(t, pool_id)][1], 0) for t, pool_id in room if t == team_id},
+            holding=[],
+            waiting=waiting[team_id],
+            history=RunHistory.fitted(fractions.get(team_id, [])),
+            reclaim=reclaim.get(team_id, {}),
+            pool_names={pool.pk: pool.name for pool in pools.values()},
+        )
+    for team_id, pool_id, gpus, started_at, changed_at, max_run in holding:
+        # An admitted job not running yet has not started its clock: its deadline counts from now at the latest.
+        since = started_at or max(changed_at, now)
+        queues[team_id].holding.append(Holding(pool_id, gpus, since, max_run * 60))
+    return queues
+
+
+def _reclaims(team_ids, pools: list[Pool], *, now: datetime) -> dict[int, dict[int, tuple[int, int]]]:
+    """Per team and reserved pool: GPUs of its reservation other teams hold now (`pool_lending`'s attribution) and
+    how long Kueue's reclaim takes — the longest grace period of the other teams' jobs there, capped by the
+    platform's cap. Four queries at most."""
+    from .models import Job
+
+    reserved = [pool for pool in pools if pool.kind == PoolKind.RESERVED]
+    if not reserved:
+        return {}
+    lending = pool_lending(pools=reserved, now=now)
+    graces: dict[int, dict[int, int]] = {}
+    for team_id, pool_id, grace in (
+        Job.objects.in_use(pools=reserved)
+        .values("team_id", "quota_pool")
+        .annotate(grace=Max("termination_grace_seconds"))
+        .values_list("team_id", "quota_pool", "grace")
+        .order_by()
+    ):
+        graces.setdefault(pool_id, {})[team_id] = grace
+    cap = max_grace_seconds()
+    reclaims: dict[int, dict[int, tuple[int, int]]] = {}
+    for pool_id, pool in lending.items():
+        for team_id, lent in pool.lent_by_team.items():
+            if team_id in team_ids and lent:
+                others = [g for other, g in graces.get(pool_id, {}).items() if other != team_id]
+                reclaims.setdefault(team_id, {})[pool_id] = (lent, min(max(others, default=0), cap))
+    return reclaims
+
+
+# --- quotes of jobs ----------------------------------------------------------------------------------------------
+
+
+def admitted_quote(*, now: datetime) -> Quote:
+    """An admitted job not running yet: Kueue has given it its GPUs, its pods are being placed."""
+    return Quote(starts_now=True, estimate=now, low=now, high=now, latest=now, basis=[{"say": "admitted"}])
+
+
+def quotes_for(jobs, *, now: datetime | None = None) -> dict[int, Quote]:
+    """A quote for each of `jobs` (Job rows) not running yet: queued ones from their team's queue, admitted ones
+    "starts now". Running and finished jobs are not in the answer."""
+    now = now or timezone.now()
+    jobs = list(jobs)
+    quotes: dict[int, Quote] = {}
+    queued_teams = {job.team_id for job in jobs if job.state == JobState.QUEUED}
+    by_team = {team_id: quote_queue(queue, now=now) for team_id, queue in team_queues(queued_teams, now=now).items()}
+    for job in jobs:
+        if job.state == JobState.QUEUED:
+            quote = by_team.get(job.team_id, {}).get(job.pk)
+            if quote is not None:
+                quotes[job.pk] = quote
+        elif job.state in ADMITTED_STATES and job.state != JobState.RUNNING:
+            quotes[job.pk] = admitted_quote(now=now)
+    return quotes
+
+
+# --- the submit preview: the job's quote, and alternatives that start sooner ------------------------------------
+
+
+@dataclass
+class Alternative:
+    """The same job with one change (`changes`: form fields and values), quoted the same way, with what it costs
+    per hour under the metering rules."""
+
+    label: str
+    changes: dict
+    quote: Quote
+    price_per_hour: Decimal
+    price_words: str = ""
+
+    @property
+    def take_value(self) -> str:
+        from urllib.parse import urlencode
+
+        return urlencode(self.changes)
+
+
+@dataclass
+class PreviewQuote:
+    quote: Quote
+    alternatives: list[Alternative] = field(default_factory=list)
+
+
+def _queue_with(queue: TeamQueue, *, waiting: Waiting, priority: int, priorities: dict[int, int]) -> TeamQueue:
+    """`queue` with the preview's job put where Kueue would: after every queued job of the same or a higher
+    priority."""
+    at = sum(1 for job in queue.waiting if priorities.get(job.job_id, 0) >= priority)
+    return replace(queue, waiting=[*queue.waiting[:at], waiting, *queue.waiting[at:]])
+
+
+def _price_per_hour(*, pool: Pool, gpus: int, uses: dict, team_id: int) -> Decimal:
+    """What `gpus` more GPUs cost per hour in `pool` (PRODUCT.md, metering): inside the team's reservation nothing
+    more (its monthly fee is paid anyway), above it or in an elastic or shared pool the pool's hourly price."""
+    if pool.kind == PoolKind.RESERVED:
+        use = uses.get(pool.pk, {}).get(team_id)
+        reserved, used = (use.reserved, use.used) if use else (0, 0)
+        gpus = max(used + gpus - max(reserved, used), 0)
+    return hourly_cost(Decimal(gpus * 3600), pool.hourly_price_per_gpu)
+
+
+def _meaningfully(base: Quote, *, now: datetime) -> timedelta:
+    """How much sooner an alternative must start to be offered: 5 minutes, or a tenth of the wait if longer."""
+    if base.never:
+        return timedelta(0)
+    return max(timedelta(minutes=5), (base.estimate - now) / 10)
+
+
+def preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime | None = None) -> PreviewQuote:
+    """The quote of `spec` if submitted now, and up to three alternatives that start meaningfully sooner: fewer
+    GPUs, soft placement, or another pool the team has quota in (each with its price per hour). A shorter maximum
+    run time is quoted too, but Kueue admits by quota and order, not run time, so it never starts sooner and is
+    never offered."""
+    from .models import Job
+
+    now = now or timezone.now()
+    quota_pools = set(Quota.objects.filter(team=team, max_gpus__gt=0).values_list("pool_id", flat=True))
+    spill = _spill_targets()
+    extra = {pool.pk, *quota_pools, *spill.get(pool.pk, ())}
+    queue = team_queues([team.pk], now=now, extra_pools={team.pk: extra})[team.pk]
+    priorities = dict(Job.objects.filter(team=team, state=JobState.QUEUED).values_list("id", "priority").order_by())
+    pools = {each.pk: each for each in Pool.objects.filter(pk__in=extra)}
+    uses = team_uses(sorted(extra), now=now)
+
+    def quoted(*, pool_id: int, gpus_per_node: int, placement: str, max_run_minutes: int) -> Quote:
+        where = _where(pool_id=pool_id, placement=placement, spilled=False, spill=spill)
+        waiting = Waiting(None, gpus_per_node * spec.nodes, max_run_minutes * 60, where)
+        return quote_queue(_queue_with(queue, waiting=waiting, priority=spec.priority, priorities=priorities), now=now)[
+            None
+        ]
+
+    base = quoted(
+        pool_id=pool.pk, gpus_per_node=spec.gpus, placement=spec.placement, max_run_minutes=spec.max_run_minutes
+    )
+    result = PreviewQuote(quote=base)
+    if base.starts_now:
+        return result
+    candidates: list[Alternative] = []
+
+    def offer(label: str, changes: dict, quote: Quote, *, gpus: int) -> None:
+        where = pools.get(quote.pool_id) if quote.pool_id else None
+        price = _price_per_hour(pool=where, gpus=gpus, uses=uses, team_id=team.pk) if where else Decimal(0)
+        candidates.append(Alternative(label, changes, quote, price, format_money(price)))
+
+    gpus = spec.gpus // 2
+    while gpus >= 1:
+        quote = quoted(
+            pool_id=pool.pk, gpus_per_node=gpus, placement=spec.placement, max_run_minutes=spec.max_run_minutes
+        )
+        if quote.sooner_than(base, by=_meaningfully(base, now=now)):
+            offer(_("with %(n)d GPUs per node") % {"n": gpus}, {"gpus": gpus}, quote, gpus=gpus * spec.nodes)
+            break
+        gpus //= 2
+    if spec.placement != Placement.SOFT and spill.get(pool.pk) and spec.nodes == 1:
+        quote = quoted(
+            pool_id=pool.pk, gpus_per_node=spec.gpus, placement=Placement.SOFT, max_run_minutes=spec.max_run_minutes
+        )
+        offer(_("with soft placement"), {"placement": Placement.SOFT}, quote, gpus=spec.total_gpus)
+    for other in sorted(quota_pools - {pool.pk}, key=lambda pk: pools[pk].name if pk in pools else ""):
+        if other not in pools:
+            continue
+        quote = quoted(
+            pool_id=other, gpus_per_node=spec.gpus, placement=spec.placement, max_run_minutes=spec.max_run_minutes
+        )
+        offer(_("in %(pool)s") % {"pool": pools[other].name}, {"pool": pools[other].slug}, quote, gpus=spec.total_gpus)
+    shorter = max(spec.max_run_minutes // 2, 1)
+    if shorter < spec.max_run_minutes:
+        quote = quoted(pool_id=pool.pk, gpus_per_node=spec.gpus, placement=spec.placement, max_run_minutes=shorter)
+        offer(
+            _("with a maximum run time of %(n)d minutes") % {"n": shorter},
+            {"max_run_minutes": shorter},
+            quote,
+            gpus=spec.total_gpus,
+        )
+    sooner = [each for each in candidates if each.quote.sooner_than(base, by=_meaningfully(base, now=now))]
+    sooner.sort(key=lambda each: (each.quote.estimate, each.price_per_hour))
+    result.alternatives = sooner[:MAX_ALTERNATIVES]
+    return result
+
+
+def worded_quotes(job_ids, *, shown=None, now: datetime | None = None) -> dict[int, QuoteWords]:
+    """`quotes_for` the jobs of `job_ids` (the caller has checked the viewer may see them), in the active language;
+    only those of `shown` when given (a page quotes every visible queued job's team, so that it runs the same
+    queries whichever rows it shows, and words its own rows). Two queries more than `team_queues`."""
+    from .models import Job
+
+    now = now or timezone.now()
+    job_ids = list(job_ids)
+    shown = set(job_ids if shown is None else shown)
+    jobs = Job.objects.filter(pk__in=job_ids).only("id", "team_id", "state")
+    return {job_id: worded(quote, now=now) for job_id, quote in quotes_for(jobs, now=now).items() if job_id in shown}
+
+
+def quote_history(job, *, now: datetime | None = None) -> list[tuple[datetime, QuoteWords]]:
+    """The quotes kept for `job` as its queue moved (`services.record_quotes`), oldest first, in words."""
+    now = now or timezone.now()
+    return [(kept.at, worded(kept.as_quote(), now=now)) for kept in job.quotes.order_by("at", "id")]

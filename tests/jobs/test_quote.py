@@ -1,0 +1,140 @@
+"""The quote (jobs/quote.py), pure: a team's queue replayed in Kueue's order against its room, its running jobs'
+deadlines, reclaims and its history of run times. No database."""
+
+from datetime import UTC, datetime, timedelta
+
+from django.utils import translation
+
+from jobs.quote import (
+    PRIOR,
+    Holding,
+    RunHistory,
+    TeamQueue,
+    Waiting,
+    basis_in_words,
+    quote_in_words,
+    quote_queue,
+)
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+HOUR = 3600
+POOL, SPILL = 1, 2
+
+
+def _history(*fractions):
+    return RunHistory(fractions)
+
+
+def _queue(*, room=None, holding=(), waiting=(), history=None, best_effort=False, reclaim=None):
+    return TeamQueue(
+        team_id=7,
+        best_effort=best_effort,
+        room=room if room is not None else {POOL: 0},
+        holding=list(holding),
+        waiting=list(waiting),
+        history=history or RunHistory.fitted([]),
+        reclaim=reclaim or {},
+        pool_names={POOL: "a800", SPILL: "elastic"},
+    )
+
+
+def test_a_job_that_fits_in_the_room_starts_now():
+    quotes = quote_queue(_queue(room={POOL: 8}, waiting=[Waiting(1, 4, HOUR, (POOL,))]), now=NOW)
+    assert quotes[1].starts_now and quotes[1].estimate == quotes[1].low == quotes[1].high == NOW
+    with translation.override("en"):
+        assert quote_in_words(quotes[1], now=NOW) == "starts now"
+        assert basis_in_words(quotes[1].basis, now=NOW) == "your team has room for 8 more GPUs in a800 now"
+
+
+def test_a_job_waiting_for_running_jobs_gets_an_interval_from_the_history_and_the_deadline_as_latest():
+    # Two running jobs of 8 GPUs, each started an hour ago with 10 h maximum; the team's jobs ran 20 %..100 %.
+    started = NOW - timedelta(hours=1)
+    history = _history(*[step / 10 for step in range(2, 11)] * 2)
+    holding = [Holding(POOL, 8, started, 10 * HOUR), Holding(POOL, 8, started, 10 * HOUR)]
+    quotes = quote_queue(_queue(holding=holding, waiting=[Waiting(5, 16, HOUR, (POOL,))], history=history), now=NOW)
+    quote = quotes[5]
+    assert not quote.starts_now
+    assert NOW < quote.low <= quote.estimate <= quote.high <= quote.latest
+    assert quote.latest == started + timedelta(hours=10)  # both must end: the later deadline
+    assert quote.estimate == started + timedelta(hours=6)  # the median of runs longer than 10 %: 60 %
+    with translation.override("en"):
+        words = basis_in_words(quote.basis, now=NOW)
+    assert "your team's running jobs free 16 GPUs by 21:00 at the latest" in words
+    assert "run times fitted on your team's 18 finished jobs" in words
+
+
+def test_the_history_only_counts_runs_longer_than_what_a_job_has_run_already():
+    history = _history(0.1, 0.2, 0.3, 0.9, 1.0)
+    assert history.quantile(0.5) == 0.3
+    assert history.quantile(0.5, after=0.5) == 1.0
+    assert history.quantile(0.0, after=0.5) == 0.9
+    assert history.quantile(0.5, after=1.0) == 1.0  # past every recorded run: the rest, spread evenly
+    assert history.quantile(1.0) == 1.0
+
+
+def test_few_finished_jobs_give_the_wide_prior_and_say_so():
+    history = RunHistory.fitted([0.5] * 3)
+    assert history.prior and history.size == 0 and history.fractions == list(PRIOR)
+    holding = [Holding(POOL, 4, NOW, 10 * HOUR)]
+    quote = quote_queue(_queue(holding=holding, waiting=[Waiting(1, 4, HOUR, (POOL,))], history=history), now=NOW)[1]
+    assert quote.high - quote.low >= timedelta(hours=7)
+    with translation.override("en"):
+        assert "few finished jobs yet" in basis_in_words(quote.basis, now=NOW)
+
+
+def test_jobs_ahead_are_admitted_first_and_their_gpus_counted_in_the_basis():
+    holding = [Holding(POOL, 8, NOW - timedelta(hours=2), 4 * HOUR)]  # ends by 14:00 at the latest
+    waiting = [Waiting(1, 8, 2 * HOUR, (POOL,)), Waiting(2, 8, HOUR, (POOL,))]
+    quotes = quote_queue(_queue(holding=holding, waiting=waiting, history=_history(*[1.0] * 10)), now=NOW)
+    assert quotes[1].estimate == NOW + timedelta(hours=2)
+    assert quotes[2].estimate == NOW + timedelta(hours=4)  # after job 1 has run its two hours
+    with translation.override("en"):
+        assert basis_in_words(quotes[2].basis, now=NOW).startswith("1 job ahead of you in your team's queue, 8 GPUs")
+
+
+def test_strict_order_keeps_a_small_job_behind_a_large_head_and_best_effort_lets_it_pass():
+    waiting = [Waiting(1, 8, HOUR, (POOL,)), Waiting(2, 2, HOUR, (POOL,))]
+    holding = [Holding(POOL, 8, NOW, HOUR)]
+    strict = quote_queue(_queue(room={POOL: 4}, holding=holding, waiting=waiting), now=NOW)
+    best = quote_queue(_queue(room={POOL: 4}, holding=holding, waiting=waiting, best_effort=True), now=NOW)
+    assert not strict[2].starts_now
+    assert best[2].starts_now and not best[1].starts_now
+
+
+def test_lent_gpus_come_back_within_the_grace_period():
+    quote = quote_queue(
+        _queue(room={POOL: 0}, reclaim={POOL: (8, 60)}, waiting=[Waiting(1, 8, HOUR, (POOL,))]), now=NOW
+    )[1]
+    assert not quote.starts_now
+    assert quote.low == quote.estimate == quote.high == NOW + timedelta(seconds=60)
+    with translation.override("en"):
+        assert "8 borrowed GPUs of your reservation return within 60 s" in basis_in_words(quote.basis, now=NOW)
+
+
+def test_a_soft_job_starts_now_in_a_spill_pool_with_room():
+    quote = quote_queue(_queue(room={POOL: 0, SPILL: 8}, waiting=[Waiting(1, 4, HOUR, (POOL, SPILL))]), now=NOW)[1]
+    assert quote.starts_now and quote.pool_id == SPILL
+    with translation.override("en"):
+        assert "in elastic, a spill pool" in basis_in_words(quote.basis, now=NOW)
+
+
+def test_a_job_larger_than_the_team_can_hold_never_starts_and_blocks_nobody():
+    waiting = [Waiting(1, 64, HOUR, (POOL,)), Waiting(2, 4, HOUR, (POOL,))]
+    quotes = quote_queue(_queue(room={POOL: 8}, waiting=waiting), now=NOW)
+    assert quotes[1].never and quotes[1].sooner_than(quotes[2], by=timedelta(minutes=5)) is False
+    assert quotes[2].starts_now and quotes[2].sooner_than(quotes[1], by=timedelta(minutes=5))
+    with translation.override("en"):
+        assert quote_in_words(quotes[1], now=NOW) == "cannot start with your team's quota"
+
+
+def test_an_interval_reads_as_likely_with_its_bounds_in_english_and_chinese(compiled_translations):
+    holding = [Holding(POOL, 8, NOW, 2 * HOUR)]
+    quote = quote_queue(
+        _queue(holding=holding, waiting=[Waiting(1, 8, HOUR, (POOL,))], history=_history(*[0.5] * 5, *[1.0] * 5)),
+        now=NOW,
+    )[1]
+    with translation.override("en"):
+        assert quote_in_words(quote, now=NOW) == "likely 14:00 (80 %: 13:00–14:00)"
+    with translation.override("zh-hans"):
+        words = quote_in_words(quote, now=NOW)
+    assert "14:00" in words and "likely" not in words

@@ -1,0 +1,138 @@
+"""The quote's inputs from the database (jobs/quote_selectors.py), the quotes kept when the queue moves
+(services.record_quotes), and the submit preview's alternatives."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from jobs import services
+from jobs.choices import JobState, Placement
+from jobs.models import JobQuote
+from jobs.quote_selectors import preview_quote, quotes_for, run_fractions, team_queues
+from jobs.specs import JobSpec
+from pools.choices import Lending, PoolKind
+from tests.factories import JobFactory, PoolFactory, QuotaFactory, ReservationFactory, TeamFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def case(team):
+    """Team's home pool (reserved, 16 contracted, 8 reserved by the team, quota 8) holds two running 4-GPU jobs
+    started an hour ago with 4 h maximum; an elastic spill pool where the team has quota 8; ten finished jobs that
+    ran half their maximum."""
+    now = timezone.now()
+    home = PoolFactory(slug="home", name="Home", kind=PoolKind.RESERVED, contracted_gpus=8)
+    elastic = PoolFactory(
+        slug="elastic", name="Elastic", kind=PoolKind.ELASTIC, contracted_gpus=None, gpus_per_node=8, max_nodes=1
+    )
+    home.spill_pools.set([elastic])
+    QuotaFactory(team=team, pool=home, max_gpus=8)
+    QuotaFactory(team=team, pool=elastic, max_gpus=8)
+    ReservationFactory(team=team, pool=home, gpus=8, lending=Lending.NONE)
+    for _ in range(2):
+        JobFactory(
+            team=team,
+            pool=home,
+            state=JobState.RUNNING,
+            gpus=4,
+            admitted_pool=home,
+            started_at=now - timedelta(hours=1),
+            max_run_minutes=240,
+        )
+    for index in range(10):
+        JobFactory(
+            team=team,
+            pool=home,
+            state=JobState.SUCCEEDED,
+            started_at=now - timedelta(days=1, hours=index),
+            finished_at=now - timedelta(days=1, hours=index) + timedelta(hours=2),
+            max_run_minutes=240,
+        )
+    return home, elastic, now
+
+
+def test_the_history_counts_only_jobs_finished_before_now(case, team):
+    home, _elastic, now = case
+    JobFactory(
+        team=team,
+        pool=home,
+        state=JobState.SUCCEEDED,
+        started_at=now - timedelta(hours=1),
+        finished_at=now + timedelta(hours=1),
+    )
+    assert run_fractions([team.pk], now=now)[team.pk] == [0.5] * 10
+
+
+def test_a_queued_job_waits_for_the_running_jobs_with_the_team_s_history(case, team):
+    home, _elastic, now = case
+    queued = JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8, max_run_minutes=60)
+    queue = team_queues([team.pk], now=now)[team.pk]
+    assert queue.room[home.pk] == 0 and len(queue.holding) == 2 and queue.history.size == 10
+    quote = quotes_for([queued], now=now)[queued.pk]
+    assert not quote.starts_now
+    # Past 25 % of their 4 hours already, both run to the end of the runs above that: 50 % (2 h), by now + 1 h.
+    assert quote.estimate == now + timedelta(hours=1)
+    assert quote.latest == now + timedelta(hours=3)
+
+
+def test_admitted_jobs_start_now_and_running_ones_have_no_quote(case, team):
+    home, _elastic, now = case
+    admitted = JobFactory(team=team, pool=home, state=JobState.ADMITTED, gpus=1)
+    running = JobFactory(team=team, pool=home, state=JobState.RUNNING, gpus=1)
+    quotes = quotes_for([admitted, running], now=now)
+    assert quotes[admitted.pk].starts_now and running.pk not in quotes
+
+
+def test_quotes_are_kept_once_and_again_only_when_the_queue_moves(case, team):
+    home, _elastic, now = case
+    first = JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8, created_at=now - timedelta(minutes=2))
+    second = JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8, created_at=now - timedelta(minutes=1))
+    assert services.record_quotes(now=now) == 2
+    assert services.record_quotes(now=now + timedelta(seconds=30)) == 0
+    first.state = JobState.CANCELLED
+    first.save()
+    assert services.record_quotes(now=now + timedelta(minutes=1)) == 1  # one job fewer ahead of the second
+    kept = list(JobQuote.objects.filter(job=second).order_by("at"))
+    assert len(kept) == 2 and kept[-1].estimate < kept[0].estimate
+    assert [item["say"] for item in kept[0].basis][0] == "ahead"
+
+
+def test_the_preview_offers_sooner_alternatives_with_their_price(case, team):
+    home, elastic, now = case
+    spec = JobSpec(name="train", image="registry.example.com/t:1", gpus=8, max_run_minutes=60)
+    preview = preview_quote(team=team, pool=home, spec=spec, now=now)
+    assert not preview.quote.starts_now
+    labels = {tuple(alternative.changes.items()): alternative for alternative in preview.alternatives}
+    # Soft placement and the elastic pool both start now there, at the elastic pool's hourly price for 8 GPUs.
+    assert labels[(("placement", Placement.SOFT),)].quote.starts_now
+    assert labels[(("pool", "elastic"),)].price_per_hour == Decimal("144.00")
+    assert len(preview.alternatives) <= 3
+    assert all(alternative.quote.estimate < preview.quote.estimate for alternative in preview.alternatives)
+    # A shorter maximum run time never starts sooner (Kueue admits by quota and order): never offered.
+    assert not any("max_run_minutes" in alternative.changes for alternative in preview.alternatives)
+
+
+def test_a_job_that_fits_has_no_alternatives(team):
+    pool = PoolFactory()
+    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    ReservationFactory(team=team, pool=pool, gpus=8)
+    preview = preview_quote(team=team, pool=pool, spec=JobSpec(name="a", image="r.example.com/a:1", gpus=2))
+    assert preview.quote.starts_now and preview.alternatives == []
+
+
+def test_the_reads_take_the_same_queries_for_one_team_or_many(django_assert_max_num_queries, case, team):
+    home, _elastic, now = case
+    JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8)
+    with django_assert_max_num_queries(14) as one:
+        team_queues([team.pk], now=now)
+    others = []
+    for _ in range(5):
+        other = TeamFactory()
+        QuotaFactory(team=other, pool=home, max_gpus=4)
+        JobFactory.create_batch(3, team=other, pool=home, state=JobState.QUEUED, gpus=2)
+        others.append(other.pk)
+    with django_assert_max_num_queries(len(one.captured_queries)):
+        team_queues([team.pk, *others], now=now)
