@@ -364,9 +364,27 @@ def list_nodes() -> list[NodeFacts]:
     return [node_facts(item) for item in items]
 
 
-def patch_node_taints(name: str, taints: list[dict]) -> None:
+def add_node_taints(name: str, taints: list[dict]) -> None:
+    """Add `taints` to the node's, keeping every taint it has at the moment of the write: the list is read again and
+    written with its resourceVersion, so a taint put on or taken off meanwhile (Kubernetes' own `not-ready`, an
+    admin's maintenance taint) is neither lost nor brought back. A conflict reads again (three tries)."""
     core = client.core()
-    with_retries(lambda: core.patch_node(name, {"spec": {"taints": taints}}))
+    api = client.api_client()
+    for attempt in range(3):
+        node = api.sanitize_for_serialization(with_retries(lambda: core.read_node(name)))
+        present = list((node.get("spec") or {}).get("taints") or [])
+        wanted = present + [
+            t for t in taints if not any(p.get("key") == t["key"] and p.get("effect") == t["effect"] for p in present)
+        ]
+        if wanted == present:
+            return
+        body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": wanted}}
+        try:
+            with_retries(lambda body=body: core.patch_node(name, body))
+            return
+        except ClusterError as error:
+            if error.status != 409 or attempt == 2:
+                raise
 
 
 def list_scaling_objects() -> list[dict]:

@@ -36,7 +36,7 @@ def reconcile_taints() -> dict:
             if not _has(current, t)
         ]
         if missing and pool.apply_taints:
-            resources.patch_node_taints(node.name, current + missing)
+            resources.add_node_taints(node.name, missing)
             log.warning("node %s of pool %s lacked taints %s: applied", node.name, pool.slug, missing)
             applied.append(node.name)
             missing = []
