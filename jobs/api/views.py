@@ -17,7 +17,7 @@ from portal.api.throttles import SubmissionRateThrottle
 from .. import selectors, services
 from ..filters import JobFilterSet
 from ..models import Job, JobEvent
-from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer
+from .serializers import JobDetailSerializer, JobSerializer, JobSubmitSerializer, job_list_rows, job_list_values
 
 
 def _detail(job: Job) -> dict:
@@ -71,12 +71,13 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return JobSerializer if self.action == "list" else JobDetailSerializer
 
     def list(self, request, *args, **kwargs):
-        """The page of jobs, each with the GPUs it borrows (one computation for the page)."""
-        queryset = self.filter_queryset(self.get_queryset())
+        """The page of jobs as JobSerializer writes them (`job_list_rows`), each with the GPUs it borrows (one
+        computation for the page)."""
+        queryset = job_list_values(self.filter_queryset(self.get_queryset()))
         page = self.paginate_queryset(queryset)
         rows = list(page if page is not None else queryset)
-        context = {**self.get_serializer_context(), "borrowed_gpus": selectors.borrowed_gpus(rows)}
-        data = JobSerializer(rows, many=True, context=context).data
+        borrowed = selectors.borrowed_gpus([row["id"] for row in rows])
+        data = job_list_rows(rows, borrowed)
         return self.get_paginated_response(data) if page is not None else Response(data)
 
     def retrieve(self, request, *args, **kwargs):
