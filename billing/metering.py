@@ -20,17 +20,21 @@ Intervals without a team (pods the sync could not attribute) are not billed to a
 Lending extends the same steps. Each reservation's lendable GPUs (its lending setting in force, from
 `pools_lendingchange`) is a third level of the team's step function, so lending changes are change points too.
 At each change point a team has an overage max(0, used − reserved) and idle lendable GPUs min(max(0, reserved −
-used), lendable); the changes of those (LAG) summed per pool give, on every pool segment, the pool's Σ overage,
-Σ idle lendable and Σ reserved. On a pool segment the overage the unreserved GPUs (contracted − Σ reserved) do
-not cover, up to Σ idle lendable, is borrowed: B GPUs, shared exactly pro rata — a borrower's part is B × its
-overage / Σ overage, a lender's B × its idle lendable / Σ idle lendable — so at every moment Σ lent = Σ borrowed =
-B. Those parts are rational; they are summed per team and UTC day — running sums per pool, in time order, of
-B / Σ overage × seconds and B / Σ idle lendable × seconds (24 decimal places), read at each team event and at its next
-one (two sorts and window passes, linear; pairing every team segment with every pool segment it covers was quadratic
-per pool) — and each day's parts are rounded to the GPU-microsecond by largest remainder (remainders compared to 15
-places; ties: lower team id), so that per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the last
-Decimal digit. Days are the rounding unit in both modes (midnights are always change points), so the days of a
-month add up exactly to the month metered in one go.
+used), lendable); their changes summed per pool give, on every pool segment, the pool's Σ overage, Σ idle lendable
+and Σ reserved. On a pool segment the overage the unreserved GPUs (contracted − Σ reserved) do not cover, up to
+Σ idle lendable, is borrowed: B GPUs, shared exactly pro rata — a borrower's part is B × its overage / Σ overage, a
+lender's B × its idle lendable / Σ idle lendable — so at every moment Σ lent = Σ borrowed = B. Those parts are
+rational; they are summed per team and UTC day from running sums per pool, in time order, of B / Σ overage × seconds
+and B / Σ idle lendable × seconds (24 decimal places): P_over and P_lend. A team's part over a stretch where its level
+is constant is its level × the difference of P between the stretch's ends; summed by parts, Σ level × ΔP = Σ over its
+events of P × (level before − level after), so each event needs only P at its own instant and the query stays at
+three passes: the teams' levels (sorted by pool, team, time), the pool's (sorted again only within each pool), and
+the sums by pool, day and team (sorted only within each day); pairing every team segment with every pool segment it
+covers was quadratic per pool, and reading P at each event's next one took a third full sort. Each day's parts are
+rounded to the GPU-microsecond by largest remainder (remainders compared to 15 places; ties: lower team id), so that
+per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the last Decimal digit. Days are the rounding unit in
+both modes (midnights are always change points), so the days of a month add up exactly to the month metered in one
+go.
 """
 
 from dataclasses import dataclass
@@ -71,7 +75,7 @@ reserved AS (
     WHERE r.starts_at < %(end)s AND r.ends_at > %(start)s
 ),
 {lending_periods}
-events AS (
+events AS {events_materialized}(
     SELECT team_id, pool_id, s AS t, gpus AS used_delta, 0 AS reserved_delta, 0 AS lendable_delta, 0 AS midnights
     FROM used WHERE s < e
     UNION ALL SELECT team_id, pool_id, e, -gpus, 0, 0, 0 FROM used WHERE s < e
@@ -138,15 +142,14 @@ FROM metered m
 """
 
 _LENDING_SQL = """
--- The levels of every team and pool after each of its events, in one pass sorted by pool, then team, then time (so
--- that the pool pass below only sorts within each pool): running sums over the rows so far (a ROWS frame: of several
--- events at one instant, the last in the sort's order carries the levels after the instant and is the only one whose
--- segment, to its next event, is not empty), the levels before the event (the sums less its own changes), and its
--- day: the midnights passed since the period's start (midnights are events of every team and pool). For lending
--- (reserved pools): its overage and idle lendable GPUs after and before the event.
+-- Reserved pools. The levels of every team after each of its events, in one pass sorted by pool, then team, then
+-- time (so that the pool pass below only sorts within each pool): running sums over the rows so far (a ROWS frame: of
+-- several events at one instant, the last in the sort's order carries the levels after the instant and is the only
+-- one whose segment, to its next event, is not empty), the levels before the event (the sums less its own changes),
+-- its day (the midnights passed since the period's start: midnights are events of every team and pool), and its
+-- overage and idle lendable GPUs after and before the event.
 levels AS (
-    SELECT pool_id, team_id, t, day, new_day, in_reserved_pool, contracted_gpus, t_next, used_gpus, reserved_gpus,
-           reserved_delta,
+    SELECT pool_id, team_id, t, day, new_day, contracted_gpus, t_next, used_gpus, reserved_gpus, reserved_delta,
            greatest(used_gpus - reserved_gpus, 0) AS over_gpus,
            least(greatest(reserved_gpus - used_gpus, 0), lendable_gpus) AS lend_gpus,
            greatest(used_before - reserved_before, 0) AS over_before,
@@ -158,7 +161,7 @@ levels AS (
                lendable_gpus - lendable_delta AS lendable_before
         FROM (
             SELECT e.pool_id, e.team_id, e.t, e.used_delta, e.reserved_delta, e.lendable_delta,
-                   e.midnights = 1 AS new_day, p.kind = 'reserved' AS in_reserved_pool, p.contracted_gpus,
+                   e.midnights = 1 AS new_day, p.contracted_gpus,
                    (sum(e.used_delta) OVER w)::int AS used_gpus,
                    (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
                    (sum(e.lendable_delta) OVER w)::int AS lendable_gpus,
@@ -166,6 +169,7 @@ levels AS (
                    lead(e.t) OVER w AS t_next
             FROM events e
             JOIN pools_pool p ON p.id = e.pool_id
+            WHERE p.kind = 'reserved'
             WINDOW w AS (PARTITION BY e.pool_id, e.team_id ORDER BY e.t ROWS UNBOUNDED PRECEDING)
         ) summed
     ) leveled
@@ -174,43 +178,45 @@ levels AS (
 -- reserved GPUs give the pool's levels; the last event of each instant (in the sort's order: LEAD gives it the pool's
 -- next instant, the others the instant itself) carries the levels after the instant and stands for the pool segment
 -- that starts there. On a pool segment the overage the unreserved GPUs (contracted − Σ reservations) do not cover, up
--- to what the lenders lend idle, is borrowed from lenders: B GPUs.
+-- to what the lenders lend idle, is borrowed from lenders: B GPUs; the segment's B × seconds per GPU of overage and
+-- per idle lendable GPU (24 decimal places) are its rates.
 pooled AS (
-    SELECT pool_id, team_id, t, day, new_day, in_reserved_pool, t_next, used_gpus, reserved_gpus, over_gpus,
-           lend_gpus, over_before, lend_before, pool_over, pool_lend,
-           CASE WHEN in_reserved_pool AND pool_t_next > t
-                     AND least(greatest(pool_over - greatest(coalesce(contracted_gpus, 0) - pool_reserved, 0), 0),
-                               pool_lend) > 0
-                THEN least(greatest(pool_over - greatest(coalesce(contracted_gpus, 0) - pool_reserved, 0), 0),
-                           pool_lend) * extract(epoch FROM pool_t_next - t)
-           END AS borrowed_gpu_seconds
+    SELECT pool_id, team_id, t, day, new_day, t_next, used_gpus, reserved_gpus, over_gpus, lend_gpus, over_before,
+           lend_before, borrowed_gpu_seconds,
+           borrowed_gpu_seconds::numeric(40, 24) / pool_over AS over_rate,
+           borrowed_gpu_seconds::numeric(40, 24) / pool_lend AS lend_rate
     FROM (
         SELECT *,
-               (sum(over_gpus - over_before) OVER wp)::int AS pool_over,
-               (sum(lend_gpus - lend_before) OVER wp)::int AS pool_lend,
-               (sum(reserved_delta) OVER wp)::int AS pool_reserved,
-               lead(t) OVER wp AS pool_t_next
-        FROM levels
-        -- in time order (the day grows with it): the aggregation by pool, day and team below only sorts each day
-        WINDOW wp AS (PARTITION BY pool_id ORDER BY day, t ROWS UNBOUNDED PRECEDING)
-    ) pool_levels
+               CASE WHEN pool_t_next > t AND borrowed_gpus > 0
+                    THEN borrowed_gpus * extract(epoch FROM pool_t_next - t) END AS borrowed_gpu_seconds
+        FROM (
+            SELECT *,
+                   least(greatest(pool_over - greatest(coalesce(contracted_gpus, 0) - pool_reserved, 0), 0), pool_lend)
+                       AS borrowed_gpus
+            FROM (
+                SELECT pool_id, team_id, t, day, new_day, contracted_gpus, t_next, used_gpus, reserved_gpus, over_gpus,
+                       lend_gpus, over_before, lend_before,
+                       (sum(over_gpus - over_before) OVER wp)::int AS pool_over,
+                       (sum(lend_gpus - lend_before) OVER wp)::int AS pool_lend,
+                       (sum(reserved_delta) OVER wp)::int AS pool_reserved,
+                       lead(t) OVER wp AS pool_t_next
+                FROM levels
+                -- in time order (the day grows with it): the aggregation by pool, day and team below only sorts
+                -- each day
+                WINDOW wp AS (PARTITION BY pool_id ORDER BY day, t ROWS UNBOUNDED PRECEDING)
+            ) pool_levels
+        ) borrowing
+    ) segments
 ),
--- As running sums over the pool's segments before each instant: the borrowed GPU-seconds per GPU of overage
--- (B / Σ overage × seconds) and per idle lendable GPU (B / Σ idle lendable × seconds), to 24 decimal places (NULL
--- until the pool's first borrowing). A borrower's exact share of a stretch [t, t') where its overage is constant is its
--- overage × the difference of the first sum at t' and at t; a lender's, its idle lendable GPUs × that of the second.
+-- The rates summed over the pool's segments before each event (NULL until the pool's first borrowing): P_over and
+-- P_lend. Of an instant's own events only the last has a rate, so the rows before an event are the segments that
+-- start before its instant; the same order as the pass above (no sort between them).
 pool_sums AS (
-    SELECT *,
-           -- the rows before this one: of the instant's own rows only the last one has a rate, so these are the
-           -- segments that start before the instant, in the same order as the pass above (no sort between them)
+    SELECT pool_id, team_id, t, day, new_day, t_next, used_gpus, reserved_gpus, over_gpus, lend_gpus, over_before,
+           lend_before, borrowed_gpu_seconds,
            sum(over_rate) OVER before AS per_over,
            sum(lend_rate) OVER before AS per_lend
-    FROM (
-        SELECT *,
-               borrowed_gpu_seconds::numeric(40, 24) / nullif(pool_over, 0) AS over_rate,
-               borrowed_gpu_seconds::numeric(40, 24) / nullif(pool_lend, 0) AS lend_rate
-        FROM pooled
-    ) rates
+    FROM pooled
     WINDOW before AS (PARTITION BY pool_id ORDER BY day, t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 -- Per team, pool and UTC day (a team's segments never cross midnight: midnights are change points of every team): the
@@ -218,15 +224,13 @@ pool_sums AS (
 -- level × (P(next event) − P(event)) = Σ over events of P × (level before − level after) — so that no second sort by
 -- team is needed. The term of a day's first event (at midnight) that carries the level before it belongs to the day
 -- before (`*_carried`, added there below).
-team_days AS (
-    SELECT team_id, pool_id, day,
+reserved_days AS (
+    SELECT pool_id, team_id, day,
            bool_or(t_next > t) AS has_segment,
            coalesce(sum(reserved_gpus * seconds), 0) AS reserved,
-           coalesce(sum(least(used_gpus, reserved_gpus) * seconds) FILTER (WHERE in_reserved_pool), 0)
-               AS in_reservation,
-           coalesce(sum(greatest(used_gpus - reserved_gpus, 0) * seconds) FILTER (WHERE in_reserved_pool), 0)
-               AS overage,
-           coalesce(sum(used_gpus * seconds) FILTER (WHERE NOT in_reserved_pool), 0) AS spill,
+           coalesce(sum(least(used_gpus, reserved_gpus) * seconds), 0) AS in_reservation,
+           coalesce(sum(greatest(used_gpus - reserved_gpus, 0) * seconds), 0) AS overage,
+           0::numeric AS spill,
            bool_or(over_gpus > 0 AND t_next > t) AS borrows,
            bool_or(lend_gpus > 0 AND t_next > t) AS lends,
            sum(per_over * (CASE WHEN new_day THEN 0 ELSE over_before END - over_gpus)) AS borrowed_here,
@@ -238,6 +242,32 @@ team_days AS (
         SELECT *, CASE WHEN t_next > t THEN extract(epoch FROM t_next - t) END AS seconds FROM pool_sums
     ) segments
     GROUP BY pool_id, day, team_id
+),
+-- Elastic and shared pools lend nothing: their integrals per team and day from their own window pass.
+other_days AS (
+    SELECT pool_id, team_id, day, true AS has_segment,
+           coalesce(sum(reserved_gpus * seconds), 0) AS reserved, 0::numeric AS in_reservation,
+           0::numeric AS overage, coalesce(sum(used_gpus * seconds), 0) AS spill
+    FROM (
+        SELECT e.pool_id, e.team_id,
+               (sum(e.used_delta) OVER w)::int AS used_gpus,
+               (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
+               (sum(e.midnights) OVER w)::int AS day,
+               extract(epoch FROM (lead(e.t) OVER w) - e.t) AS seconds
+        FROM events e
+        JOIN pools_pool p ON p.id = e.pool_id
+        WHERE p.kind <> 'reserved'
+        WINDOW w AS (PARTITION BY e.pool_id, e.team_id ORDER BY e.t ROWS UNBOUNDED PRECEDING)
+    ) levels
+    WHERE seconds > 0
+    GROUP BY pool_id, team_id, day
+),
+team_days AS (
+    SELECT * FROM reserved_days
+    UNION ALL
+    SELECT pool_id, team_id, day, has_segment, reserved, in_reservation, overage, spill, false, false, NULL::numeric,
+           NULL::numeric, NULL::numeric, NULL::numeric, NULL::numeric
+    FROM other_days
 ),
 team_day AS (
     SELECT d.team_id, d.pool_id, d.day, d.reserved, d.in_reservation, d.overage, d.spill, d.borrows, d.lends,
@@ -338,6 +368,7 @@ def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bo
     team_filter = "WHERE m.team_id = ANY(%(team_ids)s)" if team_ids is not None else ""
     if not lending:
         return _EVENTS_SQL.format(
+            events_materialized="",
             lending_periods="",
             lendable_events="",
             day_boundaries=_DAY_BOUNDARIES if by_day else "",
@@ -345,6 +376,8 @@ def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bo
             bucket="(t AT TIME ZONE 'UTC')::date" if by_day else "NULL::date", team_filter=team_filter
         )
     return _EVENTS_SQL.format(
+        # read by the reserved pools' pass and the others' apart: no need to store them
+        events_materialized="NOT MATERIALIZED ",
         lending_periods=_LENDING_PERIODS_SQL.format(
             lendable_gpus=lendable_gpus_sql(gpus="r.gpus", lending="lp.lending", protected_gpus="lp.protected_gpus"),
             default_lending=Lending.IDLE.value,
