@@ -233,9 +233,12 @@ reserved_days AS (
            0::numeric AS spill,
            bool_or(over_gpus > 0 AND t_next > t) AS borrows,
            bool_or(lend_gpus > 0 AND t_next > t) AS lends,
-           sum(per_over * (CASE WHEN new_day THEN 0 ELSE over_before END - over_gpus)) AS borrowed_here,
+           -- (only the events that change a level, or start a day, have a term)
+           sum(per_over * (CASE WHEN new_day THEN 0 ELSE over_before END - over_gpus))
+               FILTER (WHERE over_gpus <> over_before OR new_day) AS borrowed_here,
            sum(per_over * over_before) FILTER (WHERE new_day) AS borrowed_carried,
-           sum(per_lend * (CASE WHEN new_day THEN 0 ELSE lend_before END - lend_gpus)) AS lent_here,
+           sum(per_lend * (CASE WHEN new_day THEN 0 ELSE lend_before END - lend_gpus))
+               FILTER (WHERE lend_gpus <> lend_before OR new_day) AS lent_here,
            sum(per_lend * lend_before) FILTER (WHERE new_day) AS lent_carried,
            sum(borrowed_gpu_seconds) AS pool_part
     FROM (
