@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.benchdb import bench_database  # noqa: E402
-from bench.harness import NUMBER, Run  # noqa: E402
+from bench.harness import NUMBER, NUMBER_OR_NONE, Run  # noqa: E402
 
 # The figures docs/benchmarks.md quotes: the month with and without lending and their ratio, the floor, the rollups'
 # build and the month from them, whether the rollups equal the scratch figures, memory and PostgreSQL's temporary
@@ -53,6 +53,9 @@ SUMMARY_KEYS = {
     "scratch_seconds": NUMBER,
     "scratch_runs_seconds": list,
     "lending_ratio_to_without": NUMBER,
+    "backend_cpu_seconds.with_lending": NUMBER,
+    "backend_cpu_seconds.without_lending": NUMBER,
+    "lending_cpu_ratio_to_without": NUMBER_OR_NONE,
     "scratch_ratio_to_floor": NUMBER,
     "rollups_build_month_seconds": NUMBER,
     "from_rollups_seconds": NUMBER,
@@ -256,10 +259,21 @@ def main():
             charges = services.month_charges(month=month, now=now)
         return usage, charges
 
+    import psutil
+
     print("timing …", flush=True)
     floor_best, floor_runs, _ = best_of(args.repeat, floor)
     # The month without and with lending, alternately, each run's temporary files counted apart.
     runs = {"without_lending": [], "with_lending": []}
+    # The PostgreSQL backend's own CPU seconds for each run: beside the wall time, a figure the machine's other work
+    # disturbs less (it still shares caches and cores).
+    backend_cpu = {"without_lending": [], "with_lending": []}
+    backend = psutil.Process(backend_pid)
+
+    def backend_cpu_seconds() -> float:
+        times = backend.cpu_times()
+        return times.user + times.system
+
     temp = {"without_lending": [0, 0], "with_lending": [0, 0]}
     peaks = {"without_lending": 0, "with_lending": 0}
     results = {}
@@ -267,14 +281,15 @@ def main():
         for name, function in (("without_lending", without_lending), ("with_lending", scratch)):
             files_before, bytes_before = temp_written()
             with PeakSampler(backend_pid) as sampler:
-                began = time.perf_counter()
+                cpu_began, began = backend_cpu_seconds(), time.perf_counter()
                 results[name] = function()
                 runs[name].append(time.perf_counter() - began)
+                backend_cpu[name].append(backend_cpu_seconds() - cpu_began)
             peaks[name] = max(peaks[name], sampler.backend_peak)
             files_after, bytes_after = temp_written()
             temp[name][0] += files_after - files_before
             temp[name][1] += bytes_after - bytes_before
-            print(f"{name}: {runs[name][-1]:.3f} s", flush=True)
+            print(f"{name}: {runs[name][-1]:.3f} s, PostgreSQL CPU {backend_cpu[name][-1]:.3f} s", flush=True)
     scratch_rows, plain_rows = results["with_lending"], results["without_lending"]
     scratch_best, scratch_runs = min(runs["with_lending"]), runs["with_lending"]
     plain_best = min(runs["without_lending"])
@@ -319,6 +334,13 @@ def main():
         "scratch_seconds": round(scratch_best, 3),
         "scratch_runs_seconds": [round(t, 3) for t in scratch_runs],
         "lending_ratio_to_without": round(scratch_best / plain_best, 2),
+        "backend_cpu_seconds": {name: round(min(values), 3) for name, values in backend_cpu.items()},
+        # None when the runs were too short for the clock of process CPU times (10 ms), as at the smoke size
+        "lending_cpu_ratio_to_without": (
+            round(min(backend_cpu["with_lending"]) / min(backend_cpu["without_lending"]), 2)
+            if min(backend_cpu["without_lending"]) > 0
+            else None
+        ),
         "scratch_ratio_to_floor": round(scratch_best / floor_best, 1),
         "without_lending_agrees": plain_agrees,
         "borrowed_gpu_hours": round(float(sum(row.borrowed for row in scratch_rows)) / 3600, 1),

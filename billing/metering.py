@@ -61,26 +61,29 @@ def prepare_session(cursor) -> None:
 # time. Then every change of a team's levels in a pool as an event.
 _EVENTS_SQL = """
 WITH used AS (
-    SELECT i.team_id, i.pool_id, i.gpus,
+    SELECT i.team_id, i.pool_id, p.kind = 'reserved' AS in_reserved_pool, i.gpus,
            greatest(i.started_at, %(start)s) AS s,
            least(coalesce(i.ended_at, %(now)s), %(end)s) AS e
     FROM billing_usageinterval i
+    JOIN pools_pool p ON p.id = i.pool_id
     WHERE i.team_id IS NOT NULL
       AND tstzrange(i.started_at, i.ended_at, '[)') && tstzrange(%(start)s, %(end)s, '[)')
 ),
 reserved AS (
-    SELECT r.id AS reservation_id, r.team_id, r.pool_id, r.gpus,
+    SELECT r.id AS reservation_id, r.team_id, r.pool_id, p.kind = 'reserved' AS in_reserved_pool, r.gpus,
            greatest(r.starts_at, %(start)s) AS s, least(r.ends_at, %(end)s) AS e
     FROM pools_reservation r
+    JOIN pools_pool p ON p.id = r.pool_id
     WHERE r.starts_at < %(end)s AND r.ends_at > %(start)s
 ),
 {lending_periods}
 events AS {events_materialized}(
-    SELECT team_id, pool_id, s AS t, gpus AS used_delta, 0 AS reserved_delta, 0 AS lendable_delta, 0 AS midnights
+    SELECT team_id, pool_id, in_reserved_pool, s AS t, gpus AS used_delta, 0 AS reserved_delta, 0 AS lendable_delta,
+           0 AS midnights
     FROM used WHERE s < e
-    UNION ALL SELECT team_id, pool_id, e, -gpus, 0, 0, 0 FROM used WHERE s < e
-    UNION ALL SELECT team_id, pool_id, s, 0, gpus, 0, 0 FROM reserved
-    UNION ALL SELECT team_id, pool_id, e, 0, -gpus, 0, 0 FROM reserved
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, e, -gpus, 0, 0, 0 FROM used WHERE s < e
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, s, 0, gpus, 0, 0 FROM reserved
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, e, 0, -gpus, 0, 0 FROM reserved
     {lendable_events}
     {day_boundaries}
 ),
@@ -103,25 +106,24 @@ lending_periods AS (
     GROUP BY r.reservation_id
 ),
 lendable AS (
-    SELECT r.team_id, r.pool_id, {lendable_gpus} AS gpus,
+    SELECT r.team_id, r.pool_id, r.in_reserved_pool, {lendable_gpus} AS gpus,
            greatest(r.s, lp.p_from) AS s, least(r.e, lp.p_to) AS e
     FROM reserved r JOIN lending_periods lp ON lp.reservation_id = r.reservation_id
     WHERE greatest(r.s, lp.p_from) < least(r.e, lp.p_to)
 ),"""
 
 _LENDABLE_EVENTS_SQL = """
-    UNION ALL SELECT team_id, pool_id, s, 0, 0, gpus, 0 FROM lendable
-    UNION ALL SELECT team_id, pool_id, e, 0, 0, -gpus, 0 FROM lendable"""
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, s, 0, 0, gpus, 0 FROM lendable
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, e, 0, 0, -gpus, 0 FROM lendable"""
 
 # Without lending (the month as it was metered before lending, the benchmark's floor): one sort and one window pass.
 _PLAIN_SQL = """
 levels AS (
-    SELECT e.team_id, e.pool_id, e.t, p.kind = 'reserved' AS in_reserved_pool,
+    SELECT e.team_id, e.pool_id, e.t, e.in_reserved_pool,
            (sum(e.used_delta) OVER w)::int AS used_gpus,
            (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
            lead(e.t) OVER w AS t_next
     FROM events e
-    JOIN pools_pool p ON p.id = e.pool_id
     WINDOW w AS (PARTITION BY e.team_id, e.pool_id ORDER BY e.t)
 ),
 metered AS (
@@ -169,7 +171,7 @@ levels AS (
                    lead(e.t) OVER w AS t_next
             FROM events e
             JOIN pools_pool p ON p.id = e.pool_id
-            WHERE p.kind = 'reserved'
+            WHERE e.in_reserved_pool
             WINDOW w AS (PARTITION BY e.pool_id, e.team_id ORDER BY e.t ROWS UNBOUNDED PRECEDING)
         ) summed
     ) leveled
@@ -258,8 +260,7 @@ other_days AS (
                (sum(e.midnights) OVER w)::int AS day,
                extract(epoch FROM (lead(e.t) OVER w) - e.t) AS seconds
         FROM events e
-        JOIN pools_pool p ON p.id = e.pool_id
-        WHERE p.kind <> 'reserved'
+        WHERE NOT e.in_reserved_pool
         WINDOW w AS (PARTITION BY e.pool_id, e.team_id ORDER BY e.t ROWS UNBOUNDED PRECEDING)
     ) levels
     WHERE seconds > 0
@@ -333,8 +334,11 @@ FROM metered m
 # Without lending, a month in one go needs none.
 _DAY_BOUNDARIES = """
     UNION ALL
-    SELECT keys.team_id, keys.pool_id, boundary, 0, 0, 0, 1
-    FROM (SELECT team_id, pool_id FROM used UNION SELECT team_id, pool_id FROM reserved) keys
+    SELECT keys.team_id, keys.pool_id, keys.in_reserved_pool, boundary, 0, 0, 0, 1
+    FROM (
+        SELECT team_id, pool_id, in_reserved_pool FROM used
+        UNION SELECT team_id, pool_id, in_reserved_pool FROM reserved
+    ) keys
     CROSS JOIN generate_series(
         (date_trunc('day', %(start)s AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC',
         %(end)s - interval '1 microsecond',
