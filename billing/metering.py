@@ -20,17 +20,21 @@ Intervals without a team (pods the sync could not attribute) are not billed to a
 Lending extends the same steps. Each reservation's lendable GPUs (its lending setting in force, from
 `pools_lendingchange`) is a third level of the team's step function, so lending changes are change points too.
 At each change point a team has an overage max(0, used − reserved) and idle lendable GPUs min(max(0, reserved −
-used), lendable); the changes of those (LAG) summed per pool give, on every pool segment, the pool's Σ overage,
-Σ idle lendable and Σ reserved. On a pool segment the overage the unreserved GPUs (contracted − Σ reserved) do
-not cover, up to Σ idle lendable, is borrowed: B GPUs, shared exactly pro rata — a borrower's part is B × its
-overage / Σ overage, a lender's B × its idle lendable / Σ idle lendable — so at every moment Σ lent = Σ borrowed =
-B. Those parts are rational; they are summed per team and UTC day — running sums per pool, in time order, of
-B / Σ overage × seconds and B / Σ idle lendable × seconds (24 decimal places), read at each team event and at its next
-one (two sorts and window passes, linear; pairing every team segment with every pool segment it covers was quadratic
-per pool) — and each day's parts are rounded to the GPU-microsecond by largest remainder (remainders compared to 15
-places; ties: lower team id), so that per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the last
-Decimal digit. Days are the rounding unit in both modes (midnights are always change points), so the days of a
-month add up exactly to the month metered in one go.
+used), lendable); their changes summed per pool give, on every pool segment, the pool's Σ overage, Σ idle lendable
+and Σ reserved. On a pool segment the overage the unreserved GPUs (contracted − Σ reserved) do not cover, up to
+Σ idle lendable, is borrowed: B GPUs, shared exactly pro rata — a borrower's part is B × its overage / Σ overage, a
+lender's B × its idle lendable / Σ idle lendable — so at every moment Σ lent = Σ borrowed = B. Those parts are
+rational; they are summed per team and UTC day from running sums per pool, in time order, of B / Σ overage × seconds
+and B / Σ idle lendable × seconds (24 decimal places): P_over and P_lend. A team's part over a stretch where its level
+is constant is its level × the difference of P between the stretch's ends; summed by parts, Σ level × ΔP = Σ over its
+events of P × (level before − level after), so each event needs only P at its own instant and the query stays at
+three passes: the teams' levels (sorted by pool, team, time), the pool's (sorted again only within each pool), and
+the sums by pool, day and team (sorted only within each day); pairing every team segment with every pool segment it
+covers was quadratic per pool, and reading P at each event's next one took a third full sort. Each day's parts are
+rounded to the GPU-microsecond by largest remainder (remainders compared to 15 places; ties: lower team id), so that
+per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the last Decimal digit. Days are the rounding unit in
+both modes (midnights are always change points), so the days of a month add up exactly to the month metered in one
+go.
 """
 
 from dataclasses import dataclass
@@ -53,23 +57,41 @@ def prepare_session(cursor) -> None:
     cursor.execute("SET LOCAL jit = off")
 
 
-_METERING_SQL = """
+# The intervals and reservations of the period, clipped to it; with lending, each reservation's lendable GPUs over
+# time. Then every change of a team's levels in a pool as an event.
+_EVENTS_SQL = """
 WITH used AS (
-    SELECT i.team_id, i.pool_id, i.gpus,
+    SELECT i.team_id, i.pool_id, p.kind = 'reserved' AS in_reserved_pool, i.gpus,
            greatest(i.started_at, %(start)s) AS s,
            least(coalesce(i.ended_at, %(now)s), %(end)s) AS e
     FROM billing_usageinterval i
+    JOIN pools_pool p ON p.id = i.pool_id
     WHERE i.team_id IS NOT NULL
       AND tstzrange(i.started_at, i.ended_at, '[)') && tstzrange(%(start)s, %(end)s, '[)')
 ),
 reserved AS (
-    SELECT r.id AS reservation_id, r.team_id, r.pool_id, r.gpus,
+    SELECT r.id AS reservation_id, r.team_id, r.pool_id, p.kind = 'reserved' AS in_reserved_pool, r.gpus,
            greatest(r.starts_at, %(start)s) AS s, least(r.ends_at, %(end)s) AS e
     FROM pools_reservation r
+    JOIN pools_pool p ON p.id = r.pool_id
     WHERE r.starts_at < %(end)s AND r.ends_at > %(start)s
 ),
--- Each reservation's lending setting over time: the default until its first change, then each change until the
--- next (of changes at the same instant the last one written wins, as in pools.services.lending_at).
+{lending_periods}
+events AS {events_materialized}(
+    SELECT team_id, pool_id, in_reserved_pool, s AS t, gpus AS used_delta, 0 AS reserved_delta, 0 AS lendable_delta,
+           0 AS midnights
+    FROM used WHERE s < e
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, e, -gpus, 0, 0, 0 FROM used WHERE s < e
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, s, 0, gpus, 0, 0 FROM reserved
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, e, 0, -gpus, 0, 0 FROM reserved
+    {lendable_events}
+    {day_boundaries}
+),
+"""
+
+# Each reservation's lending setting over time: the default until its first change, then each change until the next
+# (of changes at the same instant the last one written wins, as in pools.services.lending_at).
+_LENDING_PERIODS_SQL = """
 lending_periods AS (
     SELECT c.reservation_id, c.effective_from AS p_from,
            lead(c.effective_from, 1, 'infinity'::timestamptz)
@@ -84,53 +106,25 @@ lending_periods AS (
     GROUP BY r.reservation_id
 ),
 lendable AS (
-    SELECT r.team_id, r.pool_id, {lendable_gpus} AS gpus,
+    SELECT r.team_id, r.pool_id, r.in_reserved_pool, {lendable_gpus} AS gpus,
            greatest(r.s, lp.p_from) AS s, least(r.e, lp.p_to) AS e
     FROM reserved r JOIN lending_periods lp ON lp.reservation_id = r.reservation_id
     WHERE greatest(r.s, lp.p_from) < least(r.e, lp.p_to)
-),
-events AS (
-    SELECT team_id, pool_id, s AS t, gpus AS used_delta, 0 AS reserved_delta, 0 AS lendable_delta
-    FROM used WHERE s < e
-    UNION ALL SELECT team_id, pool_id, e, -gpus, 0, 0 FROM used WHERE s < e
-    UNION ALL SELECT team_id, pool_id, s, 0, gpus, 0 FROM reserved
-    UNION ALL SELECT team_id, pool_id, e, 0, -gpus, 0 FROM reserved
-    UNION ALL SELECT team_id, pool_id, s, 0, 0, gpus FROM lendable
-    UNION ALL SELECT team_id, pool_id, e, 0, 0, -gpus FROM lendable
-    {day_boundaries}
-),
--- The levels of every team and pool at each of its events; for lending (reserved pools), its overage and idle
--- lendable GPUs there and their changes since its previous event. Several events at one instant are peers of the
--- sums' (default, RANGE) frame, so all of them carry the levels after the instant: only the first has a change (LAG),
--- only one has a next instant after it (LEAD; the others' segments are empty), whatever order the ties come in.
+),"""
+
+_LENDABLE_EVENTS_SQL = """
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, s, 0, 0, gpus, 0 FROM lendable
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, e, 0, 0, -gpus, 0 FROM lendable"""
+
+# Without lending (the month as it was metered before lending, the benchmark's floor): one sort and one window pass.
+_PLAIN_SQL = """
 levels AS (
-    SELECT team_id, pool_id, t, in_reserved_pool, contracted_gpus, used_gpus, reserved_gpus, t_next,
-           over_gpus, lend_gpus,
-           over_gpus - lag(over_gpus, 1, 0) OVER w AS over_delta,
-           lend_gpus - lag(lend_gpus, 1, 0) OVER w AS lend_delta,
-           reserved_gpus - lag(reserved_gpus, 1, 0) OVER w AS reserved_delta
-    FROM (
-        SELECT team_id, pool_id, t, in_reserved_pool, contracted_gpus, used_gpus, reserved_gpus, t_next,
-               greatest(used_gpus - reserved_gpus, 0) AS over_gpus,
-               least(greatest(reserved_gpus - used_gpus, 0), lendable_gpus) AS lend_gpus
-        FROM (
-            SELECT e.team_id, e.pool_id, e.t, p.kind = 'reserved' AS in_reserved_pool, p.contracted_gpus,
-                   (sum(e.used_delta) OVER w)::int AS used_gpus,
-                   (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
-                   (sum(e.lendable_delta) OVER w)::int AS lendable_gpus,
-                   lead(e.t) OVER w AS t_next
-            FROM events e
-            JOIN pools_pool p ON p.id = e.pool_id
-            WINDOW w AS (PARTITION BY e.team_id, e.pool_id ORDER BY e.t)
-        ) summed
-    ) leveled
-    WINDOW w AS (PARTITION BY team_id, pool_id ORDER BY t)
-),
-segments AS (
-    SELECT team_id, pool_id, t, in_reserved_pool, used_gpus, reserved_gpus,
-           extract(epoch FROM t_next - t) AS seconds
-    FROM levels
-    WHERE t_next > t
+    SELECT e.team_id, e.pool_id, e.t, e.in_reserved_pool,
+           (sum(e.used_delta) OVER w)::int AS used_gpus,
+           (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
+           lead(e.t) OVER w AS t_next
+    FROM events e
+    WINDOW w AS (PARTITION BY e.team_id, e.pool_id ORDER BY e.t)
 ),
 metered AS (
     SELECT team_id, pool_id, {bucket} AS bucket,
@@ -140,75 +134,156 @@ metered AS (
            coalesce(sum(greatest(used_gpus - reserved_gpus, 0) * seconds) FILTER (WHERE in_reserved_pool), 0)
                AS overage,
            coalesce(sum(used_gpus * seconds) FILTER (WHERE NOT in_reserved_pool), 0) AS spill
-    FROM segments
+    FROM (SELECT *, extract(epoch FROM t_next - t) AS seconds FROM levels WHERE t_next > t) segments
     GROUP BY team_id, pool_id, bucket
-),
--- Lending, reserved pools only. The teams' events of a pool in time order (one sort): running sums of the changes
--- of their overage, idle lendable and reserved GPUs give the pool's levels after each instant (the RANGE frame makes
--- all events of one instant peers, so they all carry the levels after it); the last event of each instant (in the
--- sort's order: LEAD gives it the pool's next instant, and its peers the instant itself) stands for the pool segment
--- that starts there.
-pool_events AS (
-    SELECT team_id, pool_id, t, over_gpus, lend_gpus, pool_over, pool_lend,
-           CASE WHEN borrowed_gpus > 0 THEN borrowed_gpus * seconds END AS borrowed_gpu_seconds
+)
+SELECT m.team_id, m.pool_id, m.bucket, m.reserved, m.in_reservation, m.overage, m.spill,
+       0::numeric AS lent, 0::numeric AS borrowed, m.overage AS unreserved
+FROM metered m
+{team_filter}
+"""
+
+_LENDING_SQL = """
+-- Reserved pools. The levels of every team after each of its events, in one pass sorted by pool, then team, then
+-- time (so that the pool pass below only sorts within each pool): running sums over the rows so far (a ROWS frame: of
+-- several events at one instant, the last in the sort's order carries the levels after the instant and is the only
+-- one whose segment, to its next event, is not empty), the levels before the event (the sums less its own changes),
+-- its day (the midnights passed since the period's start: midnights are events of every team and pool), and its
+-- overage and idle lendable GPUs after and before the event.
+levels AS (
+    SELECT pool_id, team_id, t, day, new_day, contracted_gpus, t_next, used_gpus, reserved_gpus, reserved_delta,
+           greatest(used_gpus - reserved_gpus, 0) AS over_gpus,
+           least(greatest(reserved_gpus - used_gpus, 0), lendable_gpus) AS lend_gpus,
+           greatest(used_before - reserved_before, 0) AS over_before,
+           least(greatest(reserved_before - used_before, 0), lendable_before) AS lend_before
     FROM (
-        SELECT team_id, pool_id, t, over_gpus, lend_gpus,
-               CASE WHEN pool_t_next > t THEN extract(epoch FROM pool_t_next - t) END AS seconds,
-               least(greatest(pool_over - greatest(coalesce(contracted_gpus, 0) - pool_reserved, 0), 0), pool_lend)
-                   AS borrowed_gpus,
-               pool_over, pool_lend
+        SELECT *,
+               used_gpus - used_delta AS used_before,
+               reserved_gpus - reserved_delta AS reserved_before,
+               lendable_gpus - lendable_delta AS lendable_before
         FROM (
-            SELECT team_id, pool_id, t, contracted_gpus, over_gpus, lend_gpus,
-                   (sum(over_delta) OVER wp)::int AS pool_over,
-                   (sum(lend_delta) OVER wp)::int AS pool_lend,
-                   (sum(reserved_delta) OVER wp)::int AS pool_reserved,
-                   lead(t) OVER wp AS pool_t_next
-            FROM levels
-            WHERE in_reserved_pool
-            WINDOW wp AS (PARTITION BY pool_id ORDER BY t)
-        ) pooled
-    ) borrowing
+            SELECT e.pool_id, e.team_id, e.t, e.used_delta, e.reserved_delta, e.lendable_delta,
+                   e.midnights = 1 AS new_day, p.contracted_gpus,
+                   (sum(e.used_delta) OVER w)::int AS used_gpus,
+                   (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
+                   (sum(e.lendable_delta) OVER w)::int AS lendable_gpus,
+                   (sum(e.midnights) OVER w)::int AS day,
+                   lead(e.t) OVER w AS t_next
+            FROM events e
+            JOIN pools_pool p ON p.id = e.pool_id
+            WHERE e.in_reserved_pool
+            WINDOW w AS (PARTITION BY e.pool_id, e.team_id ORDER BY e.t ROWS UNBOUNDED PRECEDING)
+        ) summed
+    ) leveled
 ),
--- Per pool segment the overage the unreserved GPUs (contracted − Σ reservations) do not cover, up to what the lenders
--- lend idle, is borrowed from lenders (B GPUs). As running sums over the pool's segments before each instant: the
--- borrowed GPU-seconds per GPU of overage (B / Σ overage × seconds) and per idle lendable GPU (B / Σ idle lendable ×
--- seconds), to 24 decimal places. A borrower's exact share of a stretch [t, t') where its overage is constant is its
--- overage × the difference of the first sum at t' and at t; a lender's, its idle lendable GPUs × that of the second.
-pool_sums AS (
-    SELECT team_id, pool_id, t, over_gpus, lend_gpus,
-           -- Σ up to and including the instant, less the instant's own segment (only one of its events has one)
-           coalesce(sum(over_rate) OVER upto, 0) - coalesce(max(over_rate) OVER instant, 0) AS per_over,
-           coalesce(sum(lend_rate) OVER upto, 0) - coalesce(max(lend_rate) OVER instant, 0) AS per_lend
+-- The teams' events of a pool in time order: running sums of the changes of their overage, idle lendable and
+-- reserved GPUs give the pool's levels; the last event of each instant (in the sort's order: LEAD gives it the pool's
+-- next instant, the others the instant itself) carries the levels after the instant and stands for the pool segment
+-- that starts there. On a pool segment the overage the unreserved GPUs (contracted − Σ reservations) do not cover, up
+-- to what the lenders lend idle, is borrowed from lenders: B GPUs; the segment's B × seconds per GPU of overage and
+-- per idle lendable GPU (24 decimal places) are its rates.
+pooled AS (
+    SELECT pool_id, team_id, t, day, new_day, t_next, used_gpus, reserved_gpus, over_gpus, lend_gpus, over_before,
+           lend_before, borrowed_gpu_seconds,
+           borrowed_gpu_seconds::numeric(40, 24) / pool_over AS over_rate,
+           borrowed_gpu_seconds::numeric(40, 24) / pool_lend AS lend_rate
     FROM (
-        SELECT team_id, pool_id, t, over_gpus, lend_gpus,
-               borrowed_gpu_seconds::numeric(40, 24) / pool_over AS over_rate,
-               borrowed_gpu_seconds::numeric(40, 24) / pool_lend AS lend_rate
-        FROM pool_events
-    ) rates
-    WINDOW upto AS (PARTITION BY pool_id ORDER BY t), instant AS (PARTITION BY pool_id, t)
+        SELECT *,
+               CASE WHEN pool_t_next > t AND borrowed_gpus > 0
+                    THEN borrowed_gpus * extract(epoch FROM pool_t_next - t) END AS borrowed_gpu_seconds
+        FROM (
+            SELECT *,
+                   least(greatest(pool_over - greatest(coalesce(contracted_gpus, 0) - pool_reserved, 0), 0), pool_lend)
+                       AS borrowed_gpus
+            FROM (
+                SELECT pool_id, team_id, t, day, new_day, contracted_gpus, t_next, used_gpus, reserved_gpus, over_gpus,
+                       lend_gpus, over_before, lend_before,
+                       (sum(over_gpus - over_before) OVER wp)::int AS pool_over,
+                       (sum(lend_gpus - lend_before) OVER wp)::int AS pool_lend,
+                       (sum(reserved_delta) OVER wp)::int AS pool_reserved,
+                       lead(t) OVER wp AS pool_t_next
+                FROM levels
+                -- in time order (the day grows with it): the aggregation by pool, day and team below only sorts
+                -- each day
+                WINDOW wp AS (PARTITION BY pool_id ORDER BY day, t ROWS UNBOUNDED PRECEDING)
+            ) pool_levels
+        ) borrowing
+    ) segments
 ),
--- Each borrower's and lender's exact share per UTC day (a team's segments never cross midnight: midnights are change
--- points of every team): the running sums at its event and at its next one (a second sort, by team).
-team_segments AS (
-    SELECT team_id, pool_id, t, over_gpus, lend_gpus, per_over, per_lend,
-           lead(t) OVER wt AS t_next, lead(per_over) OVER wt AS next_per_over, lead(per_lend) OVER wt AS next_per_lend
-    FROM pool_sums
-    WINDOW wt AS (PARTITION BY team_id, pool_id ORDER BY t)
+-- The rates summed over the pool's segments before each event (NULL until the pool's first borrowing): P_over and
+-- P_lend. Of an instant's own events only the last has a rate, so the rows before an event are the segments that
+-- start before its instant; the same order as the pass above (no sort between them).
+pool_sums AS (
+    SELECT pool_id, team_id, t, day, new_day, t_next, used_gpus, reserved_gpus, over_gpus, lend_gpus, over_before,
+           lend_before, borrowed_gpu_seconds,
+           sum(over_rate) OVER before AS per_over,
+           sum(lend_rate) OVER before AS per_lend
+    FROM pooled
+    WINDOW before AS (PARTITION BY pool_id ORDER BY day, t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+-- Per team, pool and UTC day (a team's segments never cross midnight: midnights are change points of every team): the
+-- step functions' integrals, and each borrower's and lender's exact share summed by parts — Σ over segments of
+-- level × (P(next event) − P(event)) = Σ over events of P × (level before − level after) — so that no second sort by
+-- team is needed. The term of a day's first event (at midnight) that carries the level before it belongs to the day
+-- before (`*_carried`, added there below).
+reserved_days AS (
+    SELECT pool_id, team_id, day,
+           bool_or(t_next > t) AS has_segment,
+           coalesce(sum(reserved_gpus * seconds), 0) AS reserved,
+           coalesce(sum(least(used_gpus, reserved_gpus) * seconds), 0) AS in_reservation,
+           coalesce(sum(greatest(used_gpus - reserved_gpus, 0) * seconds), 0) AS overage,
+           0::numeric AS spill,
+           bool_or(over_gpus > 0 AND t_next > t) AS borrows,
+           bool_or(lend_gpus > 0 AND t_next > t) AS lends,
+           -- (only the events that change a level, or start a day, have a term)
+           sum(per_over * (CASE WHEN new_day THEN 0 ELSE over_before END - over_gpus))
+               FILTER (WHERE over_gpus <> over_before OR new_day) AS borrowed_here,
+           sum(per_over * over_before) FILTER (WHERE new_day) AS borrowed_carried,
+           sum(per_lend * (CASE WHEN new_day THEN 0 ELSE lend_before END - lend_gpus))
+               FILTER (WHERE lend_gpus <> lend_before OR new_day) AS lent_here,
+           sum(per_lend * lend_before) FILTER (WHERE new_day) AS lent_carried,
+           sum(borrowed_gpu_seconds) AS pool_part
+    FROM (
+        SELECT *, CASE WHEN t_next > t THEN extract(epoch FROM t_next - t) END AS seconds FROM pool_sums
+    ) segments
+    GROUP BY pool_id, day, team_id
+),
+-- Elastic and shared pools lend nothing: their integrals per team and day from their own window pass.
+other_days AS (
+    SELECT pool_id, team_id, day, true AS has_segment,
+           coalesce(sum(reserved_gpus * seconds), 0) AS reserved, 0::numeric AS in_reservation,
+           0::numeric AS overage, coalesce(sum(used_gpus * seconds), 0) AS spill
+    FROM (
+        SELECT e.pool_id, e.team_id,
+               (sum(e.used_delta) OVER w)::int AS used_gpus,
+               (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
+               (sum(e.midnights) OVER w)::int AS day,
+               extract(epoch FROM (lead(e.t) OVER w) - e.t) AS seconds
+        FROM events e
+        WHERE NOT e.in_reserved_pool
+        WINDOW w AS (PARTITION BY e.pool_id, e.team_id ORDER BY e.t ROWS UNBOUNDED PRECEDING)
+    ) levels
+    WHERE seconds > 0
+    GROUP BY pool_id, team_id, day
+),
+team_days AS (
+    SELECT * FROM reserved_days
+    UNION ALL
+    SELECT pool_id, team_id, day, has_segment, reserved, in_reservation, overage, spill, false, false, NULL::numeric,
+           NULL::numeric, NULL::numeric, NULL::numeric, NULL::numeric
+    FROM other_days
 ),
 team_day AS (
-    SELECT team_id, pool_id, (t AT TIME ZONE 'UTC')::date AS day, over_gpus > 0 AS is_borrower,
-           sum(CASE WHEN over_gpus > 0 THEN over_gpus * (next_per_over - per_over)
-                    ELSE lend_gpus * (next_per_lend - per_lend) END) AS exact
-    FROM team_segments
-    WHERE t_next > t AND (over_gpus > 0 OR lend_gpus > 0)
-    GROUP BY team_id, pool_id, day, is_borrower
+    SELECT d.team_id, d.pool_id, d.day, d.reserved, d.in_reservation, d.overage, d.spill, d.borrows, d.lends,
+           coalesce(d.borrowed_here, 0) + coalesce(n.borrowed_carried, 0) AS borrowed_exact,
+           coalesce(d.lent_here, 0) + coalesce(n.lent_carried, 0) AS lent_exact
+    FROM team_days d
+    LEFT JOIN team_days n ON n.team_id = d.team_id AND n.pool_id = d.pool_id AND n.day = d.day + 1
+    WHERE d.has_segment
 ),
 -- What lenders lent and borrowers borrowed per pool and day, exact: Σ B × seconds.
 pool_day AS (
-    SELECT pool_id, (t AT TIME ZONE 'UTC')::date AS day, sum(borrowed_gpu_seconds) AS total
-    FROM pool_events
-    WHERE borrowed_gpu_seconds > 0
-    GROUP BY pool_id, day
+    SELECT pool_id, day, sum(pool_part) AS total FROM team_days WHERE pool_part > 0 GROUP BY pool_id, day
 ),
 -- The exact shares in GPU-microseconds: each its floor, and the microseconds left (total − Σ floors, fewer than the
 -- teams) one each to the largest remainders (ties: lower team id), so that per pool and day Σ lent = Σ borrowed =
@@ -216,7 +291,11 @@ pool_day AS (
 floored AS (
     SELECT td.team_id, td.pool_id, td.day, td.is_borrower, pd.total,
            trunc(td.exact, 6) AS floor_share, round(td.exact - trunc(td.exact, 6), 15) AS remainder
-    FROM team_day td
+    FROM (
+        SELECT team_id, pool_id, day, true AS is_borrower, borrowed_exact AS exact FROM team_day WHERE borrows
+        UNION ALL
+        SELECT team_id, pool_id, day, false, lent_exact FROM team_day WHERE lends
+    ) td
     JOIN pool_day pd ON pd.pool_id = td.pool_id AND pd.day = td.day
 ),
 apportioned AS (
@@ -229,26 +308,37 @@ apportioned AS (
            by_remainder AS (PARTITION BY pool_id, day, is_borrower ORDER BY remainder DESC, team_id)
 ),
 lending AS (
-    SELECT team_id, pool_id, {lending_bucket} AS bucket,
+    SELECT team_id, pool_id, day,
            coalesce(sum(share) FILTER (WHERE NOT is_borrower), 0) AS lent,
            coalesce(sum(share) FILTER (WHERE is_borrower), 0) AS borrowed
     FROM apportioned
-    GROUP BY team_id, pool_id, bucket
+    GROUP BY pool_id, day, team_id
+),
+metered AS (
+    SELECT td.team_id, td.pool_id, {day_bucket} AS bucket,
+           sum(td.reserved) AS reserved, sum(td.in_reservation) AS in_reservation, sum(td.overage) AS overage,
+           sum(td.spill) AS spill, coalesce(sum(l.lent), 0) AS lent, coalesce(sum(l.borrowed), 0) AS borrowed
+    FROM team_day td
+    LEFT JOIN lending l ON l.team_id = td.team_id AND l.pool_id = td.pool_id AND l.day = td.day
+    GROUP BY td.team_id, td.pool_id, bucket
 )
-SELECT m.team_id, m.pool_id, m.bucket, m.reserved, m.in_reservation, m.overage, m.spill,
-       coalesce(l.lent, 0) AS lent, coalesce(l.borrowed, 0) AS borrowed,
-       m.overage - coalesce(l.borrowed, 0) AS unreserved
+SELECT m.team_id, m.pool_id, m.bucket, m.reserved, m.in_reservation, m.overage, m.spill, m.lent, m.borrowed,
+       m.overage - m.borrowed AS unreserved
 FROM metered m
-LEFT JOIN lending l ON l.team_id = m.team_id AND l.pool_id = m.pool_id AND l.bucket IS NOT DISTINCT FROM m.bucket
 {team_filter}
 """
 
+
 # Every UTC midnight inside the period, a change point of every team and pool (it changes nothing): daily rollups are
 # grouped by day, and lending's shares are rounded per pool and day in both modes (so that days add up to the month).
+# Without lending, a month in one go needs none.
 _DAY_BOUNDARIES = """
     UNION ALL
-    SELECT keys.team_id, keys.pool_id, boundary, 0, 0, 0
-    FROM (SELECT team_id, pool_id FROM used UNION SELECT team_id, pool_id FROM reserved) keys
+    SELECT keys.team_id, keys.pool_id, keys.in_reserved_pool, boundary, 0, 0, 0, 1
+    FROM (
+        SELECT team_id, pool_id, in_reserved_pool FROM used
+        UNION SELECT team_id, pool_id, in_reserved_pool FROM reserved
+    ) keys
     CROSS JOIN generate_series(
         (date_trunc('day', %(start)s AT TIME ZONE 'UTC') + interval '1 day') AT TIME ZONE 'UTC',
         %(end)s - interval '1 microsecond',
@@ -274,19 +364,35 @@ class Metered:
     unreserved: Decimal
 
 
-def metering_sql(*, by_day: bool, team_ids: list[int] | None = None) -> str:
+def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bool = True) -> str:
     """The metering query; parameters `start`, `end`, `now` (and `team_ids` when given).
 
-    `start` and `end` must be UTC midnights when `by_day` is set; `end` must not be after `now`. `team_ids` only
-    narrows the rows returned: who lends to whom depends on every team of a pool, so all are metered.
+    `start` must be a UTC midnight when `by_day` is set; `end` must not be after `now`. `team_ids` only narrows the
+    rows returned: who lends to whom depends on every team of a pool, so all are metered. Without `lending`, lent and
+    borrowed are 0 and all overage is unreserved: metering as it was before lending, which bench/metering.py times
+    beside the real query as its floor.
     """
-    return _METERING_SQL.format(
-        lendable_gpus=lendable_gpus_sql(gpus="r.gpus", lending="lp.lending", protected_gpus="lp.protected_gpus"),
-        default_lending=Lending.IDLE.value,
+    team_filter = "WHERE m.team_id = ANY(%(team_ids)s)" if team_ids is not None else ""
+    if not lending:
+        return _EVENTS_SQL.format(
+            events_materialized="",
+            lending_periods="",
+            lendable_events="",
+            day_boundaries=_DAY_BOUNDARIES if by_day else "",
+        ) + _PLAIN_SQL.format(
+            bucket="(t AT TIME ZONE 'UTC')::date" if by_day else "NULL::date", team_filter=team_filter
+        )
+    return _EVENTS_SQL.format(
+        # read by the reserved pools' pass and the others' apart: no need to store them
+        events_materialized="NOT MATERIALIZED ",
+        lending_periods=_LENDING_PERIODS_SQL.format(
+            lendable_gpus=lendable_gpus_sql(gpus="r.gpus", lending="lp.lending", protected_gpus="lp.protected_gpus"),
+            default_lending=Lending.IDLE.value,
+        ),
+        lendable_events=_LENDABLE_EVENTS_SQL,
         day_boundaries=_DAY_BOUNDARIES,
-        bucket="(t AT TIME ZONE 'UTC')::date" if by_day else "NULL::date",
-        lending_bucket="day" if by_day else "NULL::date",
-        team_filter="WHERE m.team_id = ANY(%(team_ids)s)" if team_ids is not None else "",
+    ) + _LENDING_SQL.format(
+        day_bucket="(%(start)s AT TIME ZONE 'UTC')::date + td.day" if by_day else "NULL::date", team_filter=team_filter
     )
 
 
@@ -298,7 +404,13 @@ def check_period(start: datetime, end: datetime, now: datetime) -> None:
 
 
 def meter(
-    *, start: datetime, end: datetime, now: datetime, by_day: bool = False, team_ids: list[int] | None = None
+    *,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    by_day: bool = False,
+    team_ids: list[int] | None = None,
+    lending: bool = True,
 ) -> list[Metered]:
     """R, U, O, S and lent / borrowed / unreserved in exact GPU-seconds per team and pool over [start, end),
     straight from the intervals, reservations and lending changes.
@@ -311,5 +423,5 @@ def meter(
     params = {"start": start, "end": end, "now": now, "team_ids": team_ids}
     with transaction.atomic(), connection.cursor() as cursor:
         prepare_session(cursor)
-        cursor.execute(metering_sql(by_day=by_day, team_ids=team_ids), params)
+        cursor.execute(metering_sql(by_day=by_day, team_ids=team_ids, lending=lending), params)
         return [Metered(*row) for row in cursor.fetchall()]

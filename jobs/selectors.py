@@ -7,12 +7,14 @@ says nothing of the team ("waiting for its team's quota", "waiting for a node"):
 command, quota, usage or queue position. Each page runs a fixed number of queries whatever the number of jobs and pods.
 """
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import yaml
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
+from django.db import connection
 from django.db.models import F, OuterRef, Subquery, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
@@ -493,53 +495,61 @@ def templates_for(user):
     return JobTemplate.objects.visible_to(user).select_related("team", "pool").order_by("team__name", "name")
 
 
+# Each held job's GPUs above its team's reservation in a reserved pool: a running sum over the team's jobs in the pool
+# (highest priority first, then earliest admitted, unknown last, then id) less the team's active reservations there.
+_BORROWED_SQL = """
+WITH held AS NOT MATERIALIZED ({held}),
+asked AS (SELECT DISTINCT team_id, quota_pool FROM held WHERE id = ANY(%s)),
+filled AS (
+    SELECT held.id, held.total_gpus,
+           sum(held.total_gpus) OVER (
+               PARTITION BY held.team_id, held.quota_pool
+               ORDER BY held.priority DESC, admission.at ASC NULLS LAST, held.id
+           ) - coalesce(reserved.gpus, 0) AS above
+    FROM held
+    JOIN asked ON asked.team_id = held.team_id AND asked.quota_pool = held.quota_pool
+    JOIN pools_pool pool ON pool.id = held.quota_pool AND pool.kind = %s
+    LEFT JOIN LATERAL (
+        SELECT max(w.admitted_at) AS at FROM jobs_workload w WHERE w.job_id = held.id AND NOT w.finished
+    ) admission ON true
+    LEFT JOIN (
+        SELECT team_id, pool_id, sum(gpus) AS gpus FROM pools_reservation
+        WHERE starts_at <= %s AND ends_at > %s GROUP BY team_id, pool_id
+    ) reserved ON reserved.team_id = held.team_id AND reserved.pool_id = held.quota_pool
+)
+SELECT id, least(total_gpus, above) FROM filled WHERE id = ANY(%s) AND above > 0
+"""
+
+
+@functools.cache
+def _held_jobs_sql() -> tuple[str, tuple]:
+    """The jobs holding quota (`JobQuerySet.in_use`, the one rule) as SQL: compiled once, it never changes."""
+    held = Job.objects.in_use().order_by().values("id", "team_id", "quota_pool", "total_gpus", "priority")
+    return held.query.sql_with_params()
+
+
 def borrowed_gpus(jobs) -> dict[int, int]:
-    """GPUs each of `jobs` holds above its team's reservation in a reserved pool: borrowed GPUs (the pool's
-    unreserved ones or another team's lent ones), which Kueue takes back when a lender's job needs them. Jobs not
-    holding quota, or inside the reservation, are not in the answer.
+    """GPUs each of `jobs` (jobs or ids) holds above its team's reservation in a reserved pool: borrowed GPUs (the
+    pool's unreserved ones or another team's lent ones), which Kueue takes back when a lender's job needs them. Jobs
+    not holding quota, or inside the reservation, are not in the answer.
 
     Kueue counts borrowing per team and pool, not per job: a team whose admitted jobs there hold more than its
     reservation borrows the excess. Which of its jobs hold the excess is the portal's reading of Kueue's own
     preemption order (it takes first the lowest priority, then the most recently admitted): the team's jobs in the
-    pool, by priority (highest first) and admission time (earliest first), fill the reservation; the ones beyond it
-    are on borrowed GPUs (a job straddling the line borrows part of its GPUs). Two queries, whatever the number of
-    jobs."""
-    from django.db.models import Case, Max, Q, When
-
+    pool, by priority (highest first) and admission time (earliest first, unknown last), fill the reservation; the
+    ones beyond it are on borrowed GPUs (a job straddling the line borrows part of its GPUs). One query, whatever the
+    number of jobs (none when no job given holds quota): the database fills each reservation, and answers only for
+    the jobs asked."""
     from pools.choices import PoolKind
-    from pools.models import Reservation
 
-    pairs = {(job.team_id, job.quota_pool_id) for job in jobs if job.quota_pool_id is not None}
-    if not pairs:
+    ids = [job if isinstance(job, int) else job.pk for job in jobs if isinstance(job, int) or job.quota_pool_id]
+    if not ids:
         return {}
-    teams, pools = {team for team, _ in pairs}, {pool for _, pool in pairs}
-    reserved: dict[tuple[int, int], int] = {}
-    for team_id, pool_id, gpus in (
-        Reservation.objects.filter(team__in=teams, pool__in=pools, pool__kind=PoolKind.RESERVED)
-        .active_at(timezone.now())
-        .values_list("team", "pool", "gpus")
-    ):
-        reserved[(team_id, pool_id)] = reserved.get((team_id, pool_id), 0) + gpus
-    held = (
-        Job.objects.filter(team__in=teams)
-        .in_use(pools=Pool.objects.filter(pk__in=pools, kind=PoolKind.RESERVED).values("pk"))
-        .annotate(admitted_at=Max("workloads__admitted_at", filter=Q(workloads__finished=False)))
-        .annotate(known=Case(When(admitted_at__isnull=True, then=1), default=0))
-        .order_by("team", "quota_pool", "-priority", "known", "admitted_at", "id")
-        .values_list("id", "team", "quota_pool", "total_gpus")
-    )
-    borrowed: dict[int, int] = {}
-    filled: dict[tuple[int, int], int] = {}
-    for job_id, team_id, pool_id, gpus in held:
-        key = (team_id, pool_id)
-        if key not in pairs:
-            continue
-        before = filled.get(key, 0)
-        filled[key] = before + gpus
-        above = min(gpus, max(before + gpus - reserved.get(key, 0), 0))
-        if above:
-            borrowed[job_id] = above
-    return borrowed
+    held_sql, held_params = _held_jobs_sql()
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute(_BORROWED_SQL.format(held=held_sql), [*held_params, ids, PoolKind.RESERVED.value, now, now, ids])
+        return dict(cursor.fetchall())
 
 
 def reclaim_waits(waiting: list[tuple[int, int, int, str]]) -> dict[tuple[int, int], int]:

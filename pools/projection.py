@@ -51,8 +51,10 @@ def kueue_changed() -> None:
 
 
 def _changed() -> None:
-    kueue_row()
-    KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK).update(desired_version=F("desired_version") + 1)
+    bump = KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK)
+    if not bump.update(desired_version=F("desired_version") + 1):
+        kueue_row()
+        bump.update(desired_version=F("desired_version") + 1)
     version = KueueProjection.objects.values_list("desired_version", flat=True).get(pk=KueueProjection.SINGLETON_PK)
     outbox.task_named("pools.reconcile_kueue").delay(version)
 

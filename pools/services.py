@@ -237,6 +237,8 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     # both insert it. (NO KEY UPDATE leaves inserts of rows that reference the team, such as jobs, unblocked.)
     Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
     quota = Quota.objects.select_for_update().filter(team=team, pool=pool).first()
+    if quota is not None:
+        quota.team, quota.pool = team, pool  # what the audit entry's text names, without reading them again
     before = audit.snapshot(quota)
     reserved_now = sum(
         Reservation.objects.filter(team=team, pool=pool).active_at(timezone.now()).values_list("gpus", flat=True)
@@ -253,9 +255,11 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     _check_jobs_fit(team=team, pool=pool, max_gpus=max_gpus)
     if quota is None:
         quota = Quota(team=team, pool=pool, max_gpus=max_gpus)
+        quota.full_clean()
     else:
         quota.max_gpus = max_gpus
-    quota.full_clean()
+        # The row's team and pool are the locked row's own: only what changes is validated again.
+        quota.full_clean(exclude=["team", "pool"])
     quota.save()
     audit.record(actor=user, action="quota.set", instance=quota, before=before, after=audit.snapshot(quota))
     projection.namespace_changed(team)

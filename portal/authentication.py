@@ -35,8 +35,11 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
             secret = header[1].decode()
         except UnicodeError:
             raise exceptions.AuthenticationFailed(_("Invalid token.")) from None
-        token = ApiToken.objects.active().select_related("user").filter(key_hash=hash_secret(secret)).first()
-        if token is None or not token.user.is_active:
+        # The key hash is unique: no ordering or limit to compile; whether the token is still active is checked on the
+        # row (`ApiToken.is_active`, the rule of `ApiToken.objects.active()`).
+        tokens = ApiToken.objects.select_related("user").filter(key_hash=hash_secret(secret)).order_by()
+        token = next(iter(tokens), None)
+        if token is None or not token.is_active or not token.user.is_active:
             raise exceptions.AuthenticationFailed(_("Invalid, revoked or expired token."))
         now = timezone.now()
         if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:

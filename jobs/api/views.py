@@ -19,7 +19,14 @@ from ..choices import FINAL_STATES
 from ..filters import JobFilterSet
 from ..models import Job, JobEvent
 from ..quote_selectors import worded_quotes
-from .serializers import JobDetailSerializer, JobNotifySerializer, JobSerializer, JobSubmitSerializer
+from .serializers import (
+    JobDetailSerializer,
+    JobNotifySerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+    job_list_rows,
+    job_list_values,
+)
 
 
 def _detail(job: Job) -> dict:
@@ -74,16 +81,14 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return JobSerializer if self.action == "list" else JobDetailSerializer
 
     def list(self, request, *args, **kwargs):
-        """The page of jobs, each with the GPUs it borrows (one computation for the page)."""
-        queryset = self.filter_queryset(self.get_queryset())
+        """The page of jobs as JobSerializer writes them (`job_list_rows`), each with the GPUs it borrows and, not
+        running yet, its start-time quote (one computation each for the page)."""
+        queryset = job_list_values(self.filter_queryset(self.get_queryset()))
         page = self.paginate_queryset(queryset)
         rows = list(page if page is not None else queryset)
-        context = {
-            **self.get_serializer_context(),
-            "borrowed_gpus": selectors.borrowed_gpus(rows),
-            "quotes": worded_quotes(job.pk for job in rows if job.state not in FINAL_STATES),
-        }
-        data = JobSerializer(rows, many=True, context=context).data
+        borrowed = selectors.borrowed_gpus([row["id"] for row in rows])
+        quotes = worded_quotes(row["id"] for row in rows if row["state"] not in FINAL_STATES)
+        data = job_list_rows(rows, borrowed, quotes)
         return self.get_paginated_response(data) if page is not None else Response(data)
 
     def retrieve(self, request, *args, **kwargs):

@@ -245,15 +245,19 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     ordering = ["team__name", "pool__name"]
 
     def get_queryset(self):
-        return (
-            Quota.objects.visible_to(self.request.user)
-            .select_related("team", "pool")
-            .annotate(gpus_in_use=Job.objects.gpus_in_use_of(team=OuterRef("team"), pool=OuterRef("pool")))
-            .order_by("team__name", "pool__name")
-        )
+        quotas = Quota.objects.visible_to(self.request.user).select_related("team", "pool")
+        if self.action in ("update", "partial_update"):
+            return quotas  # the quota to change; the answer reads it again, with its GPUs in use (`_answer`)
+        return quotas.annotate(
+            gpus_in_use=Job.objects.gpus_in_use_of(team=OuterRef("team"), pool=OuterRef("pool"))
+        ).order_by("team__name", "pool__name")
 
     def _answer(self, quota: Quota, status_code: int) -> Response:
-        quota = self.get_queryset().get(pk=quota.pk)
+        quota = (
+            Quota.objects.select_related("team", "pool")
+            .annotate(gpus_in_use=Job.objects.gpus_in_use_of(team=OuterRef("team"), pool=OuterRef("pool")))
+            .get(pk=quota.pk)
+        )
         return Response(QuotaSerializer(quota).data, status=status_code)
 
     @extend_schema(

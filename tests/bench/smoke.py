@@ -21,7 +21,8 @@ ON_SHARED = ["--shared-cluster", "--state-dir", str(SMOKE_STATE_DIR)]
 
 SMOKE_ARGS = {
     "ui": "--teams 3 --pools 4 --nodes 8 --pods 40 --pending-pods 4 --jobs 50 --queued 5 --requests 2 --warmup 1",
-    "api": "--clients 2 --jobs 50 --teams 2 --duration 0.5 --warmup 0.2 --workers 1 --threads 2",
+    "api": "--clients 2 --jobs 50 --teams 2 --duration 0.5 --warmup 0.2 --workers 1 --threads 2 --cpu-requests 3 "
+    "--cpu-rounds 1",
     "metering": "--teams 3 --pools 3 --intervals 300 --repeat 1",
     "quote": "--teams 3 --pending 30 --running 10 --history 20 --repeat 2",
     # Starts the shared cluster and leaves it up (--keep) for the others.

@@ -10,11 +10,15 @@ def test_ui_benchmark_serves_every_page_to_both_viewers(bench_env):
     assert all(page["queries"] > 0 and page["refresh_bytes_on_wire"] > 0 for page in summary["pages"].values())
 
 
-def test_api_benchmark_answers_every_request(bench_env):
+def test_api_benchmark_answers_every_request_and_its_floors_answer_the_same(bench_env):
     summary = run_benchmark("api", bench_env)
     for scenario in ("jobs_running", "quota_updates"):
-        assert summary[scenario]["requests"] > 0
-        assert summary[scenario]["errors"] == {}
+        assert summary["load"]["2"][scenario]["requests"] > 0
+        assert summary["load"]["2"][scenario]["errors"] == {}
+    for request in ("jobs_list", "quota_update"):
+        measured = summary["cpu_per_request"][request]
+        assert measured["floor_equals_api"] is True
+        assert measured["floor_cpu_ms"] > 0 and measured["real_cpu_ms"] > 0
 
 
 def test_metering_benchmark_rollups_equal_the_month_from_scratch(bench_env):
