@@ -36,7 +36,7 @@ WITH page AS (
     SELECT j.id, j.name, t.slug AS team, p.slug AS pool, u.username AS submitted_by, j.image, j.gpus,
            j.cpu_millicores, j.memory_mib, j.placement, j.priority, j.state, j.state_changed_at, j.created_at,
            j.started_at, j.finished_at, j.node_name, j.pending_reason, ap.slug AS admitted_pool, j.preemptions,
-           j.nodes, j.total_gpus, j.team_id,
+           j.nodes, j.total_gpus, j.notify, j.team_id,
            CASE WHEN j.state IN ('admitted', 'pending', 'running') THEN coalesce(j.admitted_pool_id, j.pool_id) END
                AS quota_pool_id,
            count(*) OVER () AS total
@@ -76,7 +76,7 @@ reserved AS (
 SELECT page.id, page.name, page.team, page.pool, page.submitted_by, page.image, page.gpus, page.cpu_millicores,
        page.memory_mib, page.placement, page.priority, page.state, page.state_changed_at, page.created_at,
        page.started_at, page.finished_at, page.node_name, page.pending_reason, page.admitted_pool, page.preemptions,
-       page.nodes, page.total_gpus,
+       page.nodes, page.total_gpus, page.notify,
        coalesce(least(held.total_gpus, greatest(held.filled - coalesce(reserved.gpus, 0), 0)), 0) AS borrowed_gpus,
        page.total
 FROM page
@@ -108,6 +108,7 @@ JOB_FIELDS = [
     "preemptions",
     "nodes",
     "total_gpus",
+    "notify",
 ]
 
 # One UPDATE (the old value read in the same statement) and one audit row, as `pools.services.set_quota` records it.
@@ -164,6 +165,7 @@ def floor_jobs_page(connection, *, state: str, base_url: str, page_size: int = 5
             job[name] = iso(job[name])
         job["borrowed_gpus"] = row[-2]
         job["borrowed_note"] = borrowed_words(row[-2])
+        job["expected_start"] = None  # a running job has no start-time quote (the page is of running jobs)
         total = row[-1]
         results.append(job)
     page = {

@@ -160,6 +160,11 @@ _COMPUTED_FIELDS = ("borrowed_gpus", "borrowed_note", "expected_start")
 _LIST_COLUMNS = [
     (name, _RELATED_COLUMNS.get(name, name)) for name in JobSerializer.Meta.fields if name not in _COMPUTED_FIELDS
 ]
+# Every field in JobSerializer's order, with its column (None: computed for the page).
+_ROW_FIELDS = [
+    (name, None if name in _COMPUTED_FIELDS else column)
+    for name, column in ((name, _RELATED_COLUMNS.get(name, name)) for name in JobSerializer.Meta.fields)
+]
 _DATETIME_FIELDS = ("state_changed_at", "created_at", "started_at", "finished_at")
 
 
@@ -184,7 +189,7 @@ def job_list_rows(values_rows, borrowed_gpus: dict[int, int], quotes: dict | Non
     notes: dict[int, str] = {}
     rows = []
     for values in values_rows:
-        row = {name: values[column] for name, column in _LIST_COLUMNS}
+        row = {name: None if column is None else values[column] for name, column in _ROW_FIELDS}
         for name in _DATETIME_FIELDS:
             row[name] = datetime_text(row[name], zone)
         gpus = borrowed_gpus.get(row["id"], 0)

@@ -5,14 +5,16 @@ language; and the borrowed GPUs of a page come from one query that fills each te
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.utils import timezone
 from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
 from jobs import selectors
 from jobs.api.serializers import JobSerializer
-from jobs.choices import JobState, Placement, Priority
+from jobs.choices import FINAL_STATES, JobState, Placement, Priority
 from jobs.models import Job, Workload
+from jobs.quote_selectors import worded_quotes
 from pools import services as pool_services
 from tests.factories import JobFactory, PoolFactory, UserFactory
 
@@ -61,7 +63,11 @@ def serializer_page(jobs: list[Job]) -> list[dict]:
 
     ordered = sorted(Job.objects.filter(pk__in=[job.pk for job in jobs]), key=lambda job: (job.created_at, job.pk))
     ordered.reverse()
-    data = JobSerializer(ordered, many=True, context={"borrowed_gpus": selectors.borrowed_gpus(ordered)}).data
+    context = {
+        "borrowed_gpus": selectors.borrowed_gpus(ordered),
+        "quotes": worded_quotes(job.pk for job in ordered if job.state not in FINAL_STATES),
+    }
+    data = JobSerializer(ordered, many=True, context=context).data
     return json.loads(JSONRenderer().render(data))
 
 
@@ -70,25 +76,31 @@ def test_each_row_of_the_list_is_what_the_job_serializer_writes(jobs, language):
     admin = UserFactory(username="ada", is_platform_admin=True)
     client = APIClient()
     client.force_authenticate(admin)
-    listed = client.get("/api/v1/jobs/", HTTP_ACCEPT_LANGUAGE=language).json()["results"]
     from django.utils import translation
 
-    with translation.override(language):
+    # One moment for both: a quote's times are counted from now.
+    with time_machine.travel(timezone.now(), tick=False), translation.override(language):
+        listed = client.get("/api/v1/jobs/", HTTP_ACCEPT_LANGUAGE=language).json()["results"]
         expected = serializer_page(jobs)
     assert listed == expected
     # beta reserves nothing: its gang borrows all 8 GPUs; alpha holds 2 + 3 GPUs of its 4 reserved: one borrowed
     assert [row["borrowed_gpus"] for row in listed if row["borrowed_gpus"]] == [8, 1]
     assert all(list(row) == JobSerializer.Meta.fields for row in listed)
     assert ("借来的" in listed[0]["borrowed_note"]) == (language == "zh-hans")
+    # The jobs not running yet carry their start-time quote (issue 28), the others none.
+    quoted = {row["id"] for row in listed if row["expected_start"]}
+    assert quoted == {job.pk for job in jobs if job.state in (JobState.QUEUED, JobState.ADMITTED)}
 
 
 def test_a_filtered_and_reordered_page_is_written_the_same(jobs):
     admin = UserFactory(username="ada", is_platform_admin=True)
     client = APIClient()
     client.force_authenticate(admin)
-    listed = client.get("/api/v1/jobs/", {"state": ["running", "succeeded"], "ordering": "gpus"}).json()["results"]
+    with time_machine.travel(timezone.now(), tick=False):
+        listed = client.get("/api/v1/jobs/", {"state": ["running", "succeeded"], "ordering": "gpus"}).json()
+        by_id = {row["id"]: row for row in serializer_page(jobs)}
+    listed = listed["results"]
     assert [row["gpus"] for row in listed] == [1, 2, 3]
-    by_id = {row["id"]: row for row in serializer_page(jobs)}
     assert listed == [by_id[row["id"]] for row in listed]
 
 
