@@ -16,8 +16,16 @@ Objects stay plain dicts: deserialising tens of thousands of pods into client mo
 listing itself. A `parse` function, when given, turns each object into what the handlers need (or None: not
 needed) as it arrives, page by page, so that a full list never holds every raw object at once — a raw pod is
 some 18 KB of Python objects, 50,000 of them most of a gigabyte.
+
+Python's cyclic garbage collector is paused while a page or a watch event is decoded and parsed, until its raw
+objects are dropped (`collector_paused`): decoding creates hundreds of thousands of containers, and each few hundred
+of them set off a collection — the older generations scanning the whole heap again and again — although none of them
+can form a cycle. At 12,500 pods that was nearly two thirds of the list's CPU time (2.0 s of CPU, 0.75 s with the
+collector paused), and the list's length is what a relist's backlog of events grows with.
 """
 
+import contextlib
+import gc
 import json
 import logging
 import queue
@@ -35,6 +43,30 @@ from .errors import backoff_seconds, is_transient
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
+
+_collector_lock = threading.Lock()
+_collector_pausers = 0
+_collector_was_enabled = False
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic cyclic garbage collection inside (reference counting still frees everything at once); the
+    collector's own state is restored when the last thread inside leaves. Only for decoding and parsing: what is
+    allocated inside and kept is then scanned once, not at every few hundred allocations."""
+    global _collector_pausers, _collector_was_enabled
+    with _collector_lock:
+        if _collector_pausers == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_pausers += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pausers -= 1
+            if _collector_pausers == 0 and _collector_was_enabled:
+                gc.enable()
 
 
 def iter_pages(
@@ -54,14 +86,17 @@ def iter_pages(
             kwargs["_continue"] = token
         response = list_call(**kwargs)
         try:
-            body = json.loads(response.data)
+            data = response.data
         finally:
             response.release_conn()
-        page = body.get("items") or []
-        if parse is not None:
-            page = [parsed for parsed in map(parse, page) if parsed is not None]
-        metadata = body.get("metadata") or {}
-        del body
+        with collector_paused():
+            body = json.loads(data)
+            del data
+            page = body.get("items") or []
+            if parse is not None:
+                page = [parsed for parsed in map(parse, page) if parsed is not None]
+            metadata = body.get("metadata") or {}
+            del body
         yield page, metadata.get("resourceVersion", "")
         token = metadata.get("continue")
         if not token:
@@ -203,10 +238,19 @@ class ListWatch:
         return list_pages(self.list_call, self.list_kwargs, self.parse)
 
     def relist(self) -> str:
+        started = time.monotonic()
         items, version = self.list_all()
+        listed = time.monotonic()
         self._apply(self.on_relist, items, version)
         self._apply(self.save_version, version)
-        log.info("%s: listed %d objects at resourceVersion %s", self.name, len(items), version)
+        log.info(
+            "%s: listed %d objects at resourceVersion %s in %.2f s, recorded in %.2f s",
+            self.name,
+            len(items),
+            version,
+            listed - started,
+            time.monotonic() - listed,
+        )
         return version
 
     def watch_from(self, version: str) -> str:
@@ -234,15 +278,13 @@ class ListWatch:
                     break
                 events: list[tuple[str, Any]] = []
                 for line in batch:
-                    event = json.loads(line)
-                    kind, obj = event.get("type"), event.get("object") or {}
+                    kind, parsed, new_version, error = self._decode(line)
+                    new_version = new_version or version
                     if kind == "ERROR":
                         self._apply_batch(events)  # what came before the error is good
-                        if obj.get("code") == 410:
-                            raise Gone(obj.get("message", "gone"))
-                        raise ApiException(status=obj.get("code", 500), reason=obj.get("message", "watch error"))
-                    new_version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                    parsed = None if kind == "BOOKMARK" else obj if self.parse is None else self.parse(obj)
+                        if error.get("code") == 410:
+                            raise Gone(error.get("message", "gone"))
+                        raise ApiException(status=error.get("code", 500), reason=error.get("message", "watch error"))
                     if self.on_events is None:
                         if parsed is not None:
                             self._apply(self.on_event, kind, parsed)
@@ -269,6 +311,20 @@ class ListWatch:
                 # Every event up to `applied_version` was applied (a handler that failed left it before its event).
                 self._save_quietly(self.applied_version)
         return version
+
+    def _decode(self, line: str) -> tuple[str, Any, str, dict]:
+        """One line of the watch stream: its type, the object parsed (None for a bookmark, an error or an object
+        `parse` skips), its resourceVersion and, for an ERROR, the status it carries — the raw object dropped before
+        the collector runs again."""
+        with collector_paused():
+            event = json.loads(line)
+            kind, obj = event.get("type"), event.get("object") or {}
+            version = (obj.get("metadata") or {}).get("resourceVersion") or ""
+            if kind == "ERROR":
+                return kind, None, version, {"code": obj.get("code", 500), "message": obj.get("message", "")}
+            parsed = None if kind == "BOOKMARK" else obj if self.parse is None else self.parse(obj)
+            del event, obj
+            return kind, parsed, version, {}
 
     LOG_BATCHES_FROM = 100  # events: a batch this large (a backlog being worked off) is logged with its time
 
