@@ -32,6 +32,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,30 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
+def _fetch(list_call: Callable, kwargs: dict) -> bytes:
+    response = list_call(**kwargs)
+    try:
+        return response.data
+    finally:
+        response.release_conn()
+
+
+def _continue_ahead(data: bytes) -> str | None:
+    """A page's continue token read before the page is decoded, when its metadata comes before its items (as the
+    apiserver writes built-in lists: kind, apiVersion, metadata, items); None otherwise (custom resources' lists
+    have their keys sorted, items first) or when it is the last page."""
+    head = data[:4096]
+    start, items = head.find(b'"metadata":'), head.find(b'"items":')
+    if start < 0 or 0 <= items < start:
+        return None
+    try:
+        text = head[start + len(b'"metadata":') :].decode("utf-8", "ignore").lstrip()
+        metadata, _end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return metadata.get("continue") if isinstance(metadata, dict) else None
+
+
 def iter_pages(
     list_call: Callable,
     list_kwargs: dict | None = None,
@@ -76,31 +101,42 @@ def iter_pages(
     *,
     page_size: int = PAGE_SIZE,
     timeout: float = 120,
+    prefetch: bool = True,
 ) -> Iterator[tuple[list, str]]:
     """The objects `list_call` lists, one page at a time (each object turned by `parse` as its page arrives, None
-    dropped), with the collection's resourceVersion as of that page."""
-    token = None
-    while True:
+    dropped), with the collection's resourceVersion as of that page.
+
+    With `prefetch`, the next page is asked for as soon as its continue token can be read (`_continue_ahead`), so that
+    the apiserver prepares it while this one is decoded and parsed: the two share the machine's cores instead of
+    taking turns."""
+
+    def kwargs_for(token: str | None) -> dict:
         kwargs = dict(list_kwargs or {}, limit=page_size, _preload_content=False, _request_timeout=(5, timeout))
         if token:
             kwargs["_continue"] = token
-        response = list_call(**kwargs)
-        try:
-            data = response.data
-        finally:
-            response.release_conn()
-        with collector_paused():
-            body = json.loads(data)
-            del data
-            page = body.get("items") or []
-            if parse is not None:
-                page = [parsed for parsed in map(parse, page) if parsed is not None]
-            metadata = body.get("metadata") or {}
-            del body
-        yield page, metadata.get("resourceVersion", "")
-        token = metadata.get("continue")
-        if not token:
-            return
+        return kwargs
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-ahead") as ahead:
+        data = _fetch(list_call, kwargs_for(None))
+        while True:
+            token_ahead = _continue_ahead(data) if prefetch else None
+            next_page = ahead.submit(_fetch, list_call, kwargs_for(token_ahead)) if token_ahead else None
+            with collector_paused():
+                body = json.loads(data)
+                del data
+                page = body.get("items") or []
+                if parse is not None:
+                    page = [parsed for parsed in map(parse, page) if parsed is not None]
+                metadata = body.get("metadata") or {}
+                del body
+            yield page, metadata.get("resourceVersion", "")
+            token = metadata.get("continue")
+            if not token:
+                return
+            if next_page is not None and token == token_ahead:
+                data = next_page.result()
+            else:
+                data = _fetch(list_call, kwargs_for(token))
 
 
 def list_pages(

@@ -130,3 +130,51 @@ def test_a_collector_someone_turned_off_stays_off():
     with collector_paused():
         pass
     assert not gc.isenabled()
+
+
+# --- the next page asked for while this one is parsed ------------------------------------------------------------
+
+
+def test_the_next_page_is_asked_for_while_this_one_is_parsed():
+    asked: list[str | None] = []
+    page_asked = {token: threading.Event() for token in ("2", "4")}
+    items = [{"metadata": {"name": f"pod-{i}"}} for i in range(5)]
+    pages = pages_of(items)
+
+    def list_call(**kwargs):
+        asked.append(kwargs.get("_continue"))
+        if kwargs.get("_continue") in page_asked:
+            page_asked[kwargs["_continue"]].set()
+        return pages(**kwargs)
+
+    next_asked_while_parsing = []
+
+    def parse(item: dict) -> str:
+        name = item["metadata"]["name"]
+        if name in ("pod-0", "pod-2"):  # the first object of a page that has a next one
+            next_asked_while_parsing.append(page_asked["2" if name == "pod-0" else "4"].wait(10))
+        return name
+
+    listed = [name for page, _version in iter_pages(list_call, parse=parse, page_size=2) for name in page]
+    assert listed == [f"pod-{i}" for i in range(5)]
+    assert asked == [None, "2", "4"]
+    assert next_asked_while_parsing == [True, True]
+
+
+def test_a_list_whose_items_come_first_is_read_page_after_page():
+    asked: list[str | None] = []
+
+    def list_call(limit, _continue=None, **kwargs):
+        asked.append(_continue)
+        start = int(_continue or 0)
+        end = start + limit
+        # The apiserver writes a custom resource's list with its keys sorted: items before metadata.
+        body = json.dumps({"apiVersion": "x/v1", "items": [{"n": i} for i in range(start, min(end, 5))], "kind": "L"})
+        body = body[:-1] + ', "metadata": ' + json.dumps({"continue": str(end)} if end < 5 else {}) + "}"
+        page = Page({})
+        page.data = body.encode()
+        return page
+
+    listed = [item["n"] for page, _version in iter_pages(list_call, page_size=2) for item in page]
+    assert listed == [0, 1, 2, 3, 4]
+    assert asked == [None, "2", "4"]
