@@ -25,6 +25,7 @@ collector paused), and the list's length is what a relist's backlog of events gr
 """
 
 import contextlib
+import contextvars
 import gc
 import json
 import logging
@@ -120,7 +121,12 @@ def iter_pages(
         data = _fetch(list_call, kwargs_for(None))
         while True:
             token_ahead = _continue_ahead(data) if prefetch else None
-            next_page = ahead.submit(_fetch, list_call, kwargs_for(token_ahead)) if token_ahead else None
+            # In the caller's context: a task's single attempt (cluster.errors.single_attempt) holds for it too.
+            next_page = (
+                ahead.submit(contextvars.copy_context().run, _fetch, list_call, kwargs_for(token_ahead))
+                if token_ahead
+                else None
+            )
             with collector_paused():
                 body = json.loads(data)
                 del data

@@ -178,3 +178,21 @@ def test_a_list_whose_items_come_first_is_read_page_after_page():
     listed = [item["n"] for page, _version in iter_pages(list_call, page_size=2) for item in page]
     assert listed == [0, 1, 2, 3, 4]
     assert asked == [None, "2", "4"]
+
+
+def test_the_next_page_is_asked_for_in_the_callers_context():
+    """A task's cluster calls are tried once (cluster.errors.single_attempt, a context variable): the call that
+    asks for the next page ahead, in a thread of its own, runs in the caller's context too."""
+    from cluster.errors import _single_attempt, single_attempt
+
+    seen = []
+    pages = pages_of([{"metadata": {"name": f"pod-{i}"}} for i in range(5)])
+
+    def list_call(**kwargs):
+        seen.append(_single_attempt.get())
+        return pages(**kwargs)
+
+    with single_attempt():
+        listed = [item for page, _version in iter_pages(list_call, page_size=2) for item in page]
+    assert len(listed) == 5
+    assert seen == [True, True, True]
