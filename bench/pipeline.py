@@ -190,11 +190,13 @@ def start_sync(env: dict, log_dir: Path) -> subprocess.Popen:
     )
 
 
-def start_worker(env: dict, log_dir: Path, name: str, threads: int) -> subprocess.Popen:
-    """A Celery worker on the queue `cluster` (thread pool), named `name`@host, logging to `log_dir`/<name>.log."""
+def start_worker(env: dict, log_dir: Path, name: str, threads: int, *, events: bool = False) -> subprocess.Popen:
+    """A Celery worker on the queue `cluster` (thread pool), named `name`@host, logging to `log_dir`/<name>.log; with
+    `events`, sending its task events (``-E``: when each task was received, started and ended)."""
     return subprocess.Popen(  # noqa: S603 - celery from this venv
         [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "cluster", "-P", "threads", "-c", str(threads)]
-        + ["-n", f"{name}@%h", "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+        + ["-n", f"{name}@%h", "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        + (["-E"] if events else []),
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -16,14 +16,24 @@ Objects stay plain dicts: deserialising tens of thousands of pods into client mo
 listing itself. A `parse` function, when given, turns each object into what the handlers need (or None: not
 needed) as it arrives, page by page, so that a full list never holds every raw object at once — a raw pod is
 some 18 KB of Python objects, 50,000 of them most of a gigabyte.
+
+Python's cyclic garbage collector is paused while a page or a watch event is decoded and parsed, until its raw
+objects are dropped (`collector_paused`): decoding creates hundreds of thousands of containers, and each few hundred
+of them set off a collection — the older generations scanning the whole heap again and again — although none of them
+can form a cycle. At 12,500 pods that was nearly two thirds of the list's CPU time (2.0 s of CPU, 0.75 s with the
+collector paused), and the list's length is what a relist's backlog of events grows with.
 """
 
+import contextlib
+import contextvars
+import gc
 import json
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +46,54 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 500
 
+_collector_lock = threading.Lock()
+_collector_pausers = 0
+_collector_was_enabled = False
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No automatic cyclic garbage collection inside (reference counting still frees everything at once); the
+    collector's own state is restored when the last thread inside leaves. Only for decoding and parsing: what is
+    allocated inside and kept is then scanned once, not at every few hundred allocations."""
+    global _collector_pausers, _collector_was_enabled
+    with _collector_lock:
+        if _collector_pausers == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_pausers += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pausers -= 1
+            if _collector_pausers == 0 and _collector_was_enabled:
+                gc.enable()
+
+
+def _fetch(list_call: Callable, kwargs: dict) -> bytes:
+    response = list_call(**kwargs)
+    try:
+        return response.data
+    finally:
+        response.release_conn()
+
+
+def _continue_ahead(data: bytes) -> str | None:
+    """A page's continue token read before the page is decoded, when its metadata comes before its items (as the
+    apiserver writes built-in lists: kind, apiVersion, metadata, items); None otherwise (custom resources' lists
+    have their keys sorted, items first) or when it is the last page."""
+    head = data[:4096]
+    start, items = head.find(b'"metadata":'), head.find(b'"items":')
+    if start < 0 or 0 <= items < start:
+        return None
+    try:
+        text = head[start + len(b'"metadata":') :].decode("utf-8", "ignore").lstrip()
+        metadata, _end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    return metadata.get("continue") if isinstance(metadata, dict) else None
+
 
 def iter_pages(
     list_call: Callable,
@@ -44,28 +102,47 @@ def iter_pages(
     *,
     page_size: int = PAGE_SIZE,
     timeout: float = 120,
+    prefetch: bool = True,
 ) -> Iterator[tuple[list, str]]:
     """The objects `list_call` lists, one page at a time (each object turned by `parse` as its page arrives, None
-    dropped), with the collection's resourceVersion as of that page."""
-    token = None
-    while True:
+    dropped), with the collection's resourceVersion as of that page.
+
+    With `prefetch`, the next page is asked for as soon as its continue token can be read (`_continue_ahead`), so that
+    the apiserver prepares it while this one is decoded and parsed: the two share the machine's cores instead of
+    taking turns."""
+
+    def kwargs_for(token: str | None) -> dict:
         kwargs = dict(list_kwargs or {}, limit=page_size, _preload_content=False, _request_timeout=(5, timeout))
         if token:
             kwargs["_continue"] = token
-        response = list_call(**kwargs)
-        try:
-            body = json.loads(response.data)
-        finally:
-            response.release_conn()
-        page = body.get("items") or []
-        if parse is not None:
-            page = [parsed for parsed in map(parse, page) if parsed is not None]
-        metadata = body.get("metadata") or {}
-        del body
-        yield page, metadata.get("resourceVersion", "")
-        token = metadata.get("continue")
-        if not token:
-            return
+        return kwargs
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="list-ahead") as ahead:
+        data = _fetch(list_call, kwargs_for(None))
+        while True:
+            token_ahead = _continue_ahead(data) if prefetch else None
+            # In the caller's context: a task's single attempt (cluster.errors.single_attempt) holds for it too.
+            next_page = (
+                ahead.submit(contextvars.copy_context().run, _fetch, list_call, kwargs_for(token_ahead))
+                if token_ahead
+                else None
+            )
+            with collector_paused():
+                body = json.loads(data)
+                del data
+                page = body.get("items") or []
+                if parse is not None:
+                    page = [parsed for parsed in map(parse, page) if parsed is not None]
+                metadata = body.get("metadata") or {}
+                del body
+            yield page, metadata.get("resourceVersion", "")
+            token = metadata.get("continue")
+            if not token:
+                return
+            if next_page is not None and token == token_ahead:
+                data = next_page.result()
+            else:
+                data = _fetch(list_call, kwargs_for(token))
 
 
 def list_pages(
@@ -203,10 +280,19 @@ class ListWatch:
         return list_pages(self.list_call, self.list_kwargs, self.parse)
 
     def relist(self) -> str:
+        started = time.monotonic()
         items, version = self.list_all()
+        listed = time.monotonic()
         self._apply(self.on_relist, items, version)
         self._apply(self.save_version, version)
-        log.info("%s: listed %d objects at resourceVersion %s", self.name, len(items), version)
+        log.info(
+            "%s: listed %d objects at resourceVersion %s in %.2f s, recorded in %.2f s",
+            self.name,
+            len(items),
+            version,
+            listed - started,
+            time.monotonic() - listed,
+        )
         return version
 
     def watch_from(self, version: str) -> str:
@@ -234,15 +320,13 @@ class ListWatch:
                     break
                 events: list[tuple[str, Any]] = []
                 for line in batch:
-                    event = json.loads(line)
-                    kind, obj = event.get("type"), event.get("object") or {}
+                    kind, parsed, new_version, error = self._decode(line)
+                    new_version = new_version or version
                     if kind == "ERROR":
                         self._apply_batch(events)  # what came before the error is good
-                        if obj.get("code") == 410:
-                            raise Gone(obj.get("message", "gone"))
-                        raise ApiException(status=obj.get("code", 500), reason=obj.get("message", "watch error"))
-                    new_version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                    parsed = None if kind == "BOOKMARK" else obj if self.parse is None else self.parse(obj)
+                        if error.get("code") == 410:
+                            raise Gone(error.get("message", "gone"))
+                        raise ApiException(status=error.get("code", 500), reason=error.get("message", "watch error"))
                     if self.on_events is None:
                         if parsed is not None:
                             self._apply(self.on_event, kind, parsed)
@@ -269,6 +353,20 @@ class ListWatch:
                 # Every event up to `applied_version` was applied (a handler that failed left it before its event).
                 self._save_quietly(self.applied_version)
         return version
+
+    def _decode(self, line: str) -> tuple[str, Any, str, dict]:
+        """One line of the watch stream: its type, the object parsed (None for a bookmark, an error or an object
+        `parse` skips), its resourceVersion and, for an ERROR, the status it carries — the raw object dropped before
+        the collector runs again."""
+        with collector_paused():
+            event = json.loads(line)
+            kind, obj = event.get("type"), event.get("object") or {}
+            version = (obj.get("metadata") or {}).get("resourceVersion") or ""
+            if kind == "ERROR":
+                return kind, None, version, {"code": obj.get("code", 500), "message": obj.get("message", "")}
+            parsed = None if kind == "BOOKMARK" else obj if self.parse is None else self.parse(obj)
+            del event, obj
+            return kind, parsed, version, {}
 
     LOG_BATCHES_FROM = 100  # events: a batch this large (a backlog being worked off) is logged with its time
 

@@ -254,6 +254,17 @@ def _workload_fields(facts: WorkloadFacts, job_id: int) -> dict:
     }
 
 
+def _upsert_workload(uid: str, fields: dict) -> None:
+    """One statement (INSERT ... ON CONFLICT (uid) DO UPDATE): update_or_create took four round trips (a savepoint, a
+    locking read, the write, the release), and the sync writes a row for every step of every Workload."""
+    Workload.objects.bulk_create(
+        [Workload(uid=uid, **fields)],
+        update_conflicts=True,
+        unique_fields=["uid"],
+        update_fields=[name.removesuffix("_id") for name in WORKLOAD_FIELDS] + ["seen_at"],
+    )
+
+
 @transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
 def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
     """Keep the Workload row of `facts` (a Workload of portal job `job_id`) and settle the job. True when the
@@ -267,7 +278,7 @@ def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
     stored = Workload.objects.filter(uid=facts.uid).values(*WORKLOAD_FIELDS).first()
     if stored is not None and all(stored[key] == value for key, value in fields.items()):
         return False
-    Workload.objects.update_or_create(uid=facts.uid, defaults=fields)
+    _upsert_workload(facts.uid, fields)
     return settle_job(job_id=job_id)
 
 
@@ -287,7 +298,7 @@ def record_workloads(*, workloads: list[tuple[int, WorkloadFacts]]) -> None:
         before = stored.get(uid)
         if before is not None and all(before[key] == value for key, value in fields.items()):
             continue
-        Workload.objects.update_or_create(uid=uid, defaults=fields)
+        _upsert_workload(uid, fields)
         touched.add(job_id)
     for job_id in sorted(touched):
         settle_job(job_id=job_id)

@@ -5,7 +5,8 @@ import os
 from importlib import import_module
 
 from celery import Celery
-from celery.signals import beat_init
+from celery.signals import beat_init, task_postrun, task_prerun
+from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.dev")
 
@@ -37,3 +38,15 @@ def _install_beat_schedule(sender, **kwargs):
 def _log_schedule(sender=None, **kwargs):
     names = ", ".join(sorted(app.conf.beat_schedule)) or "none"
     print(f"beat schedule: {names}")
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _check_database_connections(sender=None, task=None, **kwargs):
+    """Around each task, what Django does around each request: drop this thread's database connection when it is
+    broken or older than CONN_MAX_AGE, and have the next query check it first (CONN_HEALTH_CHECKS), so a connection
+    kept from task to task (CELERY_DB_REUSE_MAX) survives a PostgreSQL restart. Not for eager tasks, which run
+    inside their caller's transaction."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    close_old_connections()

@@ -288,6 +288,12 @@ CELERY_TIMEZONE = "UTC"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes a worker's database connection before and after every task unless this is set: a new
+# PostgreSQL connection (a backend forked, authenticated, its time zone set) for every task was a tenth of the submit
+# task's time under load (bench/admission.py), and forked a PostgreSQL backend on the same cores as everything else.
+# A connection now serves up to this many tasks of its thread; each task starts and ends as a Django request does
+# (portal/celery.py), dropping a connection that is broken or older than CONN_MAX_AGE.
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=100)
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=300)
 CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=240)
 # The longest countdown a task gives its own retry (the backoff caps in the apps' tasks.py stay within it).

@@ -29,14 +29,24 @@ def test_sync_benchmark_lists_resyncs_and_watches(bench_cluster, bench_env):
     assert len(summary["after_relist_runs"]) == 1
 
 
-def test_admission_benchmark_runs_every_job_to_its_end(bench_cluster, bench_env):
+def test_admission_benchmark_runs_every_job_to_its_end_in_the_floor_and_through_the_portal(bench_cluster, bench_env):
     summary = run_benchmark("admission", bench_env)
+    assert summary["phases"] == ["floor", "portal"]
     assert summary["jobs_submitted"] == 6
     assert summary["final_states"] == {"succeeded": 6}
-    for figure in ("admitted_per_second", "created_in_cluster_per_second"):
-        assert summary[figure] is not None, figure
-    for spread in ("submit_to_running_ms", "submit_to_running_cluster_ms", "workload_sync_lag_ms"):
+    assert summary["floor"]["jobs_created"] == 6
+    assert summary["floor"]["final_states"] == {"succeeded": 6}
+    assert summary["drain_seconds"] is not None
+    for figures in (summary, summary["floor"]):
+        for figure in ("admitted_per_second", "created_in_cluster_per_second"):
+            assert figures[figure] is not None, figure
+        assert figures["submit_to_running_ms"]["p99"] is not None
+    for spread in ("submit_to_running_cluster_ms", "workload_sync_lag_ms"):
         assert summary[spread]["p99"] is not None, spread
+    for ratio in ("admitted_per_s_ratio", "p99_ratio"):
+        assert summary[ratio] is not None, ratio
+    # Every stage of the portal's time was timed (the Celery task events, the outbox publication, the observer).
+    assert all(stage["samples"] > 0 for stage in summary["portal_profile"]["stages_ms"].values())
 
 
 def test_exchange_benchmark_replays_the_day_with_lending_off_and_on(bench_cluster, bench_env):

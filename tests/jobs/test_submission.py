@@ -311,6 +311,34 @@ def test_a_preempted_job_goes_back_to_the_queue_saying_for_whom(sent, team, rese
     assert f"Preempted for job #{high.pk} of the same team" in low.events.last().message
 
 
+def test_each_step_of_a_workload_is_written_in_one_statement(sent, team, researcher, pool):
+    """The sync writes a row for every step of every Workload: one upsert, not update_or_create's savepoint, locking
+    read and write (bench/admission.py)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from jobs.models import Workload
+
+    quota(team, pool, 8)
+    job = services.submit_job(team=team, pool=pool, user=researcher, spec=spec(gpus=4))
+    services.record_workload(facts=workload(job), job_id=job.pk)
+    queued_seen = Workload.objects.get(uid="wl-1").seen_at
+    with CaptureQueriesContext(connection) as queries:
+        services.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
+    on_workloads = [
+        query["sql"]
+        for query in queries
+        if 'INTO "jobs_workload"' in query["sql"]
+        or ('FROM "jobs_workload"' in query["sql"] and "FOR UPDATE" in query["sql"])
+        or query["sql"].startswith('UPDATE "jobs_workload"')
+    ]
+    assert len(on_workloads) == 1 and "ON CONFLICT" in on_workloads[0]
+    row = Workload.objects.get(uid="wl-1")
+    assert (row.job_id, row.admitted, row.flavors) == (job.pk, True, ["a800"])
+    assert row.seen_at > queued_seen
+    assert Workload.objects.count() == 1
+
+
 def test_a_finished_job_never_moves_again(sent, team, researcher, pool):
     quota(team, pool, 8)
     job = services.submit_job(team=team, pool=pool, user=researcher, spec=spec(gpus=4))

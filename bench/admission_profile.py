@@ -1,0 +1,180 @@
+"""Where a job's time goes in the admission benchmark's portal phase (bench/admission.py), stage by stage, from
+timestamps the run has anyway or takes cheaply:
+
+- `PublishTimer`: the submit service's publication of its outbox message (`portal.outbox.publish_now`, run on commit
+  inside the submit call), timed in the submitting thread;
+- `TaskEvents`: the Celery workers' own task events (the benchmark starts them with ``-E``): when each submit task
+  started and ended, on the worker's clock (this machine's);
+- the observer (bench/observer.py): when the job's Workload was admitted and its pod ran;
+- the database marks (bench/pipeline.py): when the sync wrote the job Running.
+
+`breakdown` turns them into the stages of one job, each a spread over the first wave's jobs (p50, p99):
+``submit_call`` (the submit service, the outbox publication included), of which ``outbox_publish``;
+``queue_wait`` (published → the task starts); ``task`` (the task: its reads, the namespace and LocalQueue checks,
+the create call, the job marked created); ``kueue_admission`` (the task's end → the Workload admitted);
+``pod_start`` (admitted → the pod Running); ``sync_running`` (the pod Running → the job Running in the database).
+The floor's counterparts (`floor_breakdown`): ``create_call``, ``kueue_admission`` from its end, ``pod_start``.
+What the portal adds is its submit call, the queue wait, the task beyond a create call, and the sync.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+
+from bench.harness import rounded, spread
+
+
+class PublishTimer:
+    """Times `portal.outbox.publish_now` per thread: `take()` gives the (start, end) of the current thread's last
+    publication (and forgets it)."""
+
+    def __init__(self):
+        import time
+
+        from portal import outbox
+
+        self._local = threading.local()
+        original = outbox.publish_now
+
+        def timed(message_id: int) -> bool:
+            started = time.time()
+            try:
+                return original(message_id)
+            finally:
+                self._local.last = (started, time.time())
+
+        outbox.publish_now = timed
+
+    def take(self) -> tuple[float, float] | None:
+        last = getattr(self._local, "last", None)
+        self._local.last = None
+        return last
+
+
+class TaskEvents:
+    """The submit tasks' events (received, started, succeeded, failed) as the Celery workers send them, captured in
+    a thread of this process: `by_job()` gives, per job id, the (started, ended) of its last run."""
+
+    TASK = "jobs.submit_job"
+
+    def __init__(self, celery_app):
+        self.app = celery_app
+        self.tasks: dict[str, dict] = {}  # task uuid -> what its events said
+        self.lock = threading.Lock()
+        self.receiver = None
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="celery-events", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        self.ready.wait(30)
+
+    def _on_event(self, event: dict) -> None:
+        kind = event.get("type", "")
+        with self.lock:
+            task = self.tasks.setdefault(event.get("uuid", ""), {})
+            if kind == "task-received":
+                if event.get("name") != self.TASK:
+                    return
+                try:
+                    args = ast.literal_eval(event.get("args") or "()")
+                except (SyntaxError, ValueError):
+                    args = ()
+                task["job_id"] = args[0] if args else None
+            elif kind == "task-started":
+                task["started"] = event["timestamp"]
+            elif kind in ("task-succeeded", "task-failed", "task-retried"):
+                task["ended"] = event["timestamp"]
+                task["outcome"] = kind
+
+    def _run(self) -> None:
+        with self.app.connection_for_read() as connection:
+            self.receiver = self.app.events.Receiver(connection, handlers={"*": self._on_event})
+            self.ready.set()
+            self.receiver.capture(limit=None, timeout=None, wakeup=False)
+
+    def stop(self) -> None:
+        if self.receiver is not None:
+            self.receiver.should_stop = True
+        self.thread.join(timeout=10)
+
+    def by_job(self) -> dict[int, tuple[float, float]]:
+        runs: dict[int, tuple[float, float]] = {}
+        with self.lock:
+            for task in self.tasks.values():
+                if task.get("job_id") is None or "started" not in task or "ended" not in task:
+                    continue
+                previous = runs.get(task["job_id"])
+                if previous is None or task["started"] > previous[0]:
+                    runs[task["job_id"]] = (task["started"], task["ended"])
+        return runs
+
+
+STAGES = ("submit_call", "outbox_publish", "queue_wait", "task", "kueue_admission", "pod_start", "sync_running")
+
+
+def _ms(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else (end - start) * 1000
+
+
+def breakdown(*, wave: list, seen: dict, task_runs: dict[int, tuple[float, float]], running_db: dict) -> dict:
+    """Each stage's spread (ms) over the jobs of `wave` (the submissions of the first wave, with `publish` set),
+    and each stage's share of the median job's submit → Running."""
+    samples: dict[str, list[float]] = {stage: [] for stage in STAGES}
+    admitted_at = _admitted_by_job(seen)
+    for submission in wave:
+        job = str(submission.job_id)
+        publish = getattr(submission, "publish", None)
+        task = task_runs.get(submission.job_id)
+        admitted = admitted_at.get(submission.job_id)
+        running = seen["pods"].get(job, {}).get("running")
+        values = {
+            "submit_call": _ms(submission.started, submission.finished),
+            "outbox_publish": _ms(*publish) if publish else None,
+            "queue_wait": _ms(publish[1], task[0]) if publish and task else None,
+            "task": _ms(*task) if task else None,
+            "kueue_admission": _ms(task[1], admitted) if task else None,
+            "pod_start": _ms(admitted, running),
+            "sync_running": _ms(running, running_db.get(job)),
+        }
+        for stage, value in values.items():
+            if value is not None:
+                samples[stage].append(value)
+    spreads = {stage: spread(values) for stage, values in samples.items()}
+    medians = {stage: spreads[stage]["p50"] or 0.0 for stage in STAGES if stage != "outbox_publish"}
+    total = sum(medians.values())
+    return {
+        "stages_ms": spreads,
+        "share_of_median_percent": {
+            stage: rounded(100 * value / total) if total else None for stage, value in medians.items()
+        },
+    }
+
+
+def floor_breakdown(*, wave: list, seen: dict) -> dict:
+    """The floor's counterparts: its create call, Kueue's admission and the pod's start (ms spreads)."""
+    samples: dict[str, list[float]] = {"create_call": [], "kueue_admission": [], "pod_start": []}
+    admitted_at = _admitted_by_job(seen)
+    for submission in wave:
+        job = str(submission.job_id)
+        admitted = admitted_at.get(submission.job_id)
+        running = seen["pods"].get(job, {}).get("running")
+        for stage, value in (
+            ("create_call", _ms(submission.started, submission.finished)),
+            ("kueue_admission", _ms(submission.finished, admitted)),
+            ("pod_start", _ms(admitted, running)),
+        ):
+            if value is not None:
+                samples[stage].append(value)
+    return {stage: spread(values) for stage, values in samples.items()}
+
+
+def _admitted_by_job(seen: dict) -> dict[int, float]:
+    """Job id -> when the observer saw its Workload admitted."""
+    admitted = {}
+    for workload in seen["workloads"].values():
+        name = workload.get("job", "")
+        if name.startswith("rsv-") and name[4:].isdigit() and "Admitted" in workload:
+            admitted[int(name[4:])] = workload["Admitted"][1]
+    return admitted
