@@ -29,7 +29,6 @@ without it, a worker killed mid-task, a retry whose countdown lived only in Redi
 
 import contextlib
 import logging
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -190,36 +189,24 @@ def _unsent(job_id: int) -> Job | None:
         )
 
 
-# A team's LocalQueue seen in the cluster by this process (team id and namespace -> when): the jobs of that team
-# submitted within QUEUE_SEEN_SECONDS do not ask again. In a burst of submissions that read was one more apiserver
-# round trip per job, a fifth of the submit task's time under load (bench/admission.py). A queue deleted by hand
-# meanwhile is what the Kueue projection's periodic reconcile (every minute) puts back.
-QUEUE_SEEN_SECONDS = 60.0
-_queues_seen: dict[tuple[int, str], float] = {}
-
-
 def _ensure_local_queue(job: Job) -> None:
     """The team's LocalQueue is in the cluster before its Job is: Kueue v0.17.0 skips a Job whose namespace its cache
     has not seen yet and never looks at it again, so a Job made before its queue (a team created a moment before its
     first job, its Kueue objects not reconciled yet) stayed suspended without a Workload for good (issue 31). When the
     queue is missing, the Kueue projection is reconciled first."""
-    key = (job.team_id, job.team.namespace)
-    seen_at = _queues_seen.get(key)
-    if seen_at is not None and time.monotonic() - seen_at < QUEUE_SEEN_SECONDS:
-        return
 
     def present() -> bool:
         return kueue_objects.read_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, job.team.namespace) is not None
 
-    if not present():
-        try:
-            kueue.reconcile()
-        except ClusterError as error:
-            # Another object of the projection may fail (a foreign object with a name the portal wants): that is the
-            # projection's to report, not this job's, once its own queue is there.
-            if error.transient or not present():
-                raise
-    _queues_seen[key] = time.monotonic()
+    if present():
+        return
+    try:
+        kueue.reconcile()
+    except ClusterError as error:
+        # Another object of the projection may fail (a foreign object with a name the portal wants): that is the
+        # projection's to report, not this job's, once its own queue is there.
+        if error.transient or not present():
+            raise
 
 
 def _ensure_gang_service(job: Job) -> None:
