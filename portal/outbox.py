@@ -14,6 +14,7 @@ why every task is idempotent (STYLE.md, convention 5).
 """
 
 import logging
+import threading
 import time
 from datetime import timedelta
 
@@ -49,11 +50,18 @@ def send(task: str, *args, **kwargs) -> OutboxMessage:
     return message
 
 
+_discovering = threading.Lock()
+
+
 def task_named(name: str):
-    """The registered task called `name`; in a process that never imported the apps' tasks.py (the dispatcher),
-    Celery's autodiscovery runs once first."""
+    """The registered task called `name`; in a process that never imported the apps' tasks.py (the dispatcher, a
+    web process before its first task), Celery's autodiscovery runs once first. One thread at a time: Celery's
+    autodiscovery returns at once, having imported nothing, to a thread that calls it while another runs it (its
+    `_RACE_PROTECTION`), and that thread then found no task (a KeyError under gunicorn's threads)."""
     if name not in current_app.tasks:
-        current_app.loader.import_default_modules()
+        with _discovering:
+            if name not in current_app.tasks:
+                current_app.loader.import_default_modules()
     return current_app.tasks[name]
 
 

@@ -74,3 +74,44 @@ def test_metrics_show_what_waits_in_the_outbox(client):
     assert "reservoir_outbox_pending 1.0" in body
     age = float(re.search(r"^reservoir_outbox_oldest_pending_seconds (\S+)$", body, re.MULTILINE).group(1))
     assert 90 <= age < 300
+
+
+def test_two_threads_asking_first_for_a_task_both_find_it(monkeypatch):
+    """Celery's autodiscovery returns at once, importing nothing, to a thread that calls it while another runs it
+    (loaders.base._RACE_PROTECTION): the second of two gunicorn threads publishing their first message found no
+    task. The loader here behaves so, slowly."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    registered: dict = {}
+    importing = threading.Event()
+
+    def import_default_modules():
+        if importing.is_set():
+            return []  # another thread is importing: Celery answers at once
+        importing.set()
+        time.sleep(0.3)
+        registered["portal.demo"] = "the task"
+        importing.clear()
+        return []
+
+    loader = SimpleNamespace(import_default_modules=import_default_modules)
+    monkeypatch.setattr(outbox, "current_app", SimpleNamespace(tasks=registered, loader=loader))
+    found, errors = [], []
+
+    def ask():
+        try:
+            found.append(outbox.task_named("portal.demo"))
+        except KeyError as error:
+            errors.append(error)
+
+    first = threading.Thread(target=ask)
+    first.start()
+    assert importing.wait(5)
+    second = threading.Thread(target=ask)
+    second.start()
+    first.join(5)
+    second.join(5)
+    assert errors == []
+    assert found == ["the task", "the task"]
