@@ -16,11 +16,11 @@ distribution of run fractions with another seed: finished jobs the benchmark wri
 from the scored ones, so the first quotes are fitted on a history the trace never sees.
 
 Scoring (`score`) compares each job's quote at submit with its real start (the portal's `started_at`, which has the
-cluster's one-second precision: the real start lies in [started_at, started_at + 1 s)): the 80 % interval's coverage
-with its exact binomial 95 % confidence interval (Clopper-Pearson), the interval's median width, the share of jobs
-quoted "starts now" that were Running within 60 s, and the median absolute error of the estimate beside that of the
-baseline Kueue's maintainers suggest for an ETA (KEP-168-2: the position in the queue × the queue's recent mean time
-between admissions, `baseline_start`).
+cluster's one-second precision, truncated: the real start is taken as the middle of its second): the 80 % interval's
+coverage with its exact binomial 95 % confidence interval (Clopper-Pearson), the interval's median width, the share
+of jobs quoted "starts now" that were Running within 60 s, and the median absolute error of the estimate beside that
+of the baseline Kueue's maintainers suggest for an ETA (KEP-168-2: the position in the queue × the queue's recent
+mean time between admissions, `baseline_start`).
 """
 
 from __future__ import annotations
@@ -248,12 +248,17 @@ class Outcome:
     started: float | None
     extra: dict = field(default_factory=dict)
 
+    @property
+    def real_start(self) -> float | None:
+        """The real start: `started` has the cluster's one-second precision (truncated), so the middle of its
+        second."""
+        return None if self.started is None else self.started + CLOCK_PRECISION_S / 2
+
     def held(self) -> bool:
-        """The 80 % interval holds the real start, within the clock's precision: [started, started + 1 s) meets
-        [low, high]. A job that never started is a miss."""
-        if self.started is None or self.low is None or self.high is None:
+        """The 80 % interval holds the real start. A job that never started is a miss."""
+        if self.real_start is None or self.low is None or self.high is None:
             return False
-        return self.started <= self.high and self.started + CLOCK_PRECISION_S >= self.low
+        return self.low <= self.real_start <= self.high
 
 
 def _log_binomial_tail(k: int, n: int, p: float, upper: bool) -> float:
@@ -315,11 +320,13 @@ def score(outcomes: list[Outcome]) -> dict:
     interval = clopper_pearson(held, len(quoted))
     coverage = held / len(quoted) if quoted else None
     started = [o for o in quoted if o.started is not None]
-    errors = [abs(o.started - o.estimate) for o in started]
-    baseline_errors = [abs(o.started - o.baseline) for o in started]
+    errors = [abs(o.real_start - o.estimate) for o in started]
+    baseline_errors = [abs(o.real_start - o.baseline) for o in started]
     now_jobs = [o for o in quoted if o.starts_now]
-    now_in_time = sum(1 for o in now_jobs if o.started is not None and o.started - o.submitted <= STARTS_NOW_WITHIN_S)
-    waits = [o.started - o.submitted for o in started]
+    now_in_time = sum(
+        1 for o in now_jobs if o.started is not None and o.real_start - o.submitted <= STARTS_NOW_WITHIN_S
+    )
+    waits = [o.real_start - o.submitted for o in started]
     error, baseline_error = median(errors), median(baseline_errors)
     ratio = error / baseline_error if error is not None and baseline_error else None
     now_share = now_in_time / len(now_jobs) if now_jobs else None
