@@ -84,6 +84,8 @@ SUMMARY_KEYS = {
             "median_abs_error_s": NUMBER_OR_NONE,
             "baseline_median_abs_error_s": NUMBER_OR_NONE,
             "error_ratio": NUMBER_OR_NONE,
+            "queued_median_abs_error_s": NUMBER_OR_NONE,
+            "queued_baseline_median_abs_error_s": NUMBER_OR_NONE,
             "queued_jobs": int,
             "preemptions": int,
             "spilled_jobs": int,

@@ -15,8 +15,8 @@ the load the trace offers (`window_seconds`). A warm-up history (`warm_up_histor
 distribution of run fractions with another seed: finished jobs the benchmark writes before the trace starts, apart
 from the scored ones, so the first quotes are fitted on a history the trace never sees.
 
-Scoring (`score`) compares each job's quote at submit with its real start (the portal's `started_at`, which has the
-cluster's one-second precision, truncated: the real start is taken as the middle of its second): the 80 % interval's
+Scoring (`score`) compares each job's quote at submit with its real start (the portal's `started_at`, the cluster's
+time truncated to the second: the real start is taken as the middle of what is left of that second): the 80 % interval's
 coverage with its exact binomial 95 % confidence interval (Clopper-Pearson), the interval's median width, the share
 of jobs quoted "starts now" that were Running within 60 s, and the median absolute error of the estimate beside that
 of the baseline Kueue's maintainers suggest for an ETA (KEP-168-2: the position in the queue × the queue's recent
@@ -250,9 +250,13 @@ class Outcome:
 
     @property
     def real_start(self) -> float | None:
-        """The real start: `started` has the cluster's one-second precision (truncated), so the middle of its
-        second."""
-        return None if self.started is None else self.started + CLOCK_PRECISION_S / 2
+        """The real start: the portal's `started_at` is the pod's bind time, which the cluster truncates to the
+        second, or the job's submission when that came later in the same second; the real start lay between it and
+        the end of its second: the middle of that."""
+        if self.started is None:
+            return None
+        end_of_second = math.floor(self.started / CLOCK_PRECISION_S) * CLOCK_PRECISION_S + CLOCK_PRECISION_S
+        return (self.started + end_of_second) / 2
 
     def held(self) -> bool:
         """The 80 % interval holds the real start. A job that never started is a miss."""
@@ -327,6 +331,7 @@ def score(outcomes: list[Outcome]) -> dict:
         1 for o in now_jobs if o.started is not None and o.real_start - o.submitted <= STARTS_NOW_WITHIN_S
     )
     waits = [o.real_start - o.submitted for o in started]
+    queued = [o for o in started if not o.starts_now]
     error, baseline_error = median(errors), median(baseline_errors)
     ratio = error / baseline_error if error is not None and baseline_error else None
     now_share = now_in_time / len(now_jobs) if now_jobs else None
@@ -343,6 +348,9 @@ def score(outcomes: list[Outcome]) -> dict:
         "median_abs_error_s": _r(error),
         "baseline_median_abs_error_s": _r(baseline_error),
         "error_ratio": _r(ratio, 3),
+        # The same, over the jobs quoted to wait alone (on those quoted "starts now" both say "now").
+        "queued_median_abs_error_s": _r(median([abs(o.real_start - o.estimate) for o in queued])),
+        "queued_baseline_median_abs_error_s": _r(median([abs(o.real_start - o.baseline) for o in queued])),
         "wait_s": {"p50": _r(median(waits)), "max": _r(max(waits) if waits else None)},
         "queued_jobs": sum(1 for o in quoted if not o.starts_now),
         "targets_met": {

@@ -12,8 +12,10 @@ level of that distribution: at level q every running job ends at the q-quantile 
 already, and every job admitted on the way runs for the q-quantile of its maximum. Kueue's own rule decides who
 starts at each moment: in a `StrictFIFO` queue no job passes the head; in a `BestEffortFIFO` one a later job that
 fits starts first. Level 0.5 is the estimate, 0.1 and 0.9 bound the 80 % interval, and level 1 (every job runs to
-its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job whose start is now
-at every level "starts now".
+its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job Kueue admits at
+once at every level "starts now". Between Kueue's admission and a Running pod lies the path's own latency (the
+Job's creation, the Workload's admission, the pods' binding and start): its q-quantile, read off the team's recent
+starts (`StartDelay`), is added to each start at level q, and each job admitted on the way runs from then.
 
 What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), work
 submitted after the quote (a higher-priority job may still pass), preemption within the team, and the nodes
@@ -36,6 +38,8 @@ MIN_HISTORY = 10  # fewer finished jobs than this: the prior below stands in for
 HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is fitted on
 # With no history: a run may end anywhere in its maximum run time, evenly (wide on purpose).
 PRIOR = tuple(step / 20 for step in range(1, 21))
+MIN_DELAYS = 5  # fewer measured start delays than this: none is assumed (0 s)
+DELAY_SIZE = 50  # the team's most recent starts the start delay is read off
 
 
 class RunHistory:
@@ -67,6 +71,26 @@ class RunHistory:
             return after + level * (1.0 - after)
         index = min(int(level * len(rest)), len(rest) - 1)
         return max(rest[index], after)
+
+
+class StartDelay:
+    """Seconds from the moment Kueue may admit a job to its pod Running: the path's own latency (the submit task
+    creating the Job, Kueue making and admitting its Workload, the pods created, bound and started), read off the
+    team's most recent starts, without the time they waited for room (an empirical distribution, like the run
+    times). With fewer than `MIN_DELAYS` starts measured, none is assumed."""
+
+    def __init__(self, seconds=()):
+        self.seconds = sorted(max(float(value), 0.0) for value in seconds)
+
+    @classmethod
+    def fitted(cls, seconds) -> "StartDelay":
+        seconds = list(seconds)
+        return cls(seconds) if len(seconds) >= MIN_DELAYS else cls()
+
+    def quantile(self, level: float) -> float:
+        if not self.seconds:
+            return 0.0
+        return self.seconds[min(int(level * len(self.seconds)), len(self.seconds) - 1)]
 
 
 @dataclass(frozen=True)
@@ -102,6 +126,7 @@ class TeamQueue:
     history: RunHistory
     reclaim: dict[int, tuple[int, int]] = field(default_factory=dict)  # pool id -> (GPUs lent out, seconds to return)
     pool_names: dict[int, str] = field(default_factory=dict)
+    delay: StartDelay = field(default_factory=StartDelay)
 
 
 @dataclass
@@ -133,6 +158,7 @@ class _Run:
     """One replay at one quantile level: when each waiting job starts, in which pool, and what freed the room."""
 
     starts: dict[int, tuple[datetime, int]] = field(default_factory=dict)  # index in `waiting` -> (time, pool)
+    admitted: dict[int, datetime] = field(default_factory=dict)  # index -> when Kueue admits it (its start - delay)
     freed_by_running: dict[int, int] = field(default_factory=dict)  # index -> GPUs running jobs gave back before it
     reclaimed: dict[int, int] = field(default_factory=dict)  # index -> GPUs reclaimed before it
 
@@ -167,6 +193,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
     freed = reclaimed = 0
     moment = now
     run_fraction = queue.history.quantile(level)
+    delay = timedelta(seconds=queue.delay.quantile(level))
     while left:
         still = []
         for position, index in enumerate(left):
@@ -179,9 +206,10 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                 still.append(index)
                 continue
             free[pool] -= job.gpus
-            run.starts[index] = (moment, pool)
+            run.starts[index], run.admitted[index] = (moment + delay, pool), moment
             run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed
-            end = moment + timedelta(seconds=run_fraction * job.max_run_seconds)
+            # Its GPUs are Kueue's from its admission; its run (and so its end) counts from its start.
+            end = moment + delay + timedelta(seconds=run_fraction * job.max_run_seconds)
             heapq.heappush(events, (end, tie, pool, "admitted", job.gpus))
             tie += 1
         left = still
@@ -219,7 +247,8 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
     low, estimate, high = times
     latest, pool_id = runs[LATEST].starts[index]
     latest = max(latest, high)
-    starts_now = high <= now
+    # Starts now: Kueue admits it at once at every level (its pods then take the path's delay to run).
+    starts_now = all(runs[level].admitted.get(index, latest) <= now for level in (LOW, ESTIMATE, HIGH))
     if starts_now:
         basis.append({"say": "room", "gpus": queue.room.get(pool_id, 0), "pool": queue.pool_names.get(pool_id, "")})
     else:

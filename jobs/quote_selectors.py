@@ -24,7 +24,19 @@ from portal.choices import QueueingStrategy
 from portal.models import Team
 
 from .choices import ADMITTED_STATES, FINAL_STATES, JobState, Placement
-from .quote import HISTORY_SIZE, Holding, Quote, QuoteWords, RunHistory, TeamQueue, Waiting, quote_queue, worded
+from .quote import (
+    DELAY_SIZE,
+    HISTORY_SIZE,
+    Holding,
+    Quote,
+    QuoteWords,
+    RunHistory,
+    StartDelay,
+    TeamQueue,
+    Waiting,
+    quote_queue,
+    worded,
+)
 from .selectors import quota_room
 from .specs import JobSpec, max_grace_seconds
 
@@ -78,6 +90,53 @@ def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
     return fractions
 
 
+# Per team, the path's delay of its most recent starts (up to DELAY_SIZE, jobs never preempted): from its submission to
+# Kueue's Workload, plus from the Workload's admission to its pod's start, i.e. its time from submission to Running
+# without the wait for room. Among the jobs that finished by a moment (the index jobs_job_team_finished) and those
+# running then. Three of the four times are the cluster's, truncated to the second: + 0.5 s, the middle of it.
+_START_DELAYS = """
+SELECT team.id, recent.delay
+FROM unnest(%(teams)s::bigint[]) AS team(id)
+CROSS JOIN LATERAL (
+    SELECT EXTRACT(EPOCH FROM (workload.created_at - job.created_at) + (job.started_at - workload.admitted_at))::float8
+           + 0.5 AS delay
+    FROM (
+        (SELECT finished.id, finished.created_at, finished.started_at FROM jobs_job AS finished
+         WHERE finished.team_id = team.id AND finished.finished_at IS NOT NULL AND finished.finished_at <= %(now)s
+           AND finished.started_at IS NOT NULL AND finished.preemptions = 0
+         ORDER BY finished.finished_at DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT running.id, running.created_at, running.started_at FROM jobs_job AS running
+         WHERE running.team_id = team.id AND running.state = %(running)s AND running.started_at <= %(now)s
+           AND running.preemptions = 0)
+    ) AS job
+    CROSS JOIN LATERAL (
+        SELECT first.created_at, first.admitted_at FROM jobs_workload AS first
+        WHERE first.job_id = job.id ORDER BY first.created_at LIMIT 1
+    ) AS workload
+    WHERE workload.admitted_at IS NOT NULL
+    ORDER BY job.started_at DESC
+    LIMIT %(limit)s
+) AS recent
+"""
+
+
+def start_delays(team_ids, *, now: datetime) -> dict[int, list[float]]:
+    """Per team: the seconds its `DELAY_SIZE` most recent starts before `now` took on the path from submission to a
+    Running pod, without their wait for room (`jobs.quote.StartDelay`). One query."""
+    team_ids = sorted(set(team_ids))
+    if not team_ids:
+        return {}
+    parameters = {"teams": team_ids, "now": now, "running": JobState.RUNNING, "limit": DELAY_SIZE}
+    with connection.cursor() as cursor:
+        cursor.execute(_START_DELAYS, parameters)
+        rows = cursor.fetchall()
+    delays: dict[int, list[float]] = {}
+    for team_id, delay in rows:
+        delays.setdefault(team_id, []).append(delay)
+    return delays
+
+
 def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | None = None) -> dict[int, TeamQueue]:
     """The `TeamQueue` of each team of `team_ids`: its queued jobs in Kueue's order (priority, then submission), its
     room in every pool they, their spill pools or `extra_pools` ({team id: pool ids}) name, what its jobs hold, what
@@ -115,6 +174,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     room = quota_room(pairs, quotas=quotas, now=now, pools=pools)
     reclaim = _reclaims(team_ids, list(pools.values()), now=now)
     fractions = run_fractions(team_ids, now=now)
+    delays = start_delays(team_ids, now=now)
     queues = {}
     for team_id in team_ids:
         queues[team_id] = TeamQueue(
@@ -126,6 +186,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
             history=RunHistory.fitted(fractions.get(team_id, [])),
             reclaim=reclaim.get(team_id, {}),
             pool_names={pool.pk: pool.name for pool in pools.values()},
+            delay=StartDelay.fitted(delays.get(team_id, [])),
         )
     for team_id, pool_id, gpus, started_at, changed_at, max_run in holding:
         # An admitted job not running yet has not started its clock: its deadline counts from now at the latest.

@@ -128,8 +128,11 @@ def _outcome(*, started, low, estimate, high, baseline, submitted=0.0, starts_no
     )
 
 
-def test_a_real_start_is_the_middle_of_its_second():
-    # started_at 10 (second precision): the real start lay in [10, 11), taken as 10.5.
+def test_a_real_start_is_the_middle_of_what_is_left_of_its_second():
+    # started_at 10 (the cluster's second): the real start lay in [10, 11), taken as 10.5.
+    assert _outcome(started=10, low=10.2, estimate=10.5, high=10.8, baseline=0).real_start == 10.5
+    # started_at 10.4: the submission, later than the pod's truncated bind time: the real start lay in [10.4, 11).
+    assert _outcome(started=10.4, low=0, estimate=0, high=0, baseline=0).real_start == pytest.approx(10.7)
     assert _outcome(started=10, low=10.2, estimate=10.5, high=10.8, baseline=0).held()
     assert not _outcome(started=10, low=10.6, estimate=11, high=12, baseline=0).held()
     assert not _outcome(started=10, low=5, estimate=7, high=10.4, baseline=0).held()
@@ -139,21 +142,23 @@ def test_a_real_start_is_the_middle_of_its_second():
 def test_score_gives_coverage_width_starts_now_and_the_error_against_the_baseline():
     outcomes = [
         # Quoted "starts now": one Running within 60 s, one not.
-        _outcome(started=1.5, low=1, estimate=2, high=3, baseline=0, starts_now=True),
-        _outcome(started=90.5, low=1, estimate=2, high=3, baseline=0, starts_now=True),
+        _outcome(started=1, low=1, estimate=2, high=3, baseline=0, starts_now=True),
+        _outcome(started=90, low=1, estimate=2, high=3, baseline=0, starts_now=True),
         # Queued: two held by their interval, one not.
-        _outcome(started=99.5, low=90, estimate=100, high=120, baseline=160),
-        _outcome(started=109.5, low=100, estimate=110, high=130, baseline=30),
-        _outcome(started=299.5, low=150, estimate=200, high=250, baseline=0),
+        _outcome(started=99, low=90, estimate=100, high=120, baseline=160),
+        _outcome(started=109, low=100, estimate=110, high=130, baseline=30),
+        _outcome(started=299, low=150, estimate=200, high=250, baseline=0),
     ]
     figures = score(outcomes)
     assert figures["coverage"] == 0.6 and figures["quoted"] == 5
     assert figures["coverage_ci95"] == [round(b, 3) for b in clopper_pearson(3, 5)]
     assert figures["median_width_s"] == 30.0  # widths 2, 2, 30, 30, 100
     assert figures["starts_now_jobs"] == 2 and figures["starts_now_running_within_60s"] == 0.5
-    # Errors |start - estimate|: 0, 89, 0, 0, 100 -> median 0; the baseline's: 2, 91, 60, 80, 300 -> 80.
-    assert figures["median_abs_error_s"] == 0.0 and figures["baseline_median_abs_error_s"] == 80.0
-    assert figures["error_ratio"] == 0.0
+    # Real starts are the middle of their second: 1.5, 90.5, 99.5, 109.5, 299.5. Errors |start - estimate|: 0.5,
+    # 88.5, 0.5, 0.5, 99.5 -> median 0.5; the baseline's: 1.5, 90.5, 60.5, 79.5, 299.5 -> 79.5.
+    assert figures["median_abs_error_s"] == 0.5 and figures["baseline_median_abs_error_s"] == 79.5
+    assert figures["error_ratio"] == 0.006
+    assert figures["queued_median_abs_error_s"] == 0.5 and figures["queued_baseline_median_abs_error_s"] == 79.5
     assert figures["targets_met"] == {"coverage": False, "starts_now": False, "error_vs_baseline": True}
 
 

@@ -9,6 +9,7 @@ from jobs.quote import (
     PRIOR,
     Holding,
     RunHistory,
+    StartDelay,
     TeamQueue,
     Waiting,
     basis_in_words,
@@ -25,7 +26,7 @@ def _history(*fractions):
     return RunHistory(fractions)
 
 
-def _queue(*, room=None, holding=(), waiting=(), history=None, best_effort=False, reclaim=None):
+def _queue(*, room=None, holding=(), waiting=(), history=None, best_effort=False, reclaim=None, delay=None):
     return TeamQueue(
         team_id=7,
         best_effort=best_effort,
@@ -35,6 +36,7 @@ def _queue(*, room=None, holding=(), waiting=(), history=None, best_effort=False
         history=history or RunHistory.fitted([]),
         reclaim=reclaim or {},
         pool_names={POOL: "a800", SPILL: "elastic"},
+        delay=delay or StartDelay(),
     )
 
 
@@ -138,3 +140,30 @@ def test_an_interval_reads_as_likely_with_its_bounds_in_english_and_chinese(comp
     with translation.override("zh-hans"):
         words = quote_in_words(quote, now=NOW)
     assert "14:00" in words and "likely" not in words
+
+
+def test_the_start_delay_moves_a_job_that_starts_now_by_its_quantiles():
+    # The path took 1..10 s from submission to a running pod on the team's recent starts (without waiting for room).
+    delay = StartDelay.fitted(range(1, 11))
+    quotes = quote_queue(_queue(room={POOL: 8}, waiting=[Waiting(1, 4, HOUR, (POOL,))], delay=delay), now=NOW)
+    quote = quotes[1]
+    assert quote.starts_now  # Kueue admits it at once: it still starts now, a few seconds later
+    assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (2, 6, 10))
+    # Too few starts measured: no delay assumed.
+    assert StartDelay.fitted([3, 4]).quantile(0.5) == 0.0
+    assert StartDelay.fitted([-1, 2, 2, 2, 2]).seconds[0] == 0.0  # clocks a little apart never make it negative
+
+
+def test_each_job_admitted_on_the_way_runs_from_its_start_after_the_delay():
+    # One running job of 8 GPUs ends at NOW + 1 h at every level (its deadline: its runs all went to the end);
+    # two 8-GPU jobs of an hour wait. With a delay of 30 s the first starts 30 s after the room frees, runs its
+    # hour from then, and the second starts 30 s after that: each generation adds one delay.
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(hours=1), 2 * HOUR)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,)), Waiting(2, 8, HOUR, (POOL,))]
+    delay = StartDelay.fitted([30] * 10)
+    quotes = quote_queue(_queue(holding=holding, waiting=waiting, history=history, delay=delay), now=NOW)
+    assert quotes[1].estimate == NOW + timedelta(hours=1, seconds=30) and not quotes[1].starts_now
+    assert quotes[2].estimate == NOW + timedelta(hours=2, seconds=60)
+    without = quote_queue(_queue(holding=holding, waiting=waiting, history=history), now=NOW)
+    assert without[2].estimate == NOW + timedelta(hours=2)

@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import JobState, Placement
-from jobs.models import JobQuote
-from jobs.quote_selectors import preview_quote, quotes_for, run_fractions, team_queues
+from jobs.models import JobQuote, Workload
+from jobs.quote_selectors import preview_quote, quotes_for, run_fractions, start_delays, team_queues
 from jobs.specs import JobSpec
 from pools.choices import Lending, PoolKind
 from tests.factories import JobFactory, PoolFactory, QuotaFactory, ReservationFactory, TeamFactory
@@ -136,3 +136,62 @@ def test_the_reads_take_the_same_queries_for_one_team_or_many(django_assert_max_
         others.append(other.pk)
     with django_assert_max_num_queries(len(one.captured_queries)):
         team_queues([team.pk, *others], now=now)
+
+
+def _started(team, pool, *, submitted, workload_made, admitted, started, **fields):
+    """A job of `team` submitted, its Workload made and admitted, and its pod started at those times."""
+    job = JobFactory(team=team, pool=pool, created_at=submitted, started_at=started, **fields)
+    Workload.objects.create(
+        uid=f"uid-{job.pk}",
+        namespace="team-x",
+        name=f"job-rsv-{job.pk}",
+        job=job,
+        created_at=workload_made,
+        admitted=True,
+        admitted_at=admitted,
+    )
+    return job
+
+
+def test_the_start_delay_is_the_path_without_the_wait_for_room(case, team):
+    home, _elastic, now = case
+    second = timedelta(seconds=1)
+    base = now - timedelta(minutes=30)
+    # Started at once: 1 s to its Workload, admitted then, 2 s more to its pod: 3 s (+ 0.5 s, the cluster's times
+    # are truncated to the second).
+    _started(
+        team,
+        home,
+        submitted=base,
+        workload_made=base + second,
+        admitted=base + second,
+        started=base + 3 * second,
+        state=JobState.SUCCEEDED,
+        finished_at=base + timedelta(minutes=5),
+    )
+    # Waited 10 minutes for room: only the path counts, 1 s + 2 s again.
+    _started(
+        team,
+        home,
+        submitted=base,
+        workload_made=base + second,
+        admitted=base + timedelta(minutes=10, seconds=1),
+        started=base + timedelta(minutes=10, seconds=3),
+        state=JobState.RUNNING,
+    )
+    # Preempted once (its Workload's admission is its last): not counted; nor a start after now.
+    _started(
+        team,
+        home,
+        submitted=base,
+        workload_made=base,
+        admitted=base + timedelta(minutes=20),
+        started=base,
+        state=JobState.RUNNING,
+        preemptions=1,
+    )
+    _started(
+        team, home, submitted=now, workload_made=now, admitted=now, started=now + 9 * second, state=JobState.RUNNING
+    )
+    assert sorted(start_delays([team.pk], now=now)[team.pk]) == [3.5, 3.5]
+    assert team_queues([team.pk], now=now)[team.pk].delay.seconds == []  # fewer than five: none assumed
