@@ -24,7 +24,8 @@ one.
 Reports per trace (bench/quote_trace.py's `score`): ``coverage`` of the 80 % interval (target 75–90 %) and its
 ``coverage_ci95`` (Clopper-Pearson), ``median_width_s``, ``starts_now_running_within_60s`` (target ≥ 95 %),
 ``median_abs_error_s`` and ``baseline_median_abs_error_s`` (target: the first at most half the second,
-``error_ratio``). Every job's record (quote, baseline, start) is written to `<state dir>/quote-replay-<trace>.jsonl`.
+``error_ratio``). Every job's record (quote, baseline, start) is written to `--records-dir`/<trace>.jsonl
+(.state/quote-replay/ by default).
 
 Usage: ``python bench/quote.py --replay [--jobs 300] [--traces steady,burst,priority] [--seed 7] ...``. Uses its own
 cluster state directory (.state/devcluster-bench-quote) and database (`<DATABASE_URL name>_quotereplay`, dropped and
@@ -117,6 +118,9 @@ def parse_args(argv=None):
     parser.add_argument("--run-scale", type=float, default=1.0, help="× every real run time (smoke runs: < 1)")
     parser.add_argument("--drain-timeout", type=float, default=300, help="seconds a trace may run past its window")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--records-dir", type=Path, default=harness.STATE_ROOT / "quote-replay", help="where each job's record goes"
+    )
     harness.add_cluster_arguments(parser, DEFAULT_STATE_NAME)
     args = parser.parse_args(argv)
     args.traces = [kind.strip() for kind in args.traces.split(",") if kind.strip()]
@@ -404,7 +408,8 @@ def main(argv=None) -> int:
             offered = trace_summary(trace, kind, reserved.contracted_gpus)
             log(f"{kind}: {json.dumps(offered)}; {seeded} warm-up jobs")
             records, figures = replay(kind, trace, teams, reserved, args.drain_timeout)
-            (args.state_dir / f"quote-replay-{kind}.jsonl").write_text(
+            args.records_dir.mkdir(parents=True, exist_ok=True)
+            (args.records_dir / f"{kind}.jsonl").write_text(
                 "".join(json.dumps(record, default=str) + "\n" for record in records)
             )
             results[kind] = {**score(outcomes(records)), **figures, "trace": offered}

@@ -4,9 +4,9 @@ Three traces, each a seeded list of jobs with the moment they are submitted, the
 their maximum run time and how long they really run (always less: people's jobs end early by varying amounts):
 
 - ``steady``: three teams, each offering `STEADY_LOAD` of its reservation, at uniformly random moments;
-- ``burst``: team A offers twice its reservation over the first 60 % of the window (half of its jobs soft, so they
-  may spill to the elastic pool) and borrows team B's idle reservation; team B is near idle, then from the middle
-  of the window offers 80 % of its reservation: Kueue reclaims what A borrowed;
+- ``burst``: team A offers twice its reservation over the first 70 % of the window (half of its jobs soft, so they
+  may spill to the elastic pool) and borrows team B's idle reservation; team B is near idle, then from 40 % of the
+  window on offers 80 % of its reservation: Kueue reclaims what A borrowed (preempting A's borrowing jobs);
 - ``priority``: team A offers 120 % of its reservation (no borrowing), its jobs low, normal and high priority
   (60/30/10 %): a high job that does not fit preempts a lower one of its team; team B works steadily beside it.
 
@@ -96,8 +96,8 @@ SHAPES: dict[str, tuple[TeamShape, ...]] = {
         TeamShape("c", 0.25, 1.0, 0, False, ((0.0, 1.0, STEADY_LOAD),)),
     ),
     "burst": (
-        TeamShape("a", 0.5, 2.0, 2 * GPUS_PER_NODE, True, ((0.0, 0.6, 2.0), (0.6, 1.0, 0.3)), soft_share=0.5),
-        TeamShape("b", 0.5, 1.0, 0, True, ((0.0, 0.5, 0.1), (0.5, 1.0, 0.8))),
+        TeamShape("a", 0.5, 2.0, 2 * GPUS_PER_NODE, True, ((0.0, 0.7, 2.0), (0.7, 1.0, 0.3)), soft_share=0.5),
+        TeamShape("b", 0.5, 1.0, 0, True, ((0.0, 0.4, 0.1), (0.4, 1.0, 0.8))),
     ),
     "priority": (
         TeamShape("a", 0.5, 1.0, 0, False, ((0.0, 1.0, 1.2),), priorities=PRIORITY_MIX),

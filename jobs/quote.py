@@ -101,6 +101,7 @@ class Holding:
     gpus: int
     started_at: datetime
     max_run_seconds: int
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class Waiting:
     gpus: int
     max_run_seconds: int
     pools: tuple[int, ...]
+    priority: int = 0
 
 
 @dataclass
@@ -127,6 +129,7 @@ class TeamQueue:
     reclaim: dict[int, tuple[int, int]] = field(default_factory=dict)  # pool id -> (GPUs lent out, seconds to return)
     pool_names: dict[int, str] = field(default_factory=dict)
     delay: StartDelay = field(default_factory=StartDelay)
+    reserved: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs of the team's reservation there now
 
 
 @dataclass
@@ -163,64 +166,123 @@ class _Run:
     reclaimed: dict[int, int] = field(default_factory=dict)  # index -> GPUs reclaimed before it
 
 
+@dataclass
+class _Held:
+    """GPUs the team holds in a pool during a replay: a job running now or one admitted on the way."""
+
+    pool_id: int
+    gpus: int
+    priority: int
+    since: datetime
+    max_run_seconds: int
+    kind: str  # "running" (now) or "admitted" (on the way)
+
+
+def _preempt(queue: TeamQueue, job: Waiting, pool_id: int, *, free: dict, held: dict) -> list[int] | None:
+    """Kueue's preemption within the team (`withinClusterQueue: LowerPriority`, never to borrow): the held jobs of
+    lower priority in `pool_id` to stop, lowest priority first and the most recently started first, so that `job`
+    fits there within the team's reservation; None when it cannot."""
+    used = sum(each.gpus for each in held.values() if each.pool_id == pool_id)
+    lower = sorted(
+        (key for key, each in held.items() if each.pool_id == pool_id and each.priority < job.priority),
+        key=lambda key: (held[key].priority, -held[key].since.timestamp()),
+    )
+    if not lower or used - sum(held[key].gpus for key in lower) + job.gpus > queue.reserved.get(pool_id, 0):
+        return None
+    chosen, stopped = [], 0
+    for key in lower:
+        if free.get(pool_id, 0) + stopped >= job.gpus and used - stopped + job.gpus <= queue.reserved.get(pool_id, 0):
+            break
+        chosen.append(key)
+        stopped += held[key].gpus
+    return chosen
+
+
 def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
     free = dict(queue.room)
-    events: list[tuple[datetime, int, int, str, int]] = []  # (time, tie, pool, kind, GPUs)
-    tie = 0
+    held: dict[int, _Held] = {}
+    reclaims: dict[int, tuple[int, int]] = {}  # key -> (pool, GPUs)
+    events: list[tuple[datetime, int]] = []  # (time, key of `held` or `reclaims`); stale keys are skipped
+    keys = iter(range(1 << 62))
     for holding in queue.holding:
         elapsed = max((now - holding.started_at).total_seconds(), 0.0)
         max_run = max(holding.max_run_seconds, 1)
         fraction = queue.history.quantile(level, after=min(elapsed / max_run, 1.0))
         end = max(holding.started_at + timedelta(seconds=fraction * max_run), now)
-        events.append((end, tie, holding.pool_id, "running", holding.gpus))
-        tie += 1
+        key = next(keys)
+        held[key] = _Held(holding.pool_id, holding.gpus, holding.priority, holding.started_at, max_run, "running")
+        events.append((end, key))
     for pool_id, (gpus, seconds) in queue.reclaim.items():
         if gpus:
-            events.append((now + timedelta(seconds=seconds), tie, pool_id, "reclaim", gpus))
-            tie += 1
+            key = next(keys)
+            reclaims[key] = (pool_id, gpus)
+            events.append((now + timedelta(seconds=seconds), key))
     heapq.heapify(events)
     run = _Run()
     # A job larger than all its team could ever hold in its pools waits for ever: it blocks nobody (Kueue sets it
     # aside as inadmissible).
     capacity = dict(queue.room)
-    for _at, _tie, pool_id, _kind, gpus in events:
+    for pool_id, gpus in [*((each.pool_id, each.gpus) for each in held.values()), *reclaims.values()]:
         capacity[pool_id] = capacity.get(pool_id, 0) + gpus
-    left = [
-        index
+    # Kueue's order: priority, then submission (the order of `waiting`); a preempted job is requeued behind the jobs of
+    # its priority already queued.
+    left: list[tuple[tuple[int, int], int | None, Waiting]] = [
+        ((-job.priority, index), index, job)
         for index, job in enumerate(queue.waiting)
         if any(capacity.get(pool_id, 0) >= job.gpus for pool_id in job.pools)
     ]
+    left.sort(key=lambda entry: entry[0])
+    requeued = len(queue.waiting)
     freed = reclaimed = 0
     moment = now
     run_fraction = queue.history.quantile(level)
     delay = timedelta(seconds=queue.delay.quantile(level))
     while left:
         still = []
-        for position, index in enumerate(left):
-            job = queue.waiting[index]
-            pool = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None)
+        for position, (order, index, job) in enumerate(left):
+            pool, stopped = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None), []
+            for candidate in job.pools if pool is None else ():
+                chosen = _preempt(queue, job, candidate, free=free, held=held)
+                if chosen is not None:
+                    pool, stopped = candidate, chosen
+                    break
             if pool is None:
                 if not queue.best_effort:  # StrictFIFO: nobody passes a waiting head
                     still.extend(left[position:])
                     break
-                still.append(index)
+                still.append((order, index, job))
                 continue
+            for key in stopped:
+                victim = held.pop(key)
+                free[pool] += victim.gpus
+                requeued += 1
+                again = Waiting(None, victim.gpus, victim.max_run_seconds, (pool,), victim.priority)
+                still.append(((-victim.priority, requeued), None, again))  # to run again from its start
             free[pool] -= job.gpus
-            run.starts[index], run.admitted[index] = (moment + delay, pool), moment
-            run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed
+            if index is not None:
+                run.starts[index], run.admitted[index] = (moment + delay, pool), moment
+                run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed
             # Its GPUs are Kueue's from its admission; its run (and so its end) counts from its start.
             end = moment + delay + timedelta(seconds=run_fraction * job.max_run_seconds)
-            heapq.heappush(events, (end, tie, pool, "admitted", job.gpus))
-            tie += 1
-        left = still
+            key = next(keys)
+            held[key] = _Held(pool, job.gpus, job.priority, moment, job.max_run_seconds, "admitted")
+            heapq.heappush(events, (end, key))
+        left = sorted(still, key=lambda entry: entry[0])
+        while events and events[0][1] not in held and events[0][1] not in reclaims:
+            heapq.heappop(events)  # a job preempted in the replay: its end no longer frees anything
         if not left or not events:
             break
         moment = events[0][0]
         while events and events[0][0] == moment:
-            _at, _tie, pool_id, kind, gpus = heapq.heappop(events)
-            free[pool_id] = free.get(pool_id, 0) + gpus
-            freed += gpus if kind == "running" else 0
-            reclaimed += gpus if kind == "reclaim" else 0
+            _at, key = heapq.heappop(events)
+            if key in held:
+                each = held.pop(key)
+                free[each.pool_id] = free.get(each.pool_id, 0) + each.gpus
+                freed += each.gpus if each.kind == "running" else 0
+            elif key in reclaims:
+                pool_id, gpus = reclaims.pop(key)
+                free[pool_id] = free.get(pool_id, 0) + gpus
+                reclaimed += gpus
     return run
 
 

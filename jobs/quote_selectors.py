@@ -152,18 +152,20 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     queued = list(
         Job.objects.filter(team__in=team_ids, state=JobState.QUEUED)
         .order_by("team_id", "-priority", "created_at", "id")
-        .values_list("id", "team_id", "pool_id", "total_gpus", "max_run_minutes", "placement", "spilled")
+        .values_list("id", "team_id", "pool_id", "total_gpus", "max_run_minutes", "placement", "spilled", "priority")
     )
     holding = list(
         Job.objects.filter(team__in=team_ids)
         .in_use()
-        .values_list("team_id", "quota_pool", "total_gpus", "started_at", "state_changed_at", "max_run_minutes")
+        .values_list(
+            "team_id", "quota_pool", "total_gpus", "started_at", "state_changed_at", "max_run_minutes", "priority"
+        )
     )
     waiting: dict[int, list[Waiting]] = {team_id: [] for team_id in team_ids}
     pairs = {(team_id, pool_id) for team_id, pools in (extra_pools or {}).items() for pool_id in pools}
-    for job_id, team_id, pool_id, gpus, max_run, placement, spilled in queued:
+    for job_id, team_id, pool_id, gpus, max_run, placement, spilled, priority in queued:
         where = _where(pool_id=pool_id, placement=placement, spilled=spilled, spill=spill)
-        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where))
+        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where, priority))
         pairs.update((team_id, each) for each in where)
     pairs.update((team_id, pool_id) for team_id, pool_id, *_rest in holding)
     quotas = {
@@ -171,7 +173,8 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
         for team, pool, gpus in Quota.objects.filter(team__in=team_ids).values_list("team_id", "pool_id", "max_gpus")
     }
     pools = {pool.pk: pool for pool in Pool.objects.filter(pk__in={p for _t, p in pairs})}
-    room = quota_room(pairs, quotas=quotas, now=now, pools=pools)
+    uses = team_uses(sorted(pools), now=now)
+    room = quota_room(pairs, quotas=quotas, now=now, pools=pools, uses=uses)
     reclaim = _reclaims(team_ids, list(pools.values()), now=now)
     fractions = run_fractions(team_ids, now=now)
     delays = start_delays(team_ids, now=now)
@@ -187,11 +190,14 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
             reclaim=reclaim.get(team_id, {}),
             pool_names={pool.pk: pool.name for pool in pools.values()},
             delay=StartDelay.fitted(delays.get(team_id, [])),
+            reserved={
+                pool_id: teams[team_id].reserved for pool_id, teams in uses.items() if teams.get(team_id) is not None
+            },
         )
-    for team_id, pool_id, gpus, started_at, changed_at, max_run in holding:
+    for team_id, pool_id, gpus, started_at, changed_at, max_run, priority in holding:
         # An admitted job not running yet has not started its clock: its deadline counts from now at the latest.
         since = started_at or max(changed_at, now)
-        queues[team_id].holding.append(Holding(pool_id, gpus, since, max_run * 60))
+        queues[team_id].holding.append(Holding(pool_id, gpus, since, max_run * 60, priority))
     return queues
 
 
@@ -319,7 +325,7 @@ def preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime | None
 
     def quoted(*, pool_id: int, gpus_per_node: int, placement: str, max_run_minutes: int) -> Quote:
         where = _where(pool_id=pool_id, placement=placement, spilled=False, spill=spill)
-        waiting = Waiting(None, gpus_per_node * spec.nodes, max_run_minutes * 60, where)
+        waiting = Waiting(None, gpus_per_node * spec.nodes, max_run_minutes * 60, where, spec.priority)
         return quote_queue(_queue_with(queue, waiting=waiting, priority=spec.priority, priorities=priorities), now=now)[
             None
         ]

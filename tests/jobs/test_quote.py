@@ -26,7 +26,9 @@ def _history(*fractions):
     return RunHistory(fractions)
 
 
-def _queue(*, room=None, holding=(), waiting=(), history=None, best_effort=False, reclaim=None, delay=None):
+def _queue(
+    *, room=None, holding=(), waiting=(), history=None, best_effort=False, reclaim=None, delay=None, reserved=None
+):
     return TeamQueue(
         team_id=7,
         best_effort=best_effort,
@@ -37,6 +39,7 @@ def _queue(*, room=None, holding=(), waiting=(), history=None, best_effort=False
         reclaim=reclaim or {},
         pool_names={POOL: "a800", SPILL: "elastic"},
         delay=delay or StartDelay(),
+        reserved=reserved or {},
     )
 
 
@@ -167,3 +170,41 @@ def test_each_job_admitted_on_the_way_runs_from_its_start_after_the_delay():
     assert quotes[2].estimate == NOW + timedelta(hours=2, seconds=60)
     without = quote_queue(_queue(holding=holding, waiting=waiting, history=history), now=NOW)
     assert without[2].estimate == NOW + timedelta(hours=2)
+
+
+def test_a_higher_priority_job_starts_now_by_preempting_a_lower_one_of_its_team_within_its_reservation():
+    # The team's 8 reserved GPUs are held by a low-priority job (10 minutes into its hour; its runs go to the end).
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0)]
+    high = Waiting(1, 8, HOUR, (POOL,), priority=100)
+    low = Waiting(2, 8, HOUR, (POOL,), priority=0)
+    queue = _queue(holding=holding, waiting=[high, low], history=history, reserved={POOL: 8})
+    quotes = quote_queue(queue, now=NOW)
+    assert quotes[1].starts_now
+    # The low job queued before the preemption goes first; the preempted one is requeued behind it.
+    assert quotes[2].estimate == NOW + timedelta(hours=1)
+    # Without preemption the high job would wait for the low one to end (50 minutes), and the low one after it.
+    same = quote_queue(
+        _queue(
+            holding=holding, waiting=[Waiting(1, 8, HOUR, (POOL,), priority=0)], history=history, reserved={POOL: 8}
+        ),
+        now=NOW,
+    )
+    assert not same[1].starts_now and same[1].estimate == NOW + timedelta(minutes=50)
+
+
+def test_preemption_never_goes_beyond_the_team_s_reservation():
+    # Reserved 8, the low job holds 8 borrowed GPUs beside them (room 0): a 16-GPU high job cannot start by
+    # preempting (it would need to borrow, and a job that borrows never preempts); an 8-GPU one can.
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW, HOUR, priority=0), Holding(POOL, 8, NOW, HOUR, priority=0)]
+    big = quote_queue(
+        _queue(holding=holding, waiting=[Waiting(1, 16, HOUR, (POOL,), 100)], history=history, reserved={POOL: 8}),
+        now=NOW,
+    )
+    assert not big[1].starts_now and big[1].estimate == NOW + timedelta(hours=1)
+    small = quote_queue(
+        _queue(holding=holding, waiting=[Waiting(1, 8, HOUR, (POOL,), 100)], history=history, reserved={POOL: 8}),
+        now=NOW,
+    )
+    assert small[1].starts_now

@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from jobs import services
-from jobs.choices import JobState, Placement
+from jobs.choices import JobState, Placement, Priority
 from jobs.models import JobQuote, Workload
 from jobs.quote_selectors import preview_quote, quotes_for, run_fractions, start_delays, team_queues
 from jobs.specs import JobSpec
@@ -195,3 +195,14 @@ def test_the_start_delay_is_the_path_without_the_wait_for_room(case, team):
     )
     assert sorted(start_delays([team.pk], now=now)[team.pk]) == [3.5, 3.5]
     assert team_queues([team.pk], now=now)[team.pk].delay.seconds == []  # fewer than five: none assumed
+
+
+def test_a_high_priority_job_starts_now_by_preempting_the_team_s_normal_jobs(case, team):
+    home, _elastic, now = case
+    high = JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8, priority=Priority.HIGH)
+    normal = JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8, priority=Priority.NORMAL)
+    queue = team_queues([team.pk], now=now)[team.pk]
+    assert queue.reserved == {home.pk: 8}
+    assert {holding.priority for holding in queue.holding} == {Priority.NORMAL}
+    quotes = quotes_for([high, normal], now=now)
+    assert quotes[high.pk].starts_now and not quotes[normal.pk].starts_now
