@@ -14,11 +14,16 @@ starts at each moment: in a `StrictFIFO` queue no job passes the head; in a `Bes
 fits starts first. Level 0.5 is the estimate, 0.1 and 0.9 bound the 80 % interval, and level 1 (every job runs to
 its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job Kueue admits at
 once at every level "starts now". Between Kueue's admission and a Running pod lies the path's own latency (the
-Job's creation, the Workload's admission, the pods' binding and start): its q-quantile, read off the team's recent
-starts (`StartDelay`), is added to each start at level q, and each job admitted on the way runs from then.
+Job's creation, the Workload's admission, the pods' binding and start): its q-quantile, read off the portal's recent
+starts, every team's (`StartDelay`), is added to each start at level q, and each job admitted on the way runs from
+then.
+
+A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue:
+LowerPriority`): the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits
+within the team's reservation; they go back to the queue behind their priority's queued jobs and run again.
 
 What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), work
-submitted after the quote (a higher-priority job may still pass), preemption within the team, and the nodes
+submitted after the quote (a higher-priority job may still pass or preempt it), and the nodes
 themselves (a job Kueue admits may wait Pending for a node: the submit preview says so beside the quote). This
 module is pure: its inputs are built from the database by `jobs.quote_selectors`, with the rules' one place each
 (`quota_room`, `pools.lending`, `JobQuerySet.in_use`).
@@ -38,8 +43,9 @@ MIN_HISTORY = 10  # fewer finished jobs than this: the prior below stands in for
 HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is fitted on
 # With no history: a run may end anywhere in its maximum run time, evenly (wide on purpose).
 PRIOR = tuple(step / 20 for step in range(1, 21))
-MIN_DELAYS = 5  # fewer measured start delays than this: none is assumed (0 s)
-DELAY_SIZE = 50  # the team's most recent starts the start delay is read off
+MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s)
+DELAY_SIZE = 50  # the portal's most recent starts the start delay is read off
+DELAY_PER_TEAM = 10  # of them at most so many finished jobs of each team quoted (beside every job running now)
 
 
 class RunHistory:
@@ -76,8 +82,9 @@ class RunHistory:
 class StartDelay:
     """Seconds from the moment Kueue may admit a job to its pod Running: the path's own latency (the submit task
     creating the Job, Kueue making and admitting its Workload, the pods created, bound and started), read off the
-    team's most recent starts, without the time they waited for room (an empirical distribution, like the run
-    times). With fewer than `MIN_DELAYS` starts measured, none is assumed."""
+    portal's most recent starts, without the time they waited for room (an empirical distribution, like the run
+    times; the path is the platform's, not a team's). With fewer than `MIN_DELAYS` starts measured, none is
+    assumed."""
 
     def __init__(self, seconds=()):
         self.seconds = sorted(max(float(value), 0.0) for value in seconds)

@@ -25,6 +25,7 @@ from portal.models import Team
 
 from .choices import ADMITTED_STATES, FINAL_STATES, JobState, Placement
 from .quote import (
+    DELAY_PER_TEAM,
     DELAY_SIZE,
     HISTORY_SIZE,
     Holding,
@@ -90,51 +91,52 @@ def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
     return fractions
 
 
-# Per team, the path's delay of its most recent starts (up to DELAY_SIZE, jobs never preempted): from its submission to
-# Kueue's Workload, plus from the Workload's admission to its pod's start, i.e. its time from submission to Running
-# without the wait for room. Among the jobs that finished by a moment (the index jobs_job_team_finished) and those
-# running then. Three of the four times are the cluster's, truncated to the second: + 0.5 s, the middle of it.
+# The path's delay of the portal's most recent starts (up to DELAY_SIZE, of jobs never preempted): from a job's
+# submission to Kueue's Workload, plus from the Workload's admission to its pod's start, i.e. its time from submission
+# to Running without its wait for room. The path is the platform's (the submit task, Kueue, the scheduler, the
+# nodes), so every team's jobs running now count, with the teams' own last finished ones (the index
+# jobs_job_team_finished) when few run. Three of the four times are the cluster's, truncated to the second: + 0.5 s.
 _START_DELAYS = """
-SELECT team.id, recent.delay
-FROM unnest(%(teams)s::bigint[]) AS team(id)
+WITH started AS (
+    (SELECT running.id, running.created_at, running.started_at FROM jobs_job AS running
+     WHERE running.state = %(running)s AND running.started_at <= %(now)s AND running.preemptions = 0
+     ORDER BY running.started_at DESC LIMIT %(limit)s)
+    UNION ALL
+    (SELECT finished.id, finished.created_at, finished.started_at
+     FROM unnest(%(teams)s::bigint[]) AS team(id)
+     CROSS JOIN LATERAL (
+         SELECT job.id, job.created_at, job.started_at FROM jobs_job AS job
+         WHERE job.team_id = team.id AND job.finished_at IS NOT NULL AND job.finished_at <= %(now)s
+           AND job.started_at IS NOT NULL AND job.preemptions = 0
+         ORDER BY job.finished_at DESC LIMIT %(per_team)s
+     ) AS finished)
+)
+SELECT EXTRACT(
+           EPOCH FROM (workload.created_at - recent.created_at) + (recent.started_at - workload.admitted_at)
+       )::float8 + 0.5
+FROM (SELECT * FROM started ORDER BY started_at DESC LIMIT %(limit)s) AS recent
 CROSS JOIN LATERAL (
-    SELECT EXTRACT(EPOCH FROM (workload.created_at - job.created_at) + (job.started_at - workload.admitted_at))::float8
-           + 0.5 AS delay
-    FROM (
-        (SELECT finished.id, finished.created_at, finished.started_at FROM jobs_job AS finished
-         WHERE finished.team_id = team.id AND finished.finished_at IS NOT NULL AND finished.finished_at <= %(now)s
-           AND finished.started_at IS NOT NULL AND finished.preemptions = 0
-         ORDER BY finished.finished_at DESC LIMIT %(limit)s)
-        UNION ALL
-        (SELECT running.id, running.created_at, running.started_at FROM jobs_job AS running
-         WHERE running.team_id = team.id AND running.state = %(running)s AND running.started_at <= %(now)s
-           AND running.preemptions = 0)
-    ) AS job
-    CROSS JOIN LATERAL (
-        SELECT first.created_at, first.admitted_at FROM jobs_workload AS first
-        WHERE first.job_id = job.id ORDER BY first.created_at LIMIT 1
-    ) AS workload
-    WHERE workload.admitted_at IS NOT NULL
-    ORDER BY job.started_at DESC
-    LIMIT %(limit)s
-) AS recent
+    SELECT first.created_at, first.admitted_at FROM jobs_workload AS first
+    WHERE first.job_id = recent.id ORDER BY first.created_at LIMIT 1
+) AS workload
+WHERE workload.admitted_at IS NOT NULL
 """
 
 
-def start_delays(team_ids, *, now: datetime) -> dict[int, list[float]]:
-    """Per team: the seconds its `DELAY_SIZE` most recent starts before `now` took on the path from submission to a
-    Running pod, without their wait for room (`jobs.quote.StartDelay`). One query."""
-    team_ids = sorted(set(team_ids))
-    if not team_ids:
-        return {}
-    parameters = {"teams": team_ids, "now": now, "running": JobState.RUNNING, "limit": DELAY_SIZE}
+def start_delays(team_ids, *, now: datetime) -> list[float]:
+    """The seconds the portal's `DELAY_SIZE` most recent starts before `now` (every job running then, and the last
+    finished ones of the teams of `team_ids`) took on the path from submission to a Running pod, without their wait
+    for room (`jobs.quote.StartDelay`). One query."""
+    parameters = {
+        "teams": sorted(set(team_ids)),
+        "now": now,
+        "running": JobState.RUNNING,
+        "limit": DELAY_SIZE,
+        "per_team": DELAY_PER_TEAM,
+    }
     with connection.cursor() as cursor:
         cursor.execute(_START_DELAYS, parameters)
-        rows = cursor.fetchall()
-    delays: dict[int, list[float]] = {}
-    for team_id, delay in rows:
-        delays.setdefault(team_id, []).append(delay)
-    return delays
+        return [delay for (delay,) in cursor.fetchall()]
 
 
 def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | None = None) -> dict[int, TeamQueue]:
@@ -177,7 +179,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     room = quota_room(pairs, quotas=quotas, now=now, pools=pools, uses=uses)
     reclaim = _reclaims(team_ids, list(pools.values()), now=now)
     fractions = run_fractions(team_ids, now=now)
-    delays = start_delays(team_ids, now=now)
+    delay = StartDelay.fitted(start_delays(team_ids, now=now))
     queues = {}
     for team_id in team_ids:
         queues[team_id] = TeamQueue(
@@ -189,7 +191,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
             history=RunHistory.fitted(fractions.get(team_id, [])),
             reclaim=reclaim.get(team_id, {}),
             pool_names={pool.pk: pool.name for pool in pools.values()},
-            delay=StartDelay.fitted(delays.get(team_id, [])),
+            delay=delay,
             reserved={
                 pool_id: teams[team_id].reserved for pool_id, teams in uses.items() if teams.get(team_id) is not None
             },

@@ -153,7 +153,7 @@ def _started(team, pool, *, submitted, workload_made, admitted, started, **field
     return job
 
 
-def test_the_start_delay_is_the_path_without_the_wait_for_room(case, team):
+def test_the_start_delay_is_the_path_without_the_wait_for_room_on_the_portal_s_recent_starts(case, team):
     home, _elastic, now = case
     second = timedelta(seconds=1)
     base = now - timedelta(minutes=30)
@@ -179,6 +179,16 @@ def test_the_start_delay_is_the_path_without_the_wait_for_room(case, team):
         started=base + timedelta(minutes=10, seconds=3),
         state=JobState.RUNNING,
     )
+    # Another team's job running now counts too (the path is the platform's): 1 s.
+    _started(
+        TeamFactory(),
+        home,
+        submitted=base,
+        workload_made=base,
+        admitted=base,
+        started=base + second,
+        state=JobState.RUNNING,
+    )
     # Preempted once (its Workload's admission is its last): not counted; nor a start after now.
     _started(
         team,
@@ -193,8 +203,8 @@ def test_the_start_delay_is_the_path_without_the_wait_for_room(case, team):
     _started(
         team, home, submitted=now, workload_made=now, admitted=now, started=now + 9 * second, state=JobState.RUNNING
     )
-    assert sorted(start_delays([team.pk], now=now)[team.pk]) == [3.5, 3.5]
-    assert team_queues([team.pk], now=now)[team.pk].delay.seconds == []  # fewer than five: none assumed
+    assert sorted(start_delays([team.pk], now=now)) == [1.5, 3.5, 3.5]
+    assert team_queues([team.pk], now=now)[team.pk].delay.seconds == []  # fewer than ten: none assumed
 
 
 def test_a_high_priority_job_starts_now_by_preempting_the_team_s_normal_jobs(case, team):
