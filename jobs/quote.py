@@ -2,7 +2,8 @@
 
 The idea. A queued job starts when Kueue admits it, and Kueue admits it when its team's queue ahead of it has been
 admitted and its team has room for its GPUs. The team's room grows at known moments: borrowed GPUs of its
-reservation come back within the borrowers' grace period (Kueue reclaims them at once), and each of its running jobs
+reservation come back within the borrowers' grace period (Kueue reclaims them at once; a stopped pod exits anywhere
+between at once and its grace period: at level q after q × the grace period), and each of its running jobs
 gives its GPUs back when it ends — at the latest at its deadline (start + maximum run time), and usually sooner: how
 much sooner is read off the team's own history, the fraction of their maximum run time its finished jobs really ran
 (an empirical distribution, fitted only on jobs already finished: never on the future).
@@ -223,7 +224,8 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
         if gpus:
             key = next(keys)
             reclaims[key] = (pool_id, gpus)
-            events.append((now + timedelta(seconds=seconds), key))
+            # A stopped pod ends anywhere between at once (it exits on SIGTERM) and its grace period, evenly.
+            events.append((now + timedelta(seconds=level * seconds), key))
     heapq.heapify(events)
     run = _Run()
     # A job larger than all its team could ever hold in its pools waits for ever: it blocks nobody (Kueue sets it
