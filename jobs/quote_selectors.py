@@ -95,7 +95,9 @@ def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
 # submission to Kueue's Workload, plus from the Workload's admission to its pod's start, i.e. its time from submission
 # to Running without its wait for room. The path is the platform's (the submit task, Kueue, the scheduler, the
 # nodes), so every team's jobs running now count, with the teams' own last finished ones (the index
-# jobs_job_team_finished) when few run. Three of the four times are the cluster's, truncated to the second: + 0.5 s.
+# jobs_job_team_finished) when few run. The Workload's times are the cluster's, truncated to the second (their
+# difference is not), and so is the pod's bind time behind `started_at` (unless the submission came later in that
+# second): the start is taken as the middle of what is left of `started_at`'s second.
 _START_DELAYS = """
 WITH started AS (
     (SELECT running.id, running.created_at, running.started_at FROM jobs_job AS running
@@ -113,7 +115,8 @@ WITH started AS (
 )
 SELECT EXTRACT(
            EPOCH FROM (workload.created_at - recent.created_at) + (recent.started_at - workload.admitted_at)
-       )::float8 + 0.5
+           + (date_trunc('second', recent.started_at) + interval '1 second' - recent.started_at) / 2
+       )::float8
 FROM (SELECT * FROM started ORDER BY started_at DESC LIMIT %(limit)s) AS recent
 CROSS JOIN LATERAL (
     SELECT first.created_at, first.admitted_at FROM jobs_workload AS first

@@ -156,9 +156,9 @@ def _started(team, pool, *, submitted, workload_made, admitted, started, **field
 def test_the_start_delay_is_the_path_without_the_wait_for_room_on_the_portal_s_recent_starts(case, team):
     home, _elastic, now = case
     second = timedelta(seconds=1)
-    base = now - timedelta(minutes=30)
-    # Started at once: 1 s to its Workload, admitted then, 2 s more to its pod: 3 s (+ 0.5 s, the cluster's times
-    # are truncated to the second).
+    base = now.replace(microsecond=0) - timedelta(minutes=30)
+    # Started at once: 1 s to its Workload, admitted then, 2 s more to its pod: 3 s (+ 0.5 s: the pod's time is the
+    # cluster's, truncated to the second, so the middle of it).
     _started(
         team,
         home,
@@ -204,6 +204,18 @@ def test_the_start_delay_is_the_path_without_the_wait_for_room_on_the_portal_s_r
         team, home, submitted=now, workload_made=now, admitted=now, started=now + 9 * second, state=JobState.RUNNING
     )
     assert sorted(start_delays([team.pk], now=now)) == [1.5, 3.5, 3.5]
+    # A start recorded at the submission, later in the pod's second: the middle of what is left of that second.
+    submitted = base + timedelta(minutes=1, milliseconds=600)
+    _started(
+        team,
+        home,
+        submitted=submitted,
+        workload_made=submitted.replace(microsecond=0),
+        admitted=submitted.replace(microsecond=0),
+        started=submitted,
+        state=JobState.RUNNING,
+    )
+    assert sorted(start_delays([team.pk], now=now))[0] == pytest.approx(0.2)
     assert team_queues([team.pk], now=now)[team.pk].delay.seconds == []  # fewer than ten: none assumed
 
 
