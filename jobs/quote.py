@@ -21,7 +21,8 @@ then.
 
 A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue:
 LowerPriority`): the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits
-within the team's reservation; they go back to the queue behind their priority's queued jobs and run again.
+within the team's reservation; it starts once their pods have exited (at level q after q × their grace period), and
+they go back to the queue behind their priority's queued jobs and run again.
 
 What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), work
 submitted after the quote (a higher-priority job may still pass or preempt it), and the nodes
@@ -110,6 +111,7 @@ class Holding:
     started_at: datetime
     max_run_seconds: int
     priority: int = 0
+    grace_seconds: int = 0  # its pods' time to stop when preempted (the platform's cap applied)
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,7 @@ class Waiting:
     max_run_seconds: int
     pools: tuple[int, ...]
     priority: int = 0
+    grace_seconds: int = 0
 
 
 @dataclass
@@ -184,6 +187,7 @@ class _Held:
     since: datetime
     max_run_seconds: int
     kind: str  # "running" (now) or "admitted" (on the way)
+    grace_seconds: int = 0
 
 
 def _preempt(queue: TeamQueue, job: Waiting, pool_id: int, *, free: dict, held: dict) -> list[int] | None:
@@ -218,7 +222,15 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
         fraction = queue.history.quantile(level, after=min(elapsed / max_run, 1.0))
         end = max(holding.started_at + timedelta(seconds=fraction * max_run), now)
         key = next(keys)
-        held[key] = _Held(holding.pool_id, holding.gpus, holding.priority, holding.started_at, max_run, "running")
+        held[key] = _Held(
+            holding.pool_id,
+            holding.gpus,
+            holding.priority,
+            holding.started_at,
+            max_run,
+            "running",
+            holding.grace_seconds,
+        )
         events.append((end, key))
     for pool_id, (gpus, seconds) in queue.reclaim.items():
         if gpus:
@@ -261,20 +273,25 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                     break
                 still.append((order, index, job))
                 continue
+            # Stopped pods exit anywhere between at once and their grace period (at level q after q × the longest).
+            stopping = timedelta(seconds=level * max((held[key].grace_seconds for key in stopped), default=0))
             for key in stopped:
                 victim = held.pop(key)
                 free[pool] += victim.gpus
                 requeued += 1
-                again = Waiting(None, victim.gpus, victim.max_run_seconds, (pool,), victim.priority)
+                again = Waiting(
+                    None, victim.gpus, victim.max_run_seconds, (pool,), victim.priority, victim.grace_seconds
+                )
                 still.append(((-victim.priority, requeued), None, again))  # to run again from its start
             free[pool] -= job.gpus
+            start = moment + stopping + delay
             if index is not None:
-                run.starts[index], run.admitted[index] = (moment + delay, pool), moment
+                run.starts[index], run.admitted[index] = (start, pool), moment
                 run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed
             # Its GPUs are Kueue's from its admission; its run (and so its end) counts from its start.
-            end = moment + delay + timedelta(seconds=run_fraction * job.max_run_seconds)
+            end = start + timedelta(seconds=run_fraction * job.max_run_seconds)
             key = next(keys)
-            held[key] = _Held(pool, job.gpus, job.priority, moment, job.max_run_seconds, "admitted")
+            held[key] = _Held(pool, job.gpus, job.priority, moment, job.max_run_seconds, "admitted", job.grace_seconds)
             heapq.heappush(events, (end, key))
         left = sorted(still, key=lambda entry: entry[0])
         while events and events[0][1] not in held and events[0][1] not in reclaims:

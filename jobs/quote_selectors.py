@@ -157,20 +157,38 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     queued = list(
         Job.objects.filter(team__in=team_ids, state=JobState.QUEUED)
         .order_by("team_id", "-priority", "created_at", "id")
-        .values_list("id", "team_id", "pool_id", "total_gpus", "max_run_minutes", "placement", "spilled", "priority")
+        .values_list(
+            "id",
+            "team_id",
+            "pool_id",
+            "total_gpus",
+            "max_run_minutes",
+            "placement",
+            "spilled",
+            "priority",
+            "termination_grace_seconds",
+        )
     )
     holding = list(
         Job.objects.filter(team__in=team_ids)
         .in_use()
         .values_list(
-            "team_id", "quota_pool", "total_gpus", "started_at", "state_changed_at", "max_run_minutes", "priority"
+            "team_id",
+            "quota_pool",
+            "total_gpus",
+            "started_at",
+            "state_changed_at",
+            "max_run_minutes",
+            "priority",
+            "termination_grace_seconds",
         )
     )
     waiting: dict[int, list[Waiting]] = {team_id: [] for team_id in team_ids}
     pairs = {(team_id, pool_id) for team_id, pools in (extra_pools or {}).items() for pool_id in pools}
-    for job_id, team_id, pool_id, gpus, max_run, placement, spilled, priority in queued:
+    cap = max_grace_seconds()
+    for job_id, team_id, pool_id, gpus, max_run, placement, spilled, priority, grace in queued:
         where = _where(pool_id=pool_id, placement=placement, spilled=spilled, spill=spill)
-        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where, priority))
+        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where, priority, min(grace, cap)))
         pairs.update((team_id, each) for each in where)
     pairs.update((team_id, pool_id) for team_id, pool_id, *_rest in holding)
     quotas = {
@@ -199,10 +217,10 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
                 pool_id: teams[team_id].reserved for pool_id, teams in uses.items() if teams.get(team_id) is not None
             },
         )
-    for team_id, pool_id, gpus, started_at, changed_at, max_run, priority in holding:
+    for team_id, pool_id, gpus, started_at, changed_at, max_run, priority, grace in holding:
         # An admitted job not running yet has not started its clock: its deadline counts from now at the latest.
         since = started_at or max(changed_at, now)
-        queues[team_id].holding.append(Holding(pool_id, gpus, since, max_run * 60, priority))
+        queues[team_id].holding.append(Holding(pool_id, gpus, since, max_run * 60, priority, min(grace, cap)))
     return queues
 
 
@@ -330,7 +348,14 @@ def preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime | None
 
     def quoted(*, pool_id: int, gpus_per_node: int, placement: str, max_run_minutes: int) -> Quote:
         where = _where(pool_id=pool_id, placement=placement, spilled=False, spill=spill)
-        waiting = Waiting(None, gpus_per_node * spec.nodes, max_run_minutes * 60, where, spec.priority)
+        waiting = Waiting(
+            None,
+            gpus_per_node * spec.nodes,
+            max_run_minutes * 60,
+            where,
+            spec.priority,
+            min(spec.termination_grace_seconds, max_grace_seconds()),
+        )
         return quote_queue(_queue_with(queue, waiting=waiting, priority=spec.priority, priorities=priorities), now=now)[
             None
         ]

@@ -210,3 +210,14 @@ def test_preemption_never_goes_beyond_the_team_s_reservation():
         now=NOW,
     )
     assert small[1].starts_now
+
+
+def test_a_job_that_preempts_starts_once_the_stopped_pods_have_exited_within_their_grace_period():
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=60)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,), priority=100), Waiting(2, 8, HOUR, (POOL,), priority=0)]
+    quotes = quote_queue(_queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 8}), now=NOW)
+    quote = quotes[1]
+    assert quote.starts_now  # Kueue admits it at once; its pods follow the stopped ones
+    assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (6, 30, 54))
+    assert quotes[2].estimate == NOW + timedelta(hours=1, seconds=30)  # after the high job's hour from its start
