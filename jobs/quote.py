@@ -47,6 +47,7 @@ HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is f
 PRIOR = tuple(step / 20 for step in range(1, 21))
 MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s)
 DELAY_SIZE = 50  # the portal's most recent starts the start delay is read off
+ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen from
 DELAY_PER_TEAM = 10  # of them at most so many finished jobs of each team quoted (beside every job running now)
 
 
@@ -141,6 +142,8 @@ class TeamQueue:
     pool_names: dict[int, str] = field(default_factory=dict)
     delay: StartDelay = field(default_factory=StartDelay)
     reserved: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs of the team's reservation there now
+    # What the team will likely submit next (`arrivals`): its recent submissions again, as far ahead as they go back.
+    arrivals: list[tuple[datetime, Waiting]] = field(default_factory=list)
 
 
 @dataclass
@@ -210,11 +213,24 @@ def _preempt(queue: TeamQueue, job: Waiting, pool_id: int, *, free: dict, held: 
     return chosen
 
 
+def arrivals(
+    submissions: list[tuple[datetime, Waiting]], *, now: datetime, count: int
+) -> list[tuple[datetime, Waiting]]:
+    """The submissions a team will likely make next: its `count` most recent ones before `now` again, each as far
+    after now as it was before (the next stretch of time looks like the last one). Jobs of a higher priority among
+    them pass its queued jobs in Kueue's order; the others queue behind them."""
+    recent = (
+        sorted((pair for pair in submissions if pair[0] <= now), key=lambda pair: pair[0])[-count:] if count else []
+    )
+    return sorted(((now + (now - at), job) for at, job in recent), key=lambda pair: pair[0])
+
+
 def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
     free = dict(queue.room)
     held: dict[int, _Held] = {}
     reclaims: dict[int, tuple[int, int]] = {}  # key -> (pool, GPUs)
-    events: list[tuple[datetime, int]] = []  # (time, key of `held` or `reclaims`); stale keys are skipped
+    coming: dict[int, Waiting] = {}  # key -> a job the team will likely submit then
+    events: list[tuple[datetime, int]] = []  # (time, key of `held`, `reclaims` or `coming`); stale keys are skipped
     keys = iter(range(1 << 62))
     for holding in queue.holding:
         elapsed = max((now - holding.started_at).total_seconds(), 0.0)
@@ -238,6 +254,11 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
             reclaims[key] = (pool_id, gpus)
             # A stopped pod ends anywhere between at once (it exits on SIGTERM) and its grace period, evenly.
             events.append((now + timedelta(seconds=level * seconds), key))
+    # Level 1 is the latest start the jobs there now can cause: it foresees no submission.
+    for at, job in queue.arrivals if level < LATEST else ():
+        key = next(keys)
+        coming[key] = job
+        events.append((at, key))
     heapq.heapify(events)
     run = _Run()
     # A job larger than all its team could ever hold in its pools waits for ever: it blocks nobody (Kueue sets it
@@ -253,7 +274,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
         if any(capacity.get(pool_id, 0) >= job.gpus for pool_id in job.pools)
     ]
     left.sort(key=lambda entry: entry[0])
-    requeued = len(queue.waiting)
+    sequence = len(queue.waiting)  # the order of a job requeued or submitted during the replay: after those there
     freed = reclaimed = 0
     moment = now
     run_fraction = queue.history.quantile(level)
@@ -278,11 +299,11 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
             for key in stopped:
                 victim = held.pop(key)
                 free[pool] += victim.gpus
-                requeued += 1
+                sequence += 1
                 again = Waiting(
                     None, victim.gpus, victim.max_run_seconds, (pool,), victim.priority, victim.grace_seconds
                 )
-                still.append(((-victim.priority, requeued), None, again))  # to run again from its start
+                still.append(((-victim.priority, sequence), None, again))  # to run again from its start
             free[pool] -= job.gpus
             start = moment + stopping + delay
             if index is not None:
@@ -293,15 +314,21 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
             key = next(keys)
             held[key] = _Held(pool, job.gpus, job.priority, moment, job.max_run_seconds, "admitted", job.grace_seconds)
             heapq.heappush(events, (end, key))
-        left = sorted(still, key=lambda entry: entry[0])
-        while events and events[0][1] not in held and events[0][1] not in reclaims:
+        left = still
+        while events and events[0][1] not in held and events[0][1] not in reclaims and events[0][1] not in coming:
             heapq.heappop(events)  # a job preempted in the replay: its end no longer frees anything
-        if not left or not events:
+        # Done once every job of the queue has started (the others were only there to take room before them).
+        if not any(index is not None for _order, index, _job in left) or not events:
             break
         moment = events[0][0]
         while events and events[0][0] == moment:
             _at, key = heapq.heappop(events)
-            if key in held:
+            if key in coming:
+                sequence += 1
+                job = coming.pop(key)
+                if any(capacity.get(pool_id, 0) >= job.gpus for pool_id in job.pools):
+                    left.append(((-job.priority, sequence), None, job))
+            elif key in held:
                 each = held.pop(key)
                 free[each.pool_id] = free.get(each.pool_id, 0) + each.gpus
                 freed += each.gpus if each.kind == "running" else 0
@@ -309,6 +336,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                 pool_id, gpus = reclaims.pop(key)
                 free[pool_id] = free.get(pool_id, 0) + gpus
                 reclaimed += gpus
+        left.sort(key=lambda entry: entry[0])
     return run
 
 

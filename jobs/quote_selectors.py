@@ -23,8 +23,9 @@ from pools.models import Pool, Quota
 from portal.choices import QueueingStrategy
 from portal.models import Team
 
-from .choices import ADMITTED_STATES, FINAL_STATES, JobState, Placement
+from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, JobState, Placement
 from .quote import (
+    ARRIVALS,
     DELAY_PER_TEAM,
     DELAY_SIZE,
     HISTORY_SIZE,
@@ -35,6 +36,7 @@ from .quote import (
     StartDelay,
     TeamQueue,
     Waiting,
+    arrivals,
     quote_queue,
     worded,
 )
@@ -142,6 +144,51 @@ def start_delays(team_ids, *, now: datetime) -> list[float]:
         return [delay for (delay,) in cursor.fetchall()]
 
 
+# Per team, its ARRIVALS most recent submissions before a moment, whatever became of them: among its last finished
+# jobs (the index jobs_job_team_finished) and those not finished (queued or holding GPUs).
+_RECENT_SUBMISSIONS = """
+SELECT team.id, recent.created_at, recent.pool_id, recent.total_gpus, recent.max_run_minutes, recent.placement,
+       recent.priority, recent.termination_grace_seconds
+FROM unnest(%(teams)s::bigint[]) AS team(id)
+CROSS JOIN LATERAL (
+    SELECT * FROM (
+        (SELECT finished.created_at, finished.pool_id, finished.total_gpus, finished.max_run_minutes,
+                finished.placement, finished.priority, finished.termination_grace_seconds
+         FROM jobs_job AS finished
+         WHERE finished.team_id = team.id AND finished.finished_at IS NOT NULL
+         ORDER BY finished.finished_at DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT open.created_at, open.pool_id, open.total_gpus, open.max_run_minutes, open.placement, open.priority,
+                open.termination_grace_seconds
+         FROM jobs_job AS open
+         WHERE open.team_id = team.id AND open.finished_at IS NULL AND open.state = ANY(%(open)s))
+    ) AS job
+    WHERE job.created_at <= %(now)s
+    ORDER BY job.created_at DESC LIMIT %(limit)s
+) AS recent
+"""
+
+
+def recent_submissions(team_ids, *, now: datetime, spill: dict) -> dict[int, list[tuple[datetime, Waiting]]]:
+    """Per team: its `ARRIVALS` most recent submissions before `now` (when, and the job as it would wait), what
+    `jobs.quote.arrivals` foresees the next ones from. One query."""
+    team_ids = sorted(set(team_ids))
+    if not team_ids:
+        return {}
+    parameters = {"teams": team_ids, "now": now, "limit": ARRIVALS, "open": sorted(ACTIVE_STATES)}
+    with connection.cursor() as cursor:
+        cursor.execute(_RECENT_SUBMISSIONS, parameters)
+        rows = cursor.fetchall()
+    cap = max_grace_seconds()
+    submissions: dict[int, list[tuple[datetime, Waiting]]] = {}
+    for team_id, created_at, pool_id, gpus, max_run, placement, priority, grace in rows:
+        where = _where(pool_id=pool_id, placement=placement, spilled=False, spill=spill)
+        submissions.setdefault(team_id, []).append(
+            (created_at, Waiting(None, gpus, max_run * 60, where, priority, min(grace, cap)))
+        )
+    return submissions
+
+
 def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | None = None) -> dict[int, TeamQueue]:
     """The `TeamQueue` of each team of `team_ids`: its queued jobs in Kueue's order (priority, then submission), its
     room in every pool they, their spill pools or `extra_pools` ({team id: pool ids}) name, what its jobs hold, what
@@ -201,6 +248,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     reclaim = _reclaims(team_ids, list(pools.values()), now=now)
     fractions = run_fractions(team_ids, now=now)
     delay = StartDelay.fitted(start_delays(team_ids, now=now))
+    submitted = recent_submissions(team_ids, now=now, spill=spill)
     queues = {}
     for team_id in team_ids:
         queues[team_id] = TeamQueue(
@@ -216,6 +264,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
             reserved={
                 pool_id: teams[team_id].reserved for pool_id, teams in uses.items() if teams.get(team_id) is not None
             },
+            arrivals=arrivals(submitted.get(team_id, []), now=now, count=ARRIVALS),
         )
     for team_id, pool_id, gpus, started_at, changed_at, max_run, priority, grace in holding:
         # An admitted job not running yet has not started its clock: its deadline counts from now at the latest.

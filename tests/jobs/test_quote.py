@@ -12,6 +12,7 @@ from jobs.quote import (
     StartDelay,
     TeamQueue,
     Waiting,
+    arrivals,
     basis_in_words,
     quote_in_words,
     quote_queue,
@@ -27,7 +28,16 @@ def _history(*fractions):
 
 
 def _queue(
-    *, room=None, holding=(), waiting=(), history=None, best_effort=False, reclaim=None, delay=None, reserved=None
+    *,
+    room=None,
+    holding=(),
+    waiting=(),
+    history=None,
+    best_effort=False,
+    reclaim=None,
+    delay=None,
+    reserved=None,
+    arrivals=None,
 ):
     return TeamQueue(
         team_id=7,
@@ -40,6 +50,7 @@ def _queue(
         pool_names={POOL: "a800", SPILL: "elastic"},
         delay=delay or StartDelay(),
         reserved=reserved or {},
+        arrivals=arrivals or [],
     )
 
 
@@ -221,3 +232,31 @@ def test_a_job_that_preempts_starts_once_the_stopped_pods_have_exited_within_the
     assert quote.starts_now  # Kueue admits it at once; its pods follow the stopped ones
     assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (6, 30, 54))
     assert quotes[2].estimate == NOW + timedelta(hours=1, seconds=30)  # after the high job's hour from its start
+
+
+def test_the_team_s_next_submissions_are_its_recent_ones_again_as_far_ahead_as_they_go_back():
+    job = Waiting(None, 8, HOUR, (POOL,), priority=100)
+    submitted = [(NOW - timedelta(minutes=m), job) for m in (30, 20, 10)] + [(NOW + timedelta(minutes=1), job)]
+    foreseen = arrivals(submitted, now=NOW, count=2)
+    assert [at for at, _job in foreseen] == [NOW + timedelta(minutes=10), NOW + timedelta(minutes=20)]
+    assert arrivals(submitted, now=NOW, count=0) == []
+
+
+def test_a_higher_priority_submission_foreseen_passes_a_waiting_job_but_not_the_latest():
+    # An 8-GPU job holds the team's room until NOW + 1 h (its runs go to the end); a low job waits for it. The team
+    # submitted a high job of an hour ten minutes ago: one is foreseen at NOW + 10 min, and goes first.
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(hours=1), 2 * HOUR)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,), priority=0)]
+    coming = arrivals([(NOW - timedelta(minutes=10), Waiting(None, 8, HOUR, (POOL,), priority=100))], now=NOW, count=20)
+    quote = quote_queue(_queue(holding=holding, waiting=waiting, history=history, arrivals=coming), now=NOW)[1]
+    assert quote.estimate == NOW + timedelta(hours=2)
+    # Level 1 foresees no submission: the latest start the jobs there now can cause (the interval's top beyond it).
+    assert quote.latest == quote.high == NOW + timedelta(hours=2)
+    alone = quote_queue(_queue(holding=holding, waiting=waiting, history=history), now=NOW)[1]
+    assert alone.estimate == alone.latest == NOW + timedelta(hours=1)
+    # A submission of the same priority queues behind it.
+    same = arrivals([(NOW - timedelta(minutes=10), Waiting(None, 8, HOUR, (POOL,), priority=0))], now=NOW, count=20)
+    assert quote_queue(_queue(holding=holding, waiting=waiting, history=history, arrivals=same), now=NOW)[
+        1
+    ].estimate == NOW + timedelta(hours=1)

@@ -10,7 +10,14 @@ from django.utils import timezone
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import JobQuote, Workload
-from jobs.quote_selectors import preview_quote, quotes_for, run_fractions, start_delays, team_queues
+from jobs.quote_selectors import (
+    preview_quote,
+    quotes_for,
+    recent_submissions,
+    run_fractions,
+    start_delays,
+    team_queues,
+)
 from jobs.specs import JobSpec
 from pools.choices import Lending, PoolKind
 from tests.factories import JobFactory, PoolFactory, QuotaFactory, ReservationFactory, TeamFactory
@@ -228,3 +235,25 @@ def test_a_high_priority_job_starts_now_by_preempting_the_team_s_normal_jobs(cas
     assert {holding.priority for holding in queue.holding} == {Priority.NORMAL}
     quotes = quotes_for([high, normal], now=now)
     assert quotes[high.pk].starts_now and not quotes[normal.pk].starts_now
+
+
+def test_the_next_submissions_are_foreseen_from_the_team_s_recent_ones_whatever_became_of_them(case, team):
+    home, _elastic, now = case
+    # The fixture's jobs were made after its `now` (their submission is the factory's moment): never read. One job
+    # queued a minute ago and a high one that finished are; one submitted after now is not.
+    JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=2, created_at=now - timedelta(minutes=1))
+    JobFactory(
+        team=team,
+        pool=home,
+        state=JobState.SUCCEEDED,
+        priority=Priority.HIGH,
+        created_at=now - timedelta(minutes=2),
+        started_at=now - timedelta(minutes=2),
+        finished_at=now - timedelta(minutes=1),
+    )
+    JobFactory(team=team, pool=home, state=JobState.QUEUED, created_at=now + timedelta(minutes=1))
+    submitted = recent_submissions([team.pk], now=now, spill={})[team.pk]
+    assert len(submitted) == 2 and all(at <= now for at, _job in submitted)
+    assert {job.priority for _at, job in submitted} == {Priority.NORMAL, Priority.HIGH}
+    queue = team_queues([team.pk], now=now)[team.pk]
+    assert sorted(at for at, _job in queue.arrivals)[0] == now + timedelta(minutes=1)
