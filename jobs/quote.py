@@ -22,11 +22,13 @@ then.
 A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue:
 LowerPriority`): the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits
 within the team's reservation; it starts once their pods have exited (at level q after q × their grace period), and
-they go back to the queue behind their priority's queued jobs and run again.
+they go back to the queue behind their priority's queued jobs and run again. Work the team will submit is foreseen
+from what it submitted (`arrivals`: its recent submissions again, as far ahead as they go back): a higher-priority
+one passes a waiting job. Level 1 foresees none.
 
-What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), work
-submitted after the quote (a higher-priority job may still pass or preempt it), and the nodes
-themselves (a job Kueue admits may wait Pending for a node: the submit preview says so beside the quote). This
+What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), what other
+teams will submit (a lender reclaiming its GPUs preempts borrowed jobs), and the nodes themselves (a job Kueue
+admits may wait Pending for a node: the submit preview says so beside the quote). This
 module is pure: its inputs are built from the database by `jobs.quote_selectors`, with the rules' one place each
 (`quota_room`, `pools.lending`, `JobQuerySet.in_use`).
 """
