@@ -9,7 +9,9 @@ portal's rows made through its services. Each trace (bench/quote_trace.py: ``ste
 teams of its own, with their reservations, quotas and lending; the earlier trace's reservations are deleted and its
 quotas set to 0 first, so each trace has the pool to itself. Each job is submitted at its moment through
 `jobs.services.submit_job`, its pod "running" its real run time on KWOK (`pod-complete.stage.kwok.x-k8s.io/delay`),
-always less than its maximum run time (one to three minutes: time compressed). Right after the submit call the
+always less than its maximum run time (one to three minutes: time compressed), and when stopped (preempted) taking
+the trace's time to exit (`pod-terminate.stage.kwok.x-k8s.io/delay`: at once, or checkpointing for part of its
+grace period). Right after the submit call the
 benchmark takes the job's quote as the API and pages show it (`jobs.quote_selectors.quotes_for`) and the baseline
 Kueue's maintainers suggest (KEP-168-2: the jobs ahead in the team's queue × the team's mean time between its 20
 most recent admissions, from the job events in the database); once every job has ended (or `--drain-timeout`), its
@@ -66,6 +68,7 @@ from bench.quote_trace import (  # noqa: E402
 )
 
 DEFAULT_STATE_NAME = "devcluster-bench-quote"
+KWOK_STOP_DELAY = "pod-terminate.stage.kwok.x-k8s.io/delay"  # how long a stopped pod takes to exit
 # The figures docs/quote.md and docs/benchmarks.md quote, per trace: coverage and its 95 % CI, the interval's median
 # width, "starts now" within 60 s, the estimate's and the baseline's median absolute error and their ratio, and
 # whether each target was met. A figure is None when the trace measured nothing for it.
@@ -246,7 +249,7 @@ def submit_and_quote(trace_job, kind: str, teams, reserved) -> dict:
         placement=Placement.SOFT if trace_job.soft else Placement.STRICT,
         priority=trace_job.priority,
         max_run_minutes=trace_job.max_run_minutes,
-        pod_annotations={KWOK_DELAY: f"{trace_job.run_seconds}s"},
+        pod_annotations={KWOK_DELAY: f"{trace_job.run_seconds}s", KWOK_STOP_DELAY: f"{trace_job.stop_seconds}s"},
     )
     record = {"index": trace_job.index, "team": SHAPES[kind][trace_job.team].name, **vars(trace_job)}
     try:

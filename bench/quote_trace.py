@@ -10,6 +10,9 @@ their maximum run time and how long they really run (always less: people's jobs 
 - ``priority``: team A offers 120 % of its reservation (no borrowing), its jobs low, normal and high priority
   (60/30/10 %): a high job that does not fit preempts a lower one of its team; team B works steadily beside it.
 
+When Kueue stops a job (preempted, or its borrowed GPUs reclaimed), its pods exit at once (three in five) or after
+checkpointing for 30 to 100 % of their 30 s grace period (`stop_seconds`).
+
 Time is compressed by making maximum run times one to three minutes; the window follows from the number of jobs and
 the load the trace offers (`window_seconds`). A warm-up history (`warm_up_history`) is drawn from the same
 distribution of run fractions with another seed: finished jobs the benchmark writes before the trace starts, apart
@@ -42,6 +45,7 @@ STARTS_NOW_TARGET = 0.95
 ERROR_RATIO_TARGET = 0.5
 BASELINE_ADMISSIONS = 20  # the team's most recent admissions the baseline's mean time between them is taken over
 CLOCK_PRECISION_S = 1.0  # cluster times (a pod's start) have second precision
+GRACE_SECONDS = 30  # the jobs' grace period when stopped (Kubernetes' default, the portal's too)
 
 
 # === How long people's jobs run ====================================================================================
@@ -56,6 +60,14 @@ def run_fraction(chooser: random.Random) -> float:
     if kind < 0.35:
         return chooser.uniform(0.85, 0.95)
     return chooser.triangular(0.15, 0.95, 0.6)
+
+
+def stop_seconds(chooser: random.Random) -> int:
+    """How long a job's pods take to exit when Kueue stops them (SIGTERM, then SIGKILL after the grace period, 30 s
+    by default): most exit at once (no handler), two in five checkpoint for 30 to 100 % of the grace period."""
+    if chooser.random() < 0.6:
+        return 0
+    return round(chooser.uniform(0.3, 1.0) * GRACE_SECONDS)
 
 
 def _weighted(chooser: random.Random, table) -> int:
@@ -116,6 +128,7 @@ class TraceJob:
     run_seconds: int  # what it really runs (KWOK's delay): less than its maximum
     soft: bool
     priority: int
+    stop_seconds: int = 0  # how long its pods take to exit when stopped (preempted): within the grace period
 
 
 def reservations(shape: tuple[TeamShape, ...], reserved_gpus: int) -> list[int]:
@@ -166,6 +179,7 @@ def make_trace(kind: str, jobs: int, reserved_gpus: int, seed: int, run_scale: f
                     run_seconds=max(1, round(run_fraction(chooser) * max_run * 60 * run_scale)),
                     soft=chooser.random() < team.soft_share,
                     priority=_weighted(chooser, team.priorities),
+                    stop_seconds=stop_seconds(chooser),
                 )
             )
     trace.sort(key=lambda job: (job.at, job.team))

@@ -6,6 +6,7 @@ import pytest
 
 from bench.quote_trace import (
     BASELINE_ADMISSIONS,
+    GRACE_SECONDS,
     MAX_RUN_MINUTES,
     MEAN_RUN_FRACTION,
     SHAPES,
@@ -91,6 +92,14 @@ def test_the_warm_up_history_is_drawn_from_the_same_distribution_with_a_seed_of_
     trace = make_trace("steady", 30, RESERVED, seed=7)
     assert [round(s) for _g, _m, s in history[:30]] != [job.run_seconds for job in trace]
     assert warm_up_history("steady", 1, 30, seed=7) != warm_up_history("steady", 0, 30, seed=7)
+
+
+def test_stopped_pods_exit_at_once_or_within_their_grace_period():
+    trace = make_trace("priority", 300, RESERVED, seed=7)
+    stops = [job.stop_seconds for job in trace]
+    assert all(0 <= stop <= GRACE_SECONDS for stop in stops)
+    assert 0.45 < stops.count(0) / len(stops) < 0.75
+    assert max(stops) > 0.8 * GRACE_SECONDS
 
 
 def test_run_fractions_stay_inside_the_maximum():
