@@ -251,7 +251,7 @@ def submit_and_quote(trace_job, kind: str, teams, reserved) -> dict:
         max_run_minutes=trace_job.max_run_minutes,
         pod_annotations={KWOK_DELAY: f"{trace_job.run_seconds}s", KWOK_STOP_DELAY: f"{trace_job.stop_seconds}s"},
     )
-    record = {"index": trace_job.index, "team": SHAPES[kind][trace_job.team].name, **vars(trace_job)}
+    record = {**vars(trace_job), "team": SHAPES[kind][trace_job.team].name}
     try:
         job = services.submit_job(team=team, pool=reserved, user=user, spec=spec)
         now = timezone.now()
