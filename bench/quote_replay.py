@@ -14,8 +14,8 @@ the trace's time to exit (`pod-terminate.stage.kwok.x-k8s.io/delay`: at once, or
 grace period). Right after the submit call the
 benchmark takes the job's quote as the API and pages show it (`jobs.quote_selectors.quotes_for`) and the baseline
 Kueue's maintainers suggest (KEP-168-2: the jobs ahead in the team's queue × the team's mean time between its 20
-most recent admissions, from the job events in the database); once every job has ended (or `--drain-timeout`), its
-real start is the portal's `started_at`.
+most recent admissions, Kueue's admission times of its Workloads as the sync mirrors them); once every job has ended
+(or `--drain-timeout`), its real start is the portal's `started_at`.
 
 History: before each trace, `--warm-up-history` finished jobs per team (30 by default; 0: none, the quote then
 starts on its wide prior) are written straight into the database, drawn from the same distribution of run times as
@@ -55,6 +55,7 @@ from bench import harness, pipeline  # noqa: E402
 from bench.harness import NUMBER, NUMBER_OR_NONE, Run  # noqa: E402
 from bench.pipeline import GPUS_PER_NODE, KWOK_DELAY  # noqa: E402
 from bench.quote_trace import (  # noqa: E402
+    BASELINE_ADMISSIONS,
     SHAPES,
     TRACES,
     Outcome,
@@ -215,17 +216,14 @@ def seed_history(kind: str, teams: list, reserved, per_team: int, seed: int, run
 
 
 def admissions(team_id: int, now) -> list[float]:
-    """The team's most recent admissions (a job leaving Queued for an admitted state), as the portal recorded them,
-    up to `now`: what the baseline's rate is taken over."""
-    from jobs.choices import ADMITTED_STATES, JobState
-    from jobs.models import JobEvent
+    """The team queue's most recent admissions up to `now`, as Kueue stamped them on its Workloads (the sync's
+    mirror): what the baseline's rate is taken over."""
+    from jobs.models import Workload
 
     times = (
-        JobEvent.objects.filter(
-            job__team_id=team_id, from_state=JobState.QUEUED, to_state__in=ADMITTED_STATES, at__lte=now
-        )
-        .order_by("-at")
-        .values_list("at", flat=True)[:20]
+        Workload.objects.filter(job__team_id=team_id, admitted_at__lte=now)
+        .order_by("-admitted_at")
+        .values_list("admitted_at", flat=True)[:BASELINE_ADMISSIONS]
     )
     return [moment.timestamp() for moment in times]
 
