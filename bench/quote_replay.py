@@ -15,7 +15,9 @@ grace period). Right after the submit call the
 benchmark takes the job's quote as the API and pages show it (`jobs.quote_selectors.quotes_for`) and the baseline
 Kueue's maintainers suggest (KEP-168-2: the jobs ahead in the team's queue × the team's mean time between its 20
 most recent admissions, Kueue's admission times of its Workloads as the sync mirrors them); once every job has ended
-(or `--drain-timeout`), its real start is the portal's `started_at`.
+(or `--drain-timeout`), its real start is when an observer watching the cluster (bench/observer.py, as the admission
+benchmark's) saw its pod Running, on this machine's millisecond clock (the portal's `started_at`, truncated to the
+second by the cluster, when it missed it).
 
 History: before each trace, `--warm-up-history` finished jobs per team (30 by default; 0: none, the quote then
 starts on its wide prior) are written straight into the database, drawn from the same distribution of run times as
@@ -38,6 +40,7 @@ it with ``--shared-cluster --jobs 8 --run-scale 0.05 --reserved-nodes 2 --elasti
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import signal
 import subprocess
@@ -53,6 +56,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from bench import harness, pipeline  # noqa: E402
 from bench.harness import NUMBER, NUMBER_OR_NONE, Run  # noqa: E402
+from bench.observer import start as start_observer  # noqa: E402
 from bench.pipeline import GPUS_PER_NODE, KWOK_DELAY  # noqa: E402
 from bench.quote_trace import (  # noqa: E402
     BASELINE_ADMISSIONS,
@@ -94,6 +98,7 @@ SUMMARY_KEYS = {
             "queued_jobs": int,
             "preemptions": int,
             "spilled_jobs": int,
+            "observed_starts": int,
             "window_seconds": NUMBER,
             "wall_seconds": NUMBER,
             "targets_met.coverage": bool,
@@ -277,8 +282,9 @@ def submit_and_quote(trace_job, kind: str, teams, reserved) -> dict:
     return record
 
 
-def replay(kind: str, trace, teams, reserved, drain_timeout: float) -> tuple[list[dict], dict]:
-    """Submit every job at its moment, quote it, wait until every job has ended; its records with its real start."""
+def replay(kind: str, trace, teams, reserved, drain_timeout: float, seen: dict) -> tuple[list[dict], dict]:
+    """Submit every job at its moment, quote it, wait until every job has ended; its records with its real start:
+    when the observer (`seen`, filled once it has stopped) saw its pod Running, and the portal's `started_at`."""
     from jobs import services
     from jobs.choices import FINAL_STATES
     from jobs.models import Job
@@ -310,10 +316,12 @@ def replay(kind: str, trace, teams, reserved, drain_timeout: float) -> tuple[lis
         row["pk"]: row
         for row in Job.objects.filter(pk__in=ids).values("pk", "started_at", "state", "preemptions", "admitted_pool")
     }
+    seen.update(seen.pop("stop")())  # the observer's notes, once it has written them
     for record in records:
         row = rows.get(record.get("job_id"))
         if row:
             record["started"] = row["started_at"].timestamp() if row["started_at"] else None
+            record["observed"] = seen.get("pods", {}).get(str(record["job_id"]), {}).get("running")
             record.update(state=row["state"], preemptions=row["preemptions"], admitted_pool=row["admitted_pool"])
     left = Job.objects.filter(pk__in=ids).exclude(state__in=FINAL_STATES)
     for job in left:  # a timed-out replay must not hold the pool for the next trace
@@ -352,6 +360,17 @@ def _progress(kind: str, t0: float, stop: threading.Event) -> None:
         connection.close()
 
 
+def stop_observer(observer: subprocess.Popen, out: Path) -> dict:
+    """Stop the observer and read what it saw ({} when it wrote nothing)."""
+    observer.send_signal(signal.SIGTERM)
+    try:
+        observer.wait(timeout=60)
+        return json.loads(out.read_text())
+    except (subprocess.TimeoutExpired, OSError, ValueError) as error:
+        log(f"the observer wrote nothing ({error}): real starts from started_at alone")
+        return {}
+
+
 def outcomes(records: list[dict]) -> list[Outcome]:
     return [
         Outcome(
@@ -363,6 +382,7 @@ def outcomes(records: list[dict]) -> list[Outcome]:
             high=record["high"],
             baseline=record["baseline"],
             started=record.get("started"),
+            observed=record.get("observed"),
         )
         for record in records
         if "job_id" in record
@@ -408,7 +428,11 @@ def main(argv=None) -> int:
             trace = make_trace(kind, args.jobs, reserved.contracted_gpus, args.seed, args.run_scale)
             offered = trace_summary(trace, kind, reserved.contracted_gpus)
             log(f"{kind}: {json.dumps(offered)}; {seeded} warm-up jobs")
-            records, figures = replay(kind, trace, teams, reserved, args.drain_timeout)
+            observer = start_observer(env, args.state_dir / f"observer-{kind}.json")
+            children.append(observer)
+            seen = {"stop": functools.partial(stop_observer, observer, args.state_dir / f"observer-{kind}.json")}
+            records, figures = replay(kind, trace, teams, reserved, args.drain_timeout, seen)
+            figures["observed_starts"] = sum(1 for record in records if record.get("observed") is not None)
             args.records_dir.mkdir(parents=True, exist_ok=True)
             (args.records_dir / f"{kind}.jsonl").write_text(
                 "".join(json.dumps(record, default=str) + "\n" for record in records)

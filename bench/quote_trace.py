@@ -18,8 +18,8 @@ the load the trace offers (`window_seconds`). A warm-up history (`warm_up_histor
 distribution of run fractions with another seed: finished jobs the benchmark writes before the trace starts, apart
 from the scored ones, so the first quotes are fitted on a history the trace never sees.
 
-Scoring (`score`) compares each job's quote at submit with its real start (the portal's `started_at`, the cluster's
-time truncated to the second: the real start is taken as the middle of what is left of that second): the 80 % interval's
+Scoring (`score`) compares each job's quote at submit with its real start (when a watch on the cluster saw its pod
+Running, or the portal's `started_at` when it missed it): the 80 % interval's
 coverage with its exact binomial 95 % confidence interval (Clopper-Pearson), the interval's median width, the share
 of jobs quoted "starts now" that were Running within 60 s, and the median absolute error of the estimate beside that
 of the baseline Kueue's maintainers suggest for an ETA (KEP-168-2: the position in the queue × the queue's recent
@@ -260,13 +260,16 @@ class Outcome:
     high: float | None
     baseline: float
     started: float | None
+    observed: float | None = None  # when a watch on the cluster saw its pod Running (the millisecond clock)
     extra: dict = field(default_factory=dict)
 
     @property
     def real_start(self) -> float | None:
-        """The real start: the portal's `started_at` is the pod's bind time, which the cluster truncates to the
-        second, or the job's submission when that came later in the same second; the real start lay between it and
-        the end of its second: the middle of that."""
+        """The real start: when a watch saw its pod Running; when it missed it, from the portal's `started_at`, the
+        pod's bind time, which the cluster truncates to the second (or the job's submission when that came later in
+        the same second): the real start lay between it and the end of its second, the middle of that."""
+        if self.observed is not None:
+            return self.observed
         if self.started is None:
             return None
         end_of_second = math.floor(self.started / CLOCK_PRECISION_S) * CLOCK_PRECISION_S + CLOCK_PRECISION_S
@@ -337,12 +340,12 @@ def score(outcomes: list[Outcome]) -> dict:
     held = sum(1 for o in quoted if o.held())
     interval = clopper_pearson(held, len(quoted))
     coverage = held / len(quoted) if quoted else None
-    started = [o for o in quoted if o.started is not None]
+    started = [o for o in quoted if o.real_start is not None]
     errors = [abs(o.real_start - o.estimate) for o in started]
     baseline_errors = [abs(o.real_start - o.baseline) for o in started]
     now_jobs = [o for o in quoted if o.starts_now]
     now_in_time = sum(
-        1 for o in now_jobs if o.started is not None and o.real_start - o.submitted <= STARTS_NOW_WITHIN_S
+        1 for o in now_jobs if o.real_start is not None and o.real_start - o.submitted <= STARTS_NOW_WITHIN_S
     )
     waits = [o.real_start - o.submitted for o in started]
     queued = [o for o in started if not o.starts_now]
@@ -353,7 +356,7 @@ def score(outcomes: list[Outcome]) -> dict:
         "jobs": len(outcomes),
         "quoted": len(quoted),
         "cannot_start_quotes": len(outcomes) - len(quoted),
-        "never_started": sum(1 for o in quoted if o.started is None),
+        "never_started": sum(1 for o in quoted if o.real_start is None),
         "coverage": _r(coverage, 3),
         "coverage_ci95": [round(bound, 3) for bound in interval] if interval else None,
         "median_width_s": _r(median([o.high - o.low for o in quoted])),
