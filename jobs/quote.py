@@ -23,8 +23,8 @@ A job that does not fit may start at once by Kueue's preemption within its team 
 LowerPriority`): the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits
 within the team's reservation; it starts once their pods have exited (at level q after q × their grace period), and
 they go back to the queue behind their priority's queued jobs and run again. Work the team will submit is foreseen
-from what it submitted (`arrivals`: its recent submissions again, as far ahead as they go back): a higher-priority
-one passes a waiting job. Level 1 foresees none.
+from what it submitted (`arrivals`: its recent submissions again, as far ahead as they go back, five times over): a
+higher-priority one passes a waiting job. Level 1 foresees none.
 
 What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), what other
 teams will submit (a lender reclaiming its GPUs preempts borrowed jobs), and the nodes themselves (a job Kueue
@@ -50,6 +50,7 @@ PRIOR = tuple(step / 20 for step in range(1, 21))
 MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s)
 DELAY_SIZE = 50  # the portal's most recent starts the start delay is read off
 ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen from
+ARRIVAL_REPEATS = 5  # how many stretches as long as theirs are foreseen
 DELAY_PER_TEAM = 10  # of them at most so many finished jobs of each team quoted (beside every job running now)
 
 
@@ -144,7 +145,8 @@ class TeamQueue:
     pool_names: dict[int, str] = field(default_factory=dict)
     delay: StartDelay = field(default_factory=StartDelay)
     reserved: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs of the team's reservation there now
-    # What the team will likely submit next (`arrivals`): its recent submissions again, as far ahead as they go back.
+    # What the team will likely submit next (`arrivals`): its recent submissions again, as far ahead as they go back,
+    # several times over.
     arrivals: list[tuple[datetime, Waiting]] = field(default_factory=list)
 
 
@@ -216,15 +218,21 @@ def _preempt(queue: TeamQueue, job: Waiting, pool_id: int, *, free: dict, held: 
 
 
 def arrivals(
-    submissions: list[tuple[datetime, Waiting]], *, now: datetime, count: int
+    submissions: list[tuple[datetime, Waiting]], *, now: datetime, count: int, repeats: int = ARRIVAL_REPEATS
 ) -> list[tuple[datetime, Waiting]]:
     """The submissions a team will likely make next: its `count` most recent ones before `now` again, each as far
-    after now as it was before (the next stretch of time looks like the last one). Jobs of a higher priority among
-    them pass its queued jobs in Kueue's order; the others queue behind them."""
-    recent = (
-        sorted((pair for pair in submissions if pair[0] <= now), key=lambda pair: pair[0])[-count:] if count else []
+    after now as it was before, and again `repeats` times over (the next stretches of time look like the last one).
+    Jobs of a higher priority among them pass its queued jobs in Kueue's order; the others queue behind them."""
+    recent = sorted((pair for pair in submissions if pair[0] <= now), key=lambda pair: pair[0])
+    recent = recent[-count:] if count else []
+    if not recent:
+        return []
+    span = now - recent[0][0]
+    stretches = repeats if span > timedelta(0) else 1
+    return sorted(
+        ((now + (now - at) + stretch * span, job) for stretch in range(stretches) for at, job in recent),
+        key=lambda pair: pair[0],
     )
-    return sorted(((now + (now - at), job) for at, job in recent), key=lambda pair: pair[0])
 
 
 def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:

@@ -237,8 +237,11 @@ def test_a_job_that_preempts_starts_once_the_stopped_pods_have_exited_within_the
 def test_the_team_s_next_submissions_are_its_recent_ones_again_as_far_ahead_as_they_go_back():
     job = Waiting(None, 8, HOUR, (POOL,), priority=100)
     submitted = [(NOW - timedelta(minutes=m), job) for m in (30, 20, 10)] + [(NOW + timedelta(minutes=1), job)]
-    foreseen = arrivals(submitted, now=NOW, count=2)
+    foreseen = arrivals(submitted, now=NOW, count=2, repeats=1)
     assert [at for at, _job in foreseen] == [NOW + timedelta(minutes=10), NOW + timedelta(minutes=20)]
+    # Again and again: the next stretches of 20 minutes look like the last one.
+    foreseen = arrivals(submitted, now=NOW, count=2, repeats=3)
+    assert [at for at, _job in foreseen] == [NOW + timedelta(minutes=m) for m in (10, 20, 30, 40, 50, 60)]
     assert arrivals(submitted, now=NOW, count=0) == []
 
 
@@ -248,7 +251,9 @@ def test_a_higher_priority_submission_foreseen_passes_a_waiting_job_but_not_the_
     history = _history(*[1.0] * 10)
     holding = [Holding(POOL, 8, NOW - timedelta(hours=1), 2 * HOUR)]
     waiting = [Waiting(1, 8, HOUR, (POOL,), priority=0)]
-    coming = arrivals([(NOW - timedelta(minutes=10), Waiting(None, 8, HOUR, (POOL,), priority=100))], now=NOW, count=20)
+    coming = arrivals(
+        [(NOW - timedelta(minutes=10), Waiting(None, 8, HOUR, (POOL,), priority=100))], now=NOW, count=20, repeats=1
+    )
     quote = quote_queue(_queue(holding=holding, waiting=waiting, history=history, arrivals=coming), now=NOW)[1]
     assert quote.estimate == NOW + timedelta(hours=2)
     # Level 1 foresees no submission: the latest start the jobs there now can cause (the interval's top beyond it).
