@@ -264,8 +264,12 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
             reclaims[key] = (pool_id, gpus)
             # A stopped pod ends anywhere between at once (it exits on SIGTERM) and its grace period, evenly.
             events.append((now + timedelta(seconds=level * seconds), key))
-    # Level 1 is the latest start the jobs there now can cause: it foresees no submission.
+    # Level 1 is the latest start the jobs there now can cause: it foresees no submission. In a StrictFIFO queue a
+    # submission of no higher priority than every waiting job stays behind them all: it changes no start.
+    lowest = min((job.priority for job in queue.waiting), default=0)
     for at, job in queue.arrivals if level < LATEST else ():
+        if not queue.best_effort and job.priority <= lowest:
+            continue
         key = next(keys)
         coming[key] = job
         events.append((at, key))
@@ -285,15 +289,25 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
     ]
     left.sort(key=lambda entry: entry[0])
     sequence = len(queue.waiting)  # the order of a job requeued or submitted during the replay: after those there
+    # Preemption within the team needs a reservation and two priorities among its jobs.
+    can_preempt = (
+        bool(queue.reserved)
+        and len(
+            {job.priority for job in queue.waiting}
+            | {each.priority for each in held.values()}
+            | {j.priority for j in coming.values()}
+        )
+        > 1
+    )
     freed = reclaimed = 0
     moment = now
     run_fraction = queue.history.quantile(level)
     delay = timedelta(seconds=queue.delay.quantile(level))
     while left:
-        still = []
+        still, reorder = [], False
         for position, (order, index, job) in enumerate(left):
             pool, stopped = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None), []
-            for candidate in job.pools if pool is None else ():
+            for candidate in job.pools if pool is None and can_preempt else ():
                 chosen = _preempt(queue, job, candidate, free=free, held=held)
                 if chosen is not None:
                     pool, stopped = candidate, chosen
@@ -314,6 +328,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                     None, victim.gpus, victim.max_run_seconds, (pool,), victim.priority, victim.grace_seconds
                 )
                 still.append(((-victim.priority, sequence), None, again))  # to run again from its start
+                reorder = True
             free[pool] -= job.gpus
             start = moment + stopping + delay
             if index is not None:
@@ -338,6 +353,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                 job = coming.pop(key)
                 if any(capacity.get(pool_id, 0) >= job.gpus for pool_id in job.pools):
                     left.append(((-job.priority, sequence), None, job))
+                    reorder = True
             elif key in held:
                 each = held.pop(key)
                 free[each.pool_id] = free.get(each.pool_id, 0) + each.gpus
@@ -346,7 +362,8 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                 pool_id, gpus = reclaims.pop(key)
                 free[pool_id] = free.get(pool_id, 0) + gpus
                 reclaimed += gpus
-        left.sort(key=lambda entry: entry[0])
+        if reorder:
+            left.sort(key=lambda entry: entry[0])
     return run
 
 
