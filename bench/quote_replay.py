@@ -87,6 +87,8 @@ SUMMARY_KEYS = {
             "never_started": int,
             "coverage": NUMBER_OR_NONE,
             "coverage_ci95": (list, type(None)),
+            "coverage_starts_now": NUMBER_OR_NONE,
+            "coverage_queued": NUMBER_OR_NONE,
             "median_width_s": NUMBER_OR_NONE,
             "starts_now_jobs": int,
             "starts_now_running_within_60s": NUMBER_OR_NONE,

@@ -332,6 +332,10 @@ def _r(value, digits: int = 1):
     return None if value is None else round(float(value), digits)
 
 
+def _coverage(outcomes: list[Outcome]) -> float | None:
+    return _r(sum(1 for o in outcomes if o.held()) / len(outcomes), 3) if outcomes else None
+
+
 def score(outcomes: list[Outcome]) -> dict:
     """A trace's figures: coverage of the 80 % interval with its 95 % CI, the interval's median width, "starts now"
     within 60 s, the estimate's and the baseline's median absolute error (over the same jobs: those quoted a start
@@ -370,6 +374,10 @@ def score(outcomes: list[Outcome]) -> dict:
         "queued_baseline_median_abs_error_s": _r(median([abs(o.real_start - o.baseline) for o in queued])),
         "wait_s": {"p50": _r(median(waits)), "max": _r(max(waits) if waits else None)},
         "queued_jobs": sum(1 for o in quoted if not o.starts_now),
+        # The coverage over each kind apart: a "starts now" interval spans the path's sub-second delay, a queued one
+        # the queue's seconds to minutes.
+        "coverage_starts_now": _coverage([o for o in quoted if o.starts_now]),
+        "coverage_queued": _coverage([o for o in quoted if not o.starts_now]),
         "targets_met": {
             "coverage": coverage is not None and COVERAGE_TARGET[0] <= coverage <= COVERAGE_TARGET[1],
             "starts_now": now_share is None or now_share >= STARTS_NOW_TARGET,

@@ -167,6 +167,7 @@ def test_score_gives_coverage_width_starts_now_and_the_error_against_the_baselin
     assert figures["coverage_ci95"] == [round(b, 3) for b in clopper_pearson(3, 5)]
     assert figures["median_width_s"] == 30.0  # widths 2, 2, 30, 30, 100
     assert figures["starts_now_jobs"] == 2 and figures["starts_now_running_within_60s"] == 0.5
+    assert figures["coverage_starts_now"] == 0.5 and figures["coverage_queued"] == round(2 / 3, 3)
     # Real starts are the middle of their second: 1.5, 90.5, 99.5, 109.5, 299.5. Errors |start - estimate|: 0.5,
     # 88.5, 0.5, 0.5, 99.5 -> median 0.5; the baseline's: 1.5, 90.5, 60.5, 79.5, 299.5 -> 79.5.
     assert figures["median_abs_error_s"] == 0.5 and figures["baseline_median_abs_error_s"] == 79.5
