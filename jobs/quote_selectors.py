@@ -2,9 +2,10 @@
 
 Each rule is read from its one place: the room a team has in a pool from `jobs.selectors.quota_room` (Kueue's
 own sum over reservations, lending and the cohort), the GPUs a team's jobs hold from `JobQuerySet.in_use`, and what
-its reservation lends now from `pools.lending.pool_lending`. The history is the team's most recent finished jobs
-(finished before now), as fractions of their maximum run time. A fixed number of queries, whatever the number of
-teams and jobs (`team_queues`).
+its reservation lends now from `pools.lending.pool_lending`, its reservation from `pools.lending.team_uses`. The history
+is the team's most recent finished jobs (finished before now), as fractions of their maximum run time; the path's
+delay is read off the portal's most recent starts (`start_delays`), the team's next submissions off its recent ones
+(`recent_submissions`). A fixed number of queries, whatever the number of teams and jobs (`team_queues`).
 """
 
 from dataclasses import dataclass, field, replace
