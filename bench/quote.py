@@ -15,6 +15,10 @@ The JSON summary is the last line printed. Run on a quiet machine (`noisy` says 
 
     .venv/bin/python bench/quote.py                      # full size: 1,000 pending jobs over 100 teams
     .venv/bin/python bench/quote.py --teams 3 --pending 30 --running 10 --history 20 --repeat 2   # the smoke size
+
+`--replay` runs the quotes' calibration instead (bench/quote_replay.py, issue 28 part 3: three traces through the
+portal, Kueue, the scheduler and KWOK nodes, each job's quote at submit against its real start); the options after
+it are the replay's (`bench/quote.py --replay --help`).
 """
 
 import argparse
@@ -55,6 +59,7 @@ log = logger("quote")
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replay", action="store_true", help="run the calibration replay (bench/quote_replay.py)")
     parser.add_argument("--teams", type=int, default=100)
     parser.add_argument("--pools", type=int, default=4, help="reserved pools (each with an elastic spill pool)")
     parser.add_argument("--pending", type=int, default=1000, help="queued jobs, spread over the teams")
@@ -169,6 +174,10 @@ def timed(repeat, function):
 
 
 def main():
+    if "--replay" in sys.argv[1:]:
+        from bench.quote_replay import main as replay
+
+        return replay([arg for arg in sys.argv[1:] if arg != "--replay"])
     args = parse_args()
     run = Run("quote")
     os.environ["DATABASE_URL"] = bench_database("quote", fresh=True)
@@ -253,4 +262,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,7 +2,8 @@
 
 The idea. A queued job starts when Kueue admits it, and Kueue admits it when its team's queue ahead of it has been
 admitted and its team has room for its GPUs. The team's room grows at known moments: borrowed GPUs of its
-reservation come back within the borrowers' grace period (Kueue reclaims them at once), and each of its running jobs
+reservation come back within the borrowers' grace period (Kueue reclaims them at once; a stopped pod exits anywhere
+between at once and its grace period: at level q after q × the grace period), and each of its running jobs
 gives its GPUs back when it ends — at the latest at its deadline (start + maximum run time), and usually sooner: how
 much sooner is read off the team's own history, the fraction of their maximum run time its finished jobs really ran
 (an empirical distribution, fitted only on jobs already finished: never on the future).
@@ -12,12 +13,22 @@ level of that distribution: at level q every running job ends at the q-quantile 
 already, and every job admitted on the way runs for the q-quantile of its maximum. Kueue's own rule decides who
 starts at each moment: in a `StrictFIFO` queue no job passes the head; in a `BestEffortFIFO` one a later job that
 fits starts first. Level 0.5 is the estimate, 0.1 and 0.9 bound the 80 % interval, and level 1 (every job runs to
-its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job whose start is now
-at every level "starts now".
+its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job Kueue admits at
+once at every level "starts now". Between Kueue's admission and a Running pod lies the path's own latency (the
+Job's creation, the Workload's admission, the pods' binding and start): its q-quantile, read off the portal's recent
+starts, every team's (`StartDelay`), is added to each start at level q, and each job admitted on the way runs from
+then.
 
-What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), work
-submitted after the quote (a higher-priority job may still pass), preemption within the team, and the nodes
-themselves (a job Kueue admits may wait Pending for a node: the submit preview says so beside the quote). This
+A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue:
+LowerPriority`): the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits
+within the team's reservation; it starts once their pods have exited (at level q after q × their grace period), and
+they go back to the queue behind their priority's queued jobs and run again. Work the team will submit is foreseen
+from what it submitted (`arrivals`: its recent submissions again, as far ahead as they go back, five times over): a
+higher-priority one passes a waiting job. Level 1 foresees none.
+
+What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), what other
+teams will submit (a lender reclaiming its GPUs preempts borrowed jobs), and the nodes themselves (a job Kueue
+admits may wait Pending for a node: the submit preview says so beside the quote). This
 module is pure: its inputs are built from the database by `jobs.quote_selectors`, with the rules' one place each
 (`quota_room`, `pools.lending`, `JobQuerySet.in_use`).
 """
@@ -36,6 +47,11 @@ MIN_HISTORY = 10  # fewer finished jobs than this: the prior below stands in for
 HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is fitted on
 # With no history: a run may end anywhere in its maximum run time, evenly (wide on purpose).
 PRIOR = tuple(step / 20 for step in range(1, 21))
+MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s)
+DELAY_SIZE = 50  # the portal's most recent starts the start delay is read off
+ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen from
+ARRIVAL_REPEATS = 5  # how many stretches as long as theirs are foreseen
+DELAY_PER_TEAM = 10  # of them at most so many finished jobs of each team quoted (beside every job running now)
 
 
 class RunHistory:
@@ -69,6 +85,27 @@ class RunHistory:
         return max(rest[index], after)
 
 
+class StartDelay:
+    """Seconds from the moment Kueue may admit a job to its pod Running: the path's own latency (the submit task
+    creating the Job, Kueue making and admitting its Workload, the pods created, bound and started), read off the
+    portal's most recent starts, without the time they waited for room (an empirical distribution, like the run
+    times; the path is the platform's, not a team's). With fewer than `MIN_DELAYS` starts measured, none is
+    assumed."""
+
+    def __init__(self, seconds=()):
+        self.seconds = sorted(max(float(value), 0.0) for value in seconds)
+
+    @classmethod
+    def fitted(cls, seconds) -> "StartDelay":
+        seconds = list(seconds)
+        return cls(seconds) if len(seconds) >= MIN_DELAYS else cls()
+
+    def quantile(self, level: float) -> float:
+        if not self.seconds:
+            return 0.0
+        return self.seconds[min(int(level * len(self.seconds)), len(self.seconds) - 1)]
+
+
 @dataclass(frozen=True)
 class Holding:
     """A job of the team holding GPUs in a pool now (`JobQuerySet.in_use`), since `started_at`."""
@@ -77,6 +114,8 @@ class Holding:
     gpus: int
     started_at: datetime
     max_run_seconds: int
+    priority: int = 0
+    grace_seconds: int = 0  # its pods' time to stop when preempted (the platform's cap applied)
 
 
 @dataclass(frozen=True)
@@ -88,6 +127,8 @@ class Waiting:
     gpus: int
     max_run_seconds: int
     pools: tuple[int, ...]
+    priority: int = 0
+    grace_seconds: int = 0
 
 
 @dataclass
@@ -102,6 +143,11 @@ class TeamQueue:
     history: RunHistory
     reclaim: dict[int, tuple[int, int]] = field(default_factory=dict)  # pool id -> (GPUs lent out, seconds to return)
     pool_names: dict[int, str] = field(default_factory=dict)
+    delay: StartDelay = field(default_factory=StartDelay)
+    reserved: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs of the team's reservation there now
+    # What the team will likely submit next (`arrivals`): its recent submissions again, as far ahead as they go back,
+    # several times over.
+    arrivals: list[tuple[datetime, Waiting]] = field(default_factory=list)
 
 
 @dataclass
@@ -133,66 +179,191 @@ class _Run:
     """One replay at one quantile level: when each waiting job starts, in which pool, and what freed the room."""
 
     starts: dict[int, tuple[datetime, int]] = field(default_factory=dict)  # index in `waiting` -> (time, pool)
+    admitted: dict[int, datetime] = field(default_factory=dict)  # index -> when Kueue admits it (its start - delay)
     freed_by_running: dict[int, int] = field(default_factory=dict)  # index -> GPUs running jobs gave back before it
     reclaimed: dict[int, int] = field(default_factory=dict)  # index -> GPUs reclaimed before it
 
 
+@dataclass
+class _Held:
+    """GPUs the team holds in a pool during a replay: a job running now or one admitted on the way."""
+
+    pool_id: int
+    gpus: int
+    priority: int
+    since: datetime
+    max_run_seconds: int
+    kind: str  # "running" (now) or "admitted" (on the way)
+    grace_seconds: int = 0
+
+
+def _preempt(queue: TeamQueue, job: Waiting, pool_id: int, *, free: dict, held: dict) -> list[int] | None:
+    """Kueue's preemption within the team (`withinClusterQueue: LowerPriority`, never to borrow): the held jobs of
+    lower priority in `pool_id` to stop, lowest priority first and the most recently started first, so that `job`
+    fits there within the team's reservation; None when it cannot."""
+    used = sum(each.gpus for each in held.values() if each.pool_id == pool_id)
+    lower = sorted(
+        (key for key, each in held.items() if each.pool_id == pool_id and each.priority < job.priority),
+        key=lambda key: (held[key].priority, -held[key].since.timestamp()),
+    )
+    if not lower or used - sum(held[key].gpus for key in lower) + job.gpus > queue.reserved.get(pool_id, 0):
+        return None
+    chosen, stopped = [], 0
+    for key in lower:
+        if free.get(pool_id, 0) + stopped >= job.gpus and used - stopped + job.gpus <= queue.reserved.get(pool_id, 0):
+            break
+        chosen.append(key)
+        stopped += held[key].gpus
+    return chosen
+
+
+def arrivals(
+    submissions: list[tuple[datetime, Waiting]], *, now: datetime, count: int, repeats: int = ARRIVAL_REPEATS
+) -> list[tuple[datetime, Waiting]]:
+    """The submissions a team will likely make next: its `count` most recent ones before `now` again, each as far
+    after now as it was before, and again `repeats` times over (the next stretches of time look like the last one).
+    Jobs of a higher priority among them pass its queued jobs in Kueue's order; the others queue behind them."""
+    recent = sorted((pair for pair in submissions if pair[0] <= now), key=lambda pair: pair[0])
+    recent = recent[-count:] if count else []
+    if not recent:
+        return []
+    span = now - recent[0][0]
+    stretches = repeats if span > timedelta(0) else 1
+    return sorted(
+        ((now + (now - at) + stretch * span, job) for stretch in range(stretches) for at, job in recent),
+        key=lambda pair: pair[0],
+    )
+
+
 def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
     free = dict(queue.room)
-    events: list[tuple[datetime, int, int, str, int]] = []  # (time, tie, pool, kind, GPUs)
-    tie = 0
+    held: dict[int, _Held] = {}
+    reclaims: dict[int, tuple[int, int]] = {}  # key -> (pool, GPUs)
+    coming: dict[int, Waiting] = {}  # key -> a job the team will likely submit then
+    events: list[tuple[datetime, int]] = []  # (time, key of `held`, `reclaims` or `coming`); stale keys are skipped
+    keys = iter(range(1 << 62))
     for holding in queue.holding:
         elapsed = max((now - holding.started_at).total_seconds(), 0.0)
         max_run = max(holding.max_run_seconds, 1)
         fraction = queue.history.quantile(level, after=min(elapsed / max_run, 1.0))
         end = max(holding.started_at + timedelta(seconds=fraction * max_run), now)
-        events.append((end, tie, holding.pool_id, "running", holding.gpus))
-        tie += 1
+        key = next(keys)
+        held[key] = _Held(
+            holding.pool_id,
+            holding.gpus,
+            holding.priority,
+            holding.started_at,
+            max_run,
+            "running",
+            holding.grace_seconds,
+        )
+        events.append((end, key))
     for pool_id, (gpus, seconds) in queue.reclaim.items():
         if gpus:
-            events.append((now + timedelta(seconds=seconds), tie, pool_id, "reclaim", gpus))
-            tie += 1
+            key = next(keys)
+            reclaims[key] = (pool_id, gpus)
+            # A stopped pod ends anywhere between at once (it exits on SIGTERM) and its grace period, evenly.
+            events.append((now + timedelta(seconds=level * seconds), key))
+    # Level 1 is the latest start the jobs there now can cause: it foresees no submission. In a StrictFIFO queue a
+    # submission of no higher priority than every waiting job stays behind them all: it changes no start.
+    lowest = min((job.priority for job in queue.waiting), default=0)
+    for at, job in queue.arrivals if level < LATEST else ():
+        if not queue.best_effort and job.priority <= lowest:
+            continue
+        key = next(keys)
+        coming[key] = job
+        events.append((at, key))
     heapq.heapify(events)
     run = _Run()
     # A job larger than all its team could ever hold in its pools waits for ever: it blocks nobody (Kueue sets it
     # aside as inadmissible).
     capacity = dict(queue.room)
-    for _at, _tie, pool_id, _kind, gpus in events:
+    for pool_id, gpus in [*((each.pool_id, each.gpus) for each in held.values()), *reclaims.values()]:
         capacity[pool_id] = capacity.get(pool_id, 0) + gpus
-    left = [
-        index
+    # Kueue's order: priority, then submission (the order of `waiting`); a preempted job is requeued behind the jobs of
+    # its priority already queued.
+    left: list[tuple[tuple[int, int], int | None, Waiting]] = [
+        ((-job.priority, index), index, job)
         for index, job in enumerate(queue.waiting)
         if any(capacity.get(pool_id, 0) >= job.gpus for pool_id in job.pools)
     ]
+    left.sort(key=lambda entry: entry[0])
+    sequence = len(queue.waiting)  # the order of a job requeued or submitted during the replay: after those there
+    # Preemption within the team needs a reservation and two priorities among its jobs.
+    can_preempt = (
+        bool(queue.reserved)
+        and len(
+            {job.priority for job in queue.waiting}
+            | {each.priority for each in held.values()}
+            | {j.priority for j in coming.values()}
+        )
+        > 1
+    )
     freed = reclaimed = 0
     moment = now
     run_fraction = queue.history.quantile(level)
+    delay = timedelta(seconds=queue.delay.quantile(level))
     while left:
-        still = []
-        for position, index in enumerate(left):
-            job = queue.waiting[index]
-            pool = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None)
+        still, reorder = [], False
+        for position, (order, index, job) in enumerate(left):
+            pool, stopped = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None), []
+            for candidate in job.pools if pool is None and can_preempt else ():
+                chosen = _preempt(queue, job, candidate, free=free, held=held)
+                if chosen is not None:
+                    pool, stopped = candidate, chosen
+                    break
             if pool is None:
                 if not queue.best_effort:  # StrictFIFO: nobody passes a waiting head
                     still.extend(left[position:])
                     break
-                still.append(index)
+                still.append((order, index, job))
                 continue
+            # Stopped pods exit anywhere between at once and their grace period (at level q after q × the longest).
+            stopping = timedelta(seconds=level * max((held[key].grace_seconds for key in stopped), default=0))
+            for key in stopped:
+                victim = held.pop(key)
+                free[pool] += victim.gpus
+                sequence += 1
+                again = Waiting(
+                    None, victim.gpus, victim.max_run_seconds, (pool,), victim.priority, victim.grace_seconds
+                )
+                still.append(((-victim.priority, sequence), None, again))  # to run again from its start
+                reorder = True
             free[pool] -= job.gpus
-            run.starts[index] = (moment, pool)
-            run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed
-            end = moment + timedelta(seconds=run_fraction * job.max_run_seconds)
-            heapq.heappush(events, (end, tie, pool, "admitted", job.gpus))
-            tie += 1
+            start = moment + stopping + delay
+            if index is not None:
+                run.starts[index], run.admitted[index] = (start, pool), moment
+                run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed
+            # Its GPUs are Kueue's from its admission; its run (and so its end) counts from its start.
+            end = start + timedelta(seconds=run_fraction * job.max_run_seconds)
+            key = next(keys)
+            held[key] = _Held(pool, job.gpus, job.priority, moment, job.max_run_seconds, "admitted", job.grace_seconds)
+            heapq.heappush(events, (end, key))
         left = still
-        if not left or not events:
+        while events and events[0][1] not in held and events[0][1] not in reclaims and events[0][1] not in coming:
+            heapq.heappop(events)  # a job preempted in the replay: its end no longer frees anything
+        # Done once every job of the queue has started (the others were only there to take room before them).
+        if not any(index is not None for _order, index, _job in left) or not events:
             break
         moment = events[0][0]
         while events and events[0][0] == moment:
-            _at, _tie, pool_id, kind, gpus = heapq.heappop(events)
-            free[pool_id] = free.get(pool_id, 0) + gpus
-            freed += gpus if kind == "running" else 0
-            reclaimed += gpus if kind == "reclaim" else 0
+            _at, key = heapq.heappop(events)
+            if key in coming:
+                sequence += 1
+                job = coming.pop(key)
+                if any(capacity.get(pool_id, 0) >= job.gpus for pool_id in job.pools):
+                    left.append(((-job.priority, sequence), None, job))
+                    reorder = True
+            elif key in held:
+                each = held.pop(key)
+                free[each.pool_id] = free.get(each.pool_id, 0) + each.gpus
+                freed += each.gpus if each.kind == "running" else 0
+            elif key in reclaims:
+                pool_id, gpus = reclaims.pop(key)
+                free[pool_id] = free.get(pool_id, 0) + gpus
+                reclaimed += gpus
+        if reorder:
+            left.sort(key=lambda entry: entry[0])
     return run
 
 
@@ -219,7 +390,8 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
     low, estimate, high = times
     latest, pool_id = runs[LATEST].starts[index]
     latest = max(latest, high)
-    starts_now = high <= now
+    # Starts now: Kueue admits it at once at every level (its pods then take the path's delay to run).
+    starts_now = all(runs[level].admitted.get(index, latest) <= now for level in (LOW, ESTIMATE, HIGH))
     if starts_now:
         basis.append({"say": "room", "gpus": queue.room.get(pool_id, 0), "pool": queue.pool_names.get(pool_id, "")})
     else:

@@ -2,9 +2,10 @@
 
 Each rule is read from its one place: the room a team has in a pool from `jobs.selectors.quota_room` (Kueue's
 own sum over reservations, lending and the cohort), the GPUs a team's jobs hold from `JobQuerySet.in_use`, and what
-its reservation lends now from `pools.lending.pool_lending`. The history is the team's most recent finished jobs
-(finished before now), as fractions of their maximum run time. A fixed number of queries, whatever the number of
-teams and jobs (`team_queues`).
+its reservation lends now from `pools.lending.pool_lending`, its reservation from `pools.lending.team_uses`. The history
+is the team's most recent finished jobs (finished before now), as fractions of their maximum run time; the path's
+delay is read off the portal's most recent starts (`start_delays`), the team's next submissions off its recent ones
+(`recent_submissions`). A fixed number of queries, whatever the number of teams and jobs (`team_queues`).
 """
 
 from dataclasses import dataclass, field, replace
@@ -23,8 +24,23 @@ from pools.models import Pool, Quota
 from portal.choices import QueueingStrategy
 from portal.models import Team
 
-from .choices import ADMITTED_STATES, FINAL_STATES, JobState, Placement
-from .quote import HISTORY_SIZE, Holding, Quote, QuoteWords, RunHistory, TeamQueue, Waiting, quote_queue, worded
+from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, JobState, Placement
+from .quote import (
+    ARRIVALS,
+    DELAY_PER_TEAM,
+    DELAY_SIZE,
+    HISTORY_SIZE,
+    Holding,
+    Quote,
+    QuoteWords,
+    RunHistory,
+    StartDelay,
+    TeamQueue,
+    Waiting,
+    arrivals,
+    quote_queue,
+    worded,
+)
 from .selectors import quota_room
 from .specs import JobSpec, max_grace_seconds
 
@@ -78,6 +94,102 @@ def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
     return fractions
 
 
+# The path's delay of the portal's most recent starts (up to DELAY_SIZE, of jobs never preempted): from a job's
+# submission to Kueue's Workload, plus from the Workload's admission to its pod's start, i.e. its time from submission
+# to Running without its wait for room. The path is the platform's (the submit task, Kueue, the scheduler, the
+# nodes), so every team's jobs running now count, with the teams' own last finished ones (the index
+# jobs_job_team_finished) when few run. The Workload's times are the cluster's, truncated to the second (their
+# difference is not), and so is the pod's bind time behind `started_at` (unless the submission came later in that
+# second): the start is taken as the middle of what is left of `started_at`'s second.
+_START_DELAYS = """
+WITH started AS (
+    (SELECT running.id, running.created_at, running.started_at FROM jobs_job AS running
+     WHERE running.state = %(running)s AND running.started_at <= %(now)s AND running.preemptions = 0
+     ORDER BY running.started_at DESC LIMIT %(limit)s)
+    UNION ALL
+    (SELECT finished.id, finished.created_at, finished.started_at
+     FROM unnest(%(teams)s::bigint[]) AS team(id)
+     CROSS JOIN LATERAL (
+         SELECT job.id, job.created_at, job.started_at FROM jobs_job AS job
+         WHERE job.team_id = team.id AND job.finished_at IS NOT NULL AND job.finished_at <= %(now)s
+           AND job.started_at IS NOT NULL AND job.preemptions = 0
+         ORDER BY job.finished_at DESC LIMIT %(per_team)s
+     ) AS finished)
+)
+SELECT EXTRACT(
+           EPOCH FROM (workload.created_at - recent.created_at) + (recent.started_at - workload.admitted_at)
+           + (date_trunc('second', recent.started_at) + interval '1 second' - recent.started_at) / 2
+       )::float8
+FROM (SELECT * FROM started ORDER BY started_at DESC LIMIT %(limit)s) AS recent
+CROSS JOIN LATERAL (
+    SELECT first.created_at, first.admitted_at FROM jobs_workload AS first
+    WHERE first.job_id = recent.id ORDER BY first.created_at LIMIT 1
+) AS workload
+WHERE workload.admitted_at IS NOT NULL
+"""
+
+
+def start_delays(team_ids, *, now: datetime) -> list[float]:
+    """The seconds the portal's `DELAY_SIZE` most recent starts before `now` (every job running then, and the last
+    finished ones of the teams of `team_ids`) took on the path from submission to a Running pod, without their wait
+    for room (`jobs.quote.StartDelay`). One query."""
+    parameters = {
+        "teams": sorted(set(team_ids)),
+        "now": now,
+        "running": JobState.RUNNING,
+        "limit": DELAY_SIZE,
+        "per_team": DELAY_PER_TEAM,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_START_DELAYS, parameters)
+        return [delay for (delay,) in cursor.fetchall()]
+
+
+# Per team, its ARRIVALS most recent submissions before a moment, whatever became of them: among its last finished
+# jobs (the index jobs_job_team_finished) and those not finished (queued or holding GPUs).
+_RECENT_SUBMISSIONS = """
+SELECT team.id, recent.created_at, recent.pool_id, recent.total_gpus, recent.max_run_minutes, recent.placement,
+       recent.priority, recent.termination_grace_seconds
+FROM unnest(%(teams)s::bigint[]) AS team(id)
+CROSS JOIN LATERAL (
+    SELECT * FROM (
+        (SELECT finished.created_at, finished.pool_id, finished.total_gpus, finished.max_run_minutes,
+                finished.placement, finished.priority, finished.termination_grace_seconds
+         FROM jobs_job AS finished
+         WHERE finished.team_id = team.id AND finished.finished_at IS NOT NULL
+         ORDER BY finished.finished_at DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT open.created_at, open.pool_id, open.total_gpus, open.max_run_minutes, open.placement, open.priority,
+                open.termination_grace_seconds
+         FROM jobs_job AS open
+         WHERE open.team_id = team.id AND open.finished_at IS NULL AND open.state = ANY(%(open)s))
+    ) AS job
+    WHERE job.created_at <= %(now)s
+    ORDER BY job.created_at DESC LIMIT %(limit)s
+) AS recent
+"""
+
+
+def recent_submissions(team_ids, *, now: datetime, spill: dict) -> dict[int, list[tuple[datetime, Waiting]]]:
+    """Per team: its `ARRIVALS` most recent submissions before `now` (when, and the job as it would wait), what
+    `jobs.quote.arrivals` foresees the next ones from. One query."""
+    team_ids = sorted(set(team_ids))
+    if not team_ids:
+        return {}
+    parameters = {"teams": team_ids, "now": now, "limit": ARRIVALS, "open": sorted(ACTIVE_STATES)}
+    with connection.cursor() as cursor:
+        cursor.execute(_RECENT_SUBMISSIONS, parameters)
+        rows = cursor.fetchall()
+    cap = max_grace_seconds()
+    submissions: dict[int, list[tuple[datetime, Waiting]]] = {}
+    for team_id, created_at, pool_id, gpus, max_run, placement, priority, grace in rows:
+        where = _where(pool_id=pool_id, placement=placement, spilled=False, spill=spill)
+        submissions.setdefault(team_id, []).append(
+            (created_at, Waiting(None, gpus, max_run * 60, where, priority, min(grace, cap)))
+        )
+    return submissions
+
+
 def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | None = None) -> dict[int, TeamQueue]:
     """The `TeamQueue` of each team of `team_ids`: its queued jobs in Kueue's order (priority, then submission), its
     room in every pool they, their spill pools or `extra_pools` ({team id: pool ids}) name, what its jobs hold, what
@@ -93,18 +205,38 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     queued = list(
         Job.objects.filter(team__in=team_ids, state=JobState.QUEUED)
         .order_by("team_id", "-priority", "created_at", "id")
-        .values_list("id", "team_id", "pool_id", "total_gpus", "max_run_minutes", "placement", "spilled")
+        .values_list(
+            "id",
+            "team_id",
+            "pool_id",
+            "total_gpus",
+            "max_run_minutes",
+            "placement",
+            "spilled",
+            "priority",
+            "termination_grace_seconds",
+        )
     )
     holding = list(
         Job.objects.filter(team__in=team_ids)
         .in_use()
-        .values_list("team_id", "quota_pool", "total_gpus", "started_at", "state_changed_at", "max_run_minutes")
+        .values_list(
+            "team_id",
+            "quota_pool",
+            "total_gpus",
+            "started_at",
+            "state_changed_at",
+            "max_run_minutes",
+            "priority",
+            "termination_grace_seconds",
+        )
     )
     waiting: dict[int, list[Waiting]] = {team_id: [] for team_id in team_ids}
     pairs = {(team_id, pool_id) for team_id, pools in (extra_pools or {}).items() for pool_id in pools}
-    for job_id, team_id, pool_id, gpus, max_run, placement, spilled in queued:
+    cap = max_grace_seconds()
+    for job_id, team_id, pool_id, gpus, max_run, placement, spilled, priority, grace in queued:
         where = _where(pool_id=pool_id, placement=placement, spilled=spilled, spill=spill)
-        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where))
+        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where, priority, min(grace, cap)))
         pairs.update((team_id, each) for each in where)
     pairs.update((team_id, pool_id) for team_id, pool_id, *_rest in holding)
     quotas = {
@@ -112,9 +244,12 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
         for team, pool, gpus in Quota.objects.filter(team__in=team_ids).values_list("team_id", "pool_id", "max_gpus")
     }
     pools = {pool.pk: pool for pool in Pool.objects.filter(pk__in={p for _t, p in pairs})}
-    room = quota_room(pairs, quotas=quotas, now=now, pools=pools)
+    uses = team_uses(sorted(pools), now=now)
+    room = quota_room(pairs, quotas=quotas, now=now, pools=pools, uses=uses)
     reclaim = _reclaims(team_ids, list(pools.values()), now=now)
     fractions = run_fractions(team_ids, now=now)
+    delay = StartDelay.fitted(start_delays(team_ids, now=now))
+    submitted = recent_submissions(team_ids, now=now, spill=spill)
     queues = {}
     for team_id in team_ids:
         queues[team_id] = TeamQueue(
@@ -126,11 +261,16 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
             history=RunHistory.fitted(fractions.get(team_id, [])),
             reclaim=reclaim.get(team_id, {}),
             pool_names={pool.pk: pool.name for pool in pools.values()},
+            delay=delay,
+            reserved={
+                pool_id: teams[team_id].reserved for pool_id, teams in uses.items() if teams.get(team_id) is not None
+            },
+            arrivals=arrivals(submitted.get(team_id, []), now=now, count=ARRIVALS),
         )
-    for team_id, pool_id, gpus, started_at, changed_at, max_run in holding:
+    for team_id, pool_id, gpus, started_at, changed_at, max_run, priority, grace in holding:
         # An admitted job not running yet has not started its clock: its deadline counts from now at the latest.
         since = started_at or max(changed_at, now)
-        queues[team_id].holding.append(Holding(pool_id, gpus, since, max_run * 60))
+        queues[team_id].holding.append(Holding(pool_id, gpus, since, max_run * 60, priority, min(grace, cap)))
     return queues
 
 
@@ -258,7 +398,14 @@ def preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime | None
 
     def quoted(*, pool_id: int, gpus_per_node: int, placement: str, max_run_minutes: int) -> Quote:
         where = _where(pool_id=pool_id, placement=placement, spilled=False, spill=spill)
-        waiting = Waiting(None, gpus_per_node * spec.nodes, max_run_minutes * 60, where)
+        waiting = Waiting(
+            None,
+            gpus_per_node * spec.nodes,
+            max_run_minutes * 60,
+            where,
+            spec.priority,
+            min(spec.termination_grace_seconds, max_grace_seconds()),
+        )
         return quote_queue(_queue_with(queue, waiting=waiting, priority=spec.priority, priorities=priorities), now=now)[
             None
         ]

@@ -5,6 +5,7 @@ its team volumes."""
 LOCAL_CLUSTER_ANNOTATIONS = [
     "pod-complete.stage.kwok.x-k8s.io/delay",
     "pod-complete.stage.kwok.x-k8s.io/jitter-delay",
+    "pod-terminate.stage.kwok.x-k8s.io/delay",
     "pod-container-running-failed.stage.kwok.x-k8s.io/delay",
     "pod-container-running-failed.stage.kwok.x-k8s.io/exit-code",
     "dcgm.reservoir.dev/*",

@@ -34,8 +34,10 @@ SMOKE_ARGS = {
     "exchange": "--day-seconds 12 --reserved-nodes 1 --elastic-nodes 1 --drain-timeout 90",
     "spend": "--teams-per-shape 1",
     "faults": "--burst 4 --rate 1 --fault-at 1 --runs-for 1s --outage 1 --converge-timeout 90",
+    "quote_replay": "--jobs 8 --run-scale 0.05 --reserved-nodes 2 --elastic-nodes 1 --warm-up-history 12 "
+    "--drain-timeout 120",
 }
-ON_SHARED_CLUSTER = {"cluster_idle", "sync", "admission", "exchange", "faults"}
+ON_SHARED_CLUSTER = {"cluster_idle", "sync", "admission", "exchange", "faults", "quote_replay"}
 
 
 def smoke_args(name: str) -> list[str]:

@@ -6,6 +6,7 @@ and Kueue, so it runs last."""
 import pytest
 
 from bench.faults import FAULTS
+from bench.quote_trace import TRACES
 from tests.bench.smoke import run_benchmark
 
 pytestmark = pytest.mark.cluster
@@ -57,6 +58,16 @@ def test_exchange_benchmark_replays_the_day_with_lending_off_and_on(bench_cluste
         assert replay["utilisation"]["reserved_in_use_by_anyone"] is not None
         assert replay["lending"]["equal"] is True
     assert summary["invoice"]["each_credit_line_equals_its_lent_at_lending_price"] is True
+
+
+def test_quote_replay_benchmark_scores_every_trace(bench_cluster, bench_env):
+    summary = run_benchmark("quote_replay", bench_env)
+    assert list(summary["traces"]) == list(TRACES)
+    for kind, trace in summary["traces"].items():
+        assert trace["jobs"] == trace["quoted"] == 8, kind
+        assert trace["never_started"] == 0, kind
+        assert trace["observed_starts"] > 0, kind  # real starts from the observer's watch
+        assert trace["coverage"] is not None and trace["median_abs_error_s"] is not None, kind
 
 
 def test_fault_benchmark_measures_every_fault(bench_cluster, bench_env):

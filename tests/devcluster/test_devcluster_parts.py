@@ -130,6 +130,9 @@ def test_kwok_config_holds_every_stage(tmp_path):
     }
     complete = next(d for d in documents[1:] if d["metadata"]["name"] == "pod-complete")
     assert "pod-complete.stage.kwok.x-k8s.io/delay" in complete["spec"]["delay"]["durationFrom"]["expressionFrom"]
+    terminate = next(d for d in documents[1:] if d["metadata"]["name"] == "pod-terminate")
+    assert terminate["spec"]["delay"]["durationMilliseconds"] == 0  # a deleted pod stops at once unless it says
+    assert "pod-terminate.stage.kwok.x-k8s.io/delay" in terminate["spec"]["delay"]["durationFrom"]["expressionFrom"]
 
 
 def test_fake_node_leases_and_the_node_monitor_grace_period_keep_a_kubelets_proportions(tmp_path):

@@ -9,8 +9,10 @@ from jobs.quote import (
     PRIOR,
     Holding,
     RunHistory,
+    StartDelay,
     TeamQueue,
     Waiting,
+    arrivals,
     basis_in_words,
     quote_in_words,
     quote_queue,
@@ -25,7 +27,18 @@ def _history(*fractions):
     return RunHistory(fractions)
 
 
-def _queue(*, room=None, holding=(), waiting=(), history=None, best_effort=False, reclaim=None):
+def _queue(
+    *,
+    room=None,
+    holding=(),
+    waiting=(),
+    history=None,
+    best_effort=False,
+    reclaim=None,
+    delay=None,
+    reserved=None,
+    arrivals=None,
+):
     return TeamQueue(
         team_id=7,
         best_effort=best_effort,
@@ -35,6 +48,9 @@ def _queue(*, room=None, holding=(), waiting=(), history=None, best_effort=False
         history=history or RunHistory.fitted([]),
         reclaim=reclaim or {},
         pool_names={POOL: "a800", SPILL: "elastic"},
+        delay=delay or StartDelay(),
+        reserved=reserved or {},
+        arrivals=arrivals or [],
     )
 
 
@@ -106,7 +122,9 @@ def test_lent_gpus_come_back_within_the_grace_period():
         _queue(room={POOL: 0}, reclaim={POOL: (8, 60)}, waiting=[Waiting(1, 8, HOUR, (POOL,))]), now=NOW
     )[1]
     assert not quote.starts_now
-    assert quote.low == quote.estimate == quote.high == NOW + timedelta(seconds=60)
+    # A stopped pod exits anywhere between at once and its grace period: the interval spans it, the latest is all.
+    assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (6, 30, 54))
+    assert quote.latest == NOW + timedelta(seconds=60)
     with translation.override("en"):
         assert "8 borrowed GPUs of your reservation return within 60 s" in basis_in_words(quote.basis, now=NOW)
 
@@ -138,3 +156,112 @@ def test_an_interval_reads_as_likely_with_its_bounds_in_english_and_chinese(comp
     with translation.override("zh-hans"):
         words = quote_in_words(quote, now=NOW)
     assert "14:00" in words and "likely" not in words
+
+
+def test_the_start_delay_moves_a_job_that_starts_now_by_its_quantiles():
+    # The path took 1..10 s from submission to a running pod on the team's recent starts (without waiting for room).
+    delay = StartDelay.fitted(range(1, 11))
+    quotes = quote_queue(_queue(room={POOL: 8}, waiting=[Waiting(1, 4, HOUR, (POOL,))], delay=delay), now=NOW)
+    quote = quotes[1]
+    assert quote.starts_now  # Kueue admits it at once: it still starts now, a few seconds later
+    assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (2, 6, 10))
+    # Too few starts measured: no delay assumed.
+    assert StartDelay.fitted([3] * 9).quantile(0.5) == 0.0
+    assert StartDelay([-1, 2]).seconds == [0.0, 2.0]  # clocks a little apart never make it negative
+
+
+def test_each_job_admitted_on_the_way_runs_from_its_start_after_the_delay():
+    # One running job of 8 GPUs ends at NOW + 1 h at every level (its deadline: its runs all went to the end);
+    # two 8-GPU jobs of an hour wait. With a delay of 30 s the first starts 30 s after the room frees, runs its
+    # hour from then, and the second starts 30 s after that: each generation adds one delay.
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(hours=1), 2 * HOUR)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,)), Waiting(2, 8, HOUR, (POOL,))]
+    delay = StartDelay.fitted([30] * 10)
+    quotes = quote_queue(_queue(holding=holding, waiting=waiting, history=history, delay=delay), now=NOW)
+    assert quotes[1].estimate == NOW + timedelta(hours=1, seconds=30) and not quotes[1].starts_now
+    assert quotes[2].estimate == NOW + timedelta(hours=2, seconds=60)
+    without = quote_queue(_queue(holding=holding, waiting=waiting, history=history), now=NOW)
+    assert without[2].estimate == NOW + timedelta(hours=2)
+
+
+def test_a_higher_priority_job_starts_now_by_preempting_a_lower_one_of_its_team_within_its_reservation():
+    # The team's 8 reserved GPUs are held by a low-priority job (10 minutes into its hour; its runs go to the end).
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0)]
+    high = Waiting(1, 8, HOUR, (POOL,), priority=100)
+    low = Waiting(2, 8, HOUR, (POOL,), priority=0)
+    queue = _queue(holding=holding, waiting=[high, low], history=history, reserved={POOL: 8})
+    quotes = quote_queue(queue, now=NOW)
+    assert quotes[1].starts_now
+    # The low job queued before the preemption goes first; the preempted one is requeued behind it.
+    assert quotes[2].estimate == NOW + timedelta(hours=1)
+    # Without preemption the high job would wait for the low one to end (50 minutes), and the low one after it.
+    same = quote_queue(
+        _queue(
+            holding=holding, waiting=[Waiting(1, 8, HOUR, (POOL,), priority=0)], history=history, reserved={POOL: 8}
+        ),
+        now=NOW,
+    )
+    assert not same[1].starts_now and same[1].estimate == NOW + timedelta(minutes=50)
+
+
+def test_preemption_never_goes_beyond_the_team_s_reservation():
+    # Reserved 8, the low job holds 8 borrowed GPUs beside them (room 0): a 16-GPU high job cannot start by
+    # preempting (it would need to borrow, and a job that borrows never preempts); an 8-GPU one can.
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW, HOUR, priority=0), Holding(POOL, 8, NOW, HOUR, priority=0)]
+    big = quote_queue(
+        _queue(holding=holding, waiting=[Waiting(1, 16, HOUR, (POOL,), 100)], history=history, reserved={POOL: 8}),
+        now=NOW,
+    )
+    assert not big[1].starts_now and big[1].estimate == NOW + timedelta(hours=1)
+    small = quote_queue(
+        _queue(holding=holding, waiting=[Waiting(1, 8, HOUR, (POOL,), 100)], history=history, reserved={POOL: 8}),
+        now=NOW,
+    )
+    assert small[1].starts_now
+
+
+def test_a_job_that_preempts_starts_once_the_stopped_pods_have_exited_within_their_grace_period():
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=60)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,), priority=100), Waiting(2, 8, HOUR, (POOL,), priority=0)]
+    quotes = quote_queue(_queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 8}), now=NOW)
+    quote = quotes[1]
+    assert quote.starts_now  # Kueue admits it at once; its pods follow the stopped ones
+    assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (6, 30, 54))
+    assert quotes[2].estimate == NOW + timedelta(hours=1, seconds=30)  # after the high job's hour from its start
+
+
+def test_the_team_s_next_submissions_are_its_recent_ones_again_as_far_ahead_as_they_go_back():
+    job = Waiting(None, 8, HOUR, (POOL,), priority=100)
+    submitted = [(NOW - timedelta(minutes=m), job) for m in (30, 20, 10)] + [(NOW + timedelta(minutes=1), job)]
+    foreseen = arrivals(submitted, now=NOW, count=2, repeats=1)
+    assert [at for at, _job in foreseen] == [NOW + timedelta(minutes=10), NOW + timedelta(minutes=20)]
+    # Again and again: the next stretches of 20 minutes look like the last one.
+    foreseen = arrivals(submitted, now=NOW, count=2, repeats=3)
+    assert [at for at, _job in foreseen] == [NOW + timedelta(minutes=m) for m in (10, 20, 30, 40, 50, 60)]
+    assert arrivals(submitted, now=NOW, count=0) == []
+
+
+def test_a_higher_priority_submission_foreseen_passes_a_waiting_job_but_not_the_latest():
+    # An 8-GPU job holds the team's room until NOW + 1 h (its runs go to the end); a low job waits for it. The team
+    # submitted a high job of an hour ten minutes ago: one is foreseen at NOW + 10 min, and goes first.
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(hours=1), 2 * HOUR)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,), priority=0)]
+    coming = arrivals(
+        [(NOW - timedelta(minutes=10), Waiting(None, 8, HOUR, (POOL,), priority=100))], now=NOW, count=20, repeats=1
+    )
+    quote = quote_queue(_queue(holding=holding, waiting=waiting, history=history, arrivals=coming), now=NOW)[1]
+    assert quote.estimate == NOW + timedelta(hours=2)
+    # Level 1 foresees no submission: the latest start the jobs there now can cause (the interval's top beyond it).
+    assert quote.latest == quote.high == NOW + timedelta(hours=2)
+    alone = quote_queue(_queue(holding=holding, waiting=waiting, history=history), now=NOW)[1]
+    assert alone.estimate == alone.latest == NOW + timedelta(hours=1)
+    # A submission of the same priority queues behind it.
+    same = arrivals([(NOW - timedelta(minutes=10), Waiting(None, 8, HOUR, (POOL,), priority=0))], now=NOW, count=20)
+    assert quote_queue(_queue(holding=holding, waiting=waiting, history=history, arrivals=same), now=NOW)[
+        1
+    ].estimate == NOW + timedelta(hours=1)

@@ -8,9 +8,16 @@ import pytest
 from django.utils import timezone
 
 from jobs import services
-from jobs.choices import JobState, Placement
-from jobs.models import JobQuote
-from jobs.quote_selectors import preview_quote, quotes_for, run_fractions, team_queues
+from jobs.choices import JobState, Placement, Priority
+from jobs.models import JobQuote, Workload
+from jobs.quote_selectors import (
+    preview_quote,
+    quotes_for,
+    recent_submissions,
+    run_fractions,
+    start_delays,
+    team_queues,
+)
 from jobs.specs import JobSpec
 from pools.choices import Lending, PoolKind
 from tests.factories import JobFactory, PoolFactory, QuotaFactory, ReservationFactory, TeamFactory
@@ -136,3 +143,117 @@ def test_the_reads_take_the_same_queries_for_one_team_or_many(django_assert_max_
         others.append(other.pk)
     with django_assert_max_num_queries(len(one.captured_queries)):
         team_queues([team.pk, *others], now=now)
+
+
+def _started(team, pool, *, submitted, workload_made, admitted, started, **fields):
+    """A job of `team` submitted, its Workload made and admitted, and its pod started at those times."""
+    job = JobFactory(team=team, pool=pool, created_at=submitted, started_at=started, **fields)
+    Workload.objects.create(
+        uid=f"uid-{job.pk}",
+        namespace="team-x",
+        name=f"job-rsv-{job.pk}",
+        job=job,
+        created_at=workload_made,
+        admitted=True,
+        admitted_at=admitted,
+    )
+    return job
+
+
+def test_the_start_delay_is_the_path_without_the_wait_for_room_on_the_portal_s_recent_starts(case, team):
+    home, _elastic, now = case
+    second = timedelta(seconds=1)
+    base = now.replace(microsecond=0) - timedelta(minutes=30)
+    # Started at once: 1 s to its Workload, admitted then, 2 s more to its pod: 3 s (+ 0.5 s: the pod's time is the
+    # cluster's, truncated to the second, so the middle of it).
+    _started(
+        team,
+        home,
+        submitted=base,
+        workload_made=base + second,
+        admitted=base + second,
+        started=base + 3 * second,
+        state=JobState.SUCCEEDED,
+        finished_at=base + timedelta(minutes=5),
+    )
+    # Waited 10 minutes for room: only the path counts, 1 s + 2 s again.
+    _started(
+        team,
+        home,
+        submitted=base,
+        workload_made=base + second,
+        admitted=base + timedelta(minutes=10, seconds=1),
+        started=base + timedelta(minutes=10, seconds=3),
+        state=JobState.RUNNING,
+    )
+    # Another team's job running now counts too (the path is the platform's): 1 s.
+    _started(
+        TeamFactory(),
+        home,
+        submitted=base,
+        workload_made=base,
+        admitted=base,
+        started=base + second,
+        state=JobState.RUNNING,
+    )
+    # Preempted once (its Workload's admission is its last): not counted; nor a start after now.
+    _started(
+        team,
+        home,
+        submitted=base,
+        workload_made=base,
+        admitted=base + timedelta(minutes=20),
+        started=base,
+        state=JobState.RUNNING,
+        preemptions=1,
+    )
+    _started(
+        team, home, submitted=now, workload_made=now, admitted=now, started=now + 9 * second, state=JobState.RUNNING
+    )
+    assert sorted(start_delays([team.pk], now=now)) == [1.5, 3.5, 3.5]
+    # A start recorded at the submission, later in the pod's second: the middle of what is left of that second.
+    submitted = base + timedelta(minutes=1, milliseconds=600)
+    _started(
+        team,
+        home,
+        submitted=submitted,
+        workload_made=submitted.replace(microsecond=0),
+        admitted=submitted.replace(microsecond=0),
+        started=submitted,
+        state=JobState.RUNNING,
+    )
+    assert sorted(start_delays([team.pk], now=now))[0] == pytest.approx(0.2)
+    assert team_queues([team.pk], now=now)[team.pk].delay.seconds == []  # fewer than ten: none assumed
+
+
+def test_a_high_priority_job_starts_now_by_preempting_the_team_s_normal_jobs(case, team):
+    home, _elastic, now = case
+    high = JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8, priority=Priority.HIGH)
+    normal = JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8, priority=Priority.NORMAL)
+    queue = team_queues([team.pk], now=now)[team.pk]
+    assert queue.reserved == {home.pk: 8}
+    assert {holding.priority for holding in queue.holding} == {Priority.NORMAL}
+    quotes = quotes_for([high, normal], now=now)
+    assert quotes[high.pk].starts_now and not quotes[normal.pk].starts_now
+
+
+def test_the_next_submissions_are_foreseen_from_the_team_s_recent_ones_whatever_became_of_them(case, team):
+    home, _elastic, now = case
+    # The fixture's jobs were made after its `now` (their submission is the factory's moment): never read. One job
+    # queued a minute ago and a high one that finished are; one submitted after now is not.
+    JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=2, created_at=now - timedelta(minutes=1))
+    JobFactory(
+        team=team,
+        pool=home,
+        state=JobState.SUCCEEDED,
+        priority=Priority.HIGH,
+        created_at=now - timedelta(minutes=2),
+        started_at=now - timedelta(minutes=2),
+        finished_at=now - timedelta(minutes=1),
+    )
+    JobFactory(team=team, pool=home, state=JobState.QUEUED, created_at=now + timedelta(minutes=1))
+    submitted = recent_submissions([team.pk], now=now, spill={})[team.pk]
+    assert len(submitted) == 2 and all(at <= now for at, _job in submitted)
+    assert {job.priority for _at, job in submitted} == {Priority.NORMAL, Priority.HIGH}
+    queue = team_queues([team.pk], now=now)[team.pk]
+    assert sorted(at for at, _job in queue.arrivals)[0] == now + timedelta(minutes=1)
