@@ -9,6 +9,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from cluster.facts import JobFacts, PodFacts
+from pools.projection import namespace_changed
+from portal.models import Team
 
 from .choices import ACTIVE_STATES, TRANSITIONS, JobState
 from .models import Job, JobEvent, Pod, Words
@@ -145,6 +147,7 @@ POD_FIELDS = (
     "finished_at",
     "completion_index",
     "restarts",
+    "deleting",
 )
 POD_BATCH = 1000
 
@@ -167,6 +170,7 @@ def _pod_row(pod: PodFacts, owner: PodOwner) -> Pod:
         finished_at=pod.finished_at,
         completion_index=pod.completion_index,
         restarts=pod.restarts,
+        deleting=pod.deleting,
     )
 
 
@@ -180,10 +184,12 @@ def _stored_pods(uids: list[str] | None) -> dict[str, tuple]:
 def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False) -> None:
     """Record what the cluster says of `pods`: one row per pod, upserted by UID; only new or changed rows are
     written (a relist mostly finds nothing changed: no write at all). With `complete` (`pods` is every pod there
-    is) the rows of pods missing from it are deleted: they went while nobody watched."""
+    is) the rows of pods missing from it are deleted: they went while nobody watched. When a team's GPU pods start
+    or finish stopping (`Pod.is_stopping`), its namespace is marked changed: its ResourceQuota leaves room for them."""
     rows = [_pod_row(pod, owner) for pod, owner in pods]
     stored = _stored_pods(None if complete else [row.uid for row in rows])
     changed = [row for row in rows if stored.get(row.uid) != tuple(getattr(row, f) for f in POD_FIELDS)]
+    room_changed = {row.team_id for row in changed if row.gpus and row.is_stopping != _was_stopping(stored, row.uid)}
     if changed:
         Pod.objects.bulk_create(
             changed,
@@ -196,12 +202,34 @@ def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False
         present = {row.uid for row in rows}
         gone = [uid for uid in stored if uid not in present]
         if gone:
+            went = [_stored_row(stored[uid]) for uid in gone]
+            room_changed |= {row.team_id for row in went if row.gpus and row.is_stopping}
             Pod.objects.filter(uid__in=gone).delete()
+    _make_room_for_stopping(room_changed)
 
 
+@transaction.atomic
 def remove_pods(*, uids: list[str]) -> None:
     """The pods were deleted from the cluster: their rows go (their GPU time stays in billing)."""
-    Pod.objects.filter(uid__in=uids).delete()
+    pods = Pod.objects.filter(uid__in=uids)
+    _make_room_for_stopping(set(pods.stopping().filter(gpus__gt=0).values_list("team_id", flat=True)))
+    pods.delete()
+
+
+def _stored_row(values: tuple) -> Pod:
+    """A stored row's compared values (`_stored_pods`) as an unsaved Pod."""
+    return Pod(**dict(zip(POD_FIELDS, values, strict=True)))
+
+
+def _was_stopping(stored: dict[str, tuple], uid: str) -> bool:
+    return uid in stored and _stored_row(stored[uid]).is_stopping
+
+
+def _make_room_for_stopping(team_ids: set) -> None:
+    """The GPUs of these teams' stopping pods changed: their namespace's ResourceQuota leaves room for them
+    (`pools.projection.namespace_spec`: Kueue has given their quota to other jobs already), so it is reconciled."""
+    for team in Team.objects.filter(pk__in=[pk for pk in team_ids if pk is not None]):
+        namespace_changed(team)
 
 
 def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
