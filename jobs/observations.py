@@ -70,12 +70,17 @@ class Observation:
     message: str | Words = ""
 
 
-def job_outcome_observation(job: JobFacts) -> Observation | None:
-    """The final state a finished Job implies (None while it has not finished)."""
+def job_outcome_observation(job: JobFacts, *, started: bool = True) -> Observation | None:
+    """The final state a finished Job implies (None while it has not finished). The Job's deadline (the maximum run
+    time) counts from Kueue's admission: a job that never `started` ran out of it before its pods could run."""
     if job.outcome == "Complete":
         return Observation(state=JobState.SUCCEEDED, at=job.finished_at, message=Words(gettext_noop("completed")))
     if job.outcome == "Failed":
-        if job.reason == "DeadlineExceeded":
+        if job.reason == "DeadlineExceeded" and not started:
+            message = Words(
+                gettext_noop("stopped: its maximum run time, counted from its admission, ran out before it started")
+            )
+        elif job.reason == "DeadlineExceeded":
             message = Words(gettext_noop("stopped: it ran longer than its maximum run time"))
         else:
             said = f"{job.reason}: {job.message}".strip(": ")
@@ -244,7 +249,8 @@ def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
 
 def record_job_state(*, job_id: int, job: JobFacts) -> None:
     """A portal job's Job, as the cluster shows it: a finished Job finishes the portal job."""
-    observation = job_outcome_observation(job)
+    started = job.reason != "DeadlineExceeded" or Job.objects.filter(pk=job_id, started_at__isnull=False).exists()
+    observation = job_outcome_observation(job, started=started)
     if observation is not None:
         observe(job_id=job_id, observation=observation)
 

@@ -223,6 +223,28 @@ def test_a_teams_stopping_gpu_pods_get_room_in_its_namespace_quota_until_they_ha
     assert reconciles.count() - asked_before == 4  # beta's pods never stopped: its namespace was never asked
 
 
+def test_a_job_out_of_time_says_whether_it_ran_or_its_time_ran_out_before_it_started(world):
+    """The Job's deadline (the maximum run time) counts from Kueue's admission, also while its pods cannot start."""
+    sync, pool, alpha, _beta, ran = world
+    Job.objects.filter(pk=ran.pk).update(started_at=timezone.now() - timedelta(hours=1))
+    never = JobFactory(team=alpha, pool=pool, state=JobState.ADMITTED, cluster_created_at=timezone.now())
+    for job in (ran, never):
+        failed = k8s_job(alpha.namespace, job.job_name, job.pk)
+        sync.job_event(
+            "MODIFIED", replace(failed, outcome="Failed", finished_at=timezone.now(), reason="DeadlineExceeded")
+        )
+    said = {
+        job.pk: (job.state, str(job.events.last().message)) for job in Job.objects.filter(pk__in=[ran.pk, never.pk])
+    }
+    assert said == {
+        ran.pk: (JobState.FAILED, "stopped: it ran longer than its maximum run time"),
+        never.pk: (
+            JobState.FAILED,
+            "stopped: its maximum run time, counted from its admission, ran out before it started",
+        ),
+    }
+
+
 def test_a_pod_whose_node_is_in_no_pool_is_recorded_but_not_metered(world):
     sync, _pool, alpha, *_ = world
     sync.pod_event("ADDED", pod("p1", alpha.namespace, node_name="cpu-1"))
