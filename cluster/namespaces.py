@@ -20,7 +20,9 @@ from .manifests import cpu_quantity, memory_quantity
 
 @dataclass(frozen=True)
 class NamespaceSpec:
-    """A team namespace and the limits seed 003 puts on it. GPU total is the sum of the team's pool quotas."""
+    """A team namespace and the limits seed 003 puts on it. GPU total is the sum of the team's pool quotas; the
+    ResourceQuota adds room for the GPUs of the team's pods that are stopping (`stopping_gpus`, see
+    `render_resource_quota`)."""
 
     namespace: str
     team_slug: str
@@ -43,6 +45,7 @@ class NamespaceSpec:
     # not use, capped at nothing (so claims made around the portal keep to the same classes).
     storage_classes: tuple[str, ...] = ()
     closed_storage_classes: tuple[str, ...] = ()
+    stopping_gpus: int = 0
 
 
 def _owned_metadata(name: str, spec: NamespaceSpec, namespace: str | None = None) -> dict:
@@ -77,10 +80,16 @@ def storage_class_key(storage_class: str, resource: str) -> str:
 
 def render_resource_quota(spec: NamespaceSpec) -> dict:
     """Seed 003's ResourceQuota, with the team's storage caps. Extended resources take only the `requests.` form in
-    a quota (GPUs are never overcommitted, so requests equal limits)."""
+    a quota (GPUs are never overcommitted, so requests equal limits).
+
+    The GPU cap is the team's quota plus the GPUs of its pods that are stopping: Kubernetes counts a pod being
+    deleted until it has stopped (its grace period, a checkpoint), while Kueue gives its quota to the next job as
+    soon as the deletion begins (a preemption, a cancel, a deadline). Without the room, the pods of the job Kueue
+    admitted in its place would be refused until it has stopped, and the Job controller would retry them with a
+    backoff that doubles up to a minute. Pods that are not stopping still never hold more than the quota."""
     storage = f"{spec.max_volume_storage_gib}Gi"
     hard = {
-        f"requests.{GPU_RESOURCE}": str(spec.gpus),
+        f"requests.{GPU_RESOURCE}": str(spec.gpus + spec.stopping_gpus),
         "requests.cpu": cpu_quantity(spec.requests_cpu_millicores),
         "requests.memory": memory_quantity(spec.requests_memory_mib),
         "pods": str(spec.max_pods),

@@ -383,8 +383,16 @@ class Workload(models.Model):
         return f"{self.namespace}/{self.name}"
 
 
+# A pod in one of these phases has stopped: its containers are over and it holds nothing any more.
+FINISHED_POD_PHASES = ("Succeeded", "Failed")
+
+
 class PodQuerySet(TeamScopedQuerySet):
-    pass
+    def stopping(self):
+        """Pods being deleted that have not stopped yet (`Pod.is_stopping`): preempted, cancelled or out of time,
+        they checkpoint within their grace period and hold their GPUs until they stop, and the namespace's
+        ResourceQuota counts them until then, though Kueue has given their quota to other jobs already."""
+        return self.filter(deleting=True).exclude(phase__in=FINISHED_POD_PHASES)
 
 
 class Pod(models.Model):
@@ -420,6 +428,7 @@ class Pod(models.Model):
         _("completion index"), null=True, blank=True, help_text=_("The pod's rank in an Indexed Job (its node rank).")
     )
     restarts = models.PositiveIntegerField(_("restarts"), default=0, help_text=_("Container restarts in the pod."))
+    deleting = models.BooleanField(_("being deleted"), default=False)
 
     objects = PodQuerySet.as_manager()
 
@@ -435,6 +444,11 @@ class Pod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def is_stopping(self) -> bool:
+        """Being deleted and not stopped yet: the row form of `PodQuerySet.stopping`."""
+        return self.deleting and self.phase not in FINISHED_POD_PHASES
 
 
 class SyncState(models.Model):

@@ -9,6 +9,8 @@ from django.utils import timezone
 from django.utils.translation import gettext_noop
 
 from cluster.facts import JobFacts, PodFacts
+from pools.projection import namespace_changed
+from portal.models import Team
 
 from .choices import ACTIVE_STATES, TRANSITIONS, JobState
 from .models import Job, JobEvent, Pod, Words
@@ -68,12 +70,17 @@ class Observation:
     message: str | Words = ""
 
 
-def job_outcome_observation(job: JobFacts) -> Observation | None:
-    """The final state a finished Job implies (None while it has not finished)."""
+def job_outcome_observation(job: JobFacts, *, started: bool = True) -> Observation | None:
+    """The final state a finished Job implies (None while it has not finished). The Job's deadline (the maximum run
+    time) counts from Kueue's admission: a job that never `started` ran out of it before its pods could run."""
     if job.outcome == "Complete":
         return Observation(state=JobState.SUCCEEDED, at=job.finished_at, message=Words(gettext_noop("completed")))
     if job.outcome == "Failed":
-        if job.reason == "DeadlineExceeded":
+        if job.reason == "DeadlineExceeded" and not started:
+            message = Words(
+                gettext_noop("stopped: its maximum run time, counted from its admission, ran out before it started")
+            )
+        elif job.reason == "DeadlineExceeded":
             message = Words(gettext_noop("stopped: it ran longer than its maximum run time"))
         else:
             said = f"{job.reason}: {job.message}".strip(": ")
@@ -145,6 +152,7 @@ POD_FIELDS = (
     "finished_at",
     "completion_index",
     "restarts",
+    "deleting",
 )
 POD_BATCH = 1000
 
@@ -167,6 +175,7 @@ def _pod_row(pod: PodFacts, owner: PodOwner) -> Pod:
         finished_at=pod.finished_at,
         completion_index=pod.completion_index,
         restarts=pod.restarts,
+        deleting=pod.deleting,
     )
 
 
@@ -180,10 +189,12 @@ def _stored_pods(uids: list[str] | None) -> dict[str, tuple]:
 def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False) -> None:
     """Record what the cluster says of `pods`: one row per pod, upserted by UID; only new or changed rows are
     written (a relist mostly finds nothing changed: no write at all). With `complete` (`pods` is every pod there
-    is) the rows of pods missing from it are deleted: they went while nobody watched."""
+    is) the rows of pods missing from it are deleted: they went while nobody watched. When a team's GPU pods start
+    or finish stopping (`Pod.is_stopping`), its namespace is marked changed: its ResourceQuota leaves room for them."""
     rows = [_pod_row(pod, owner) for pod, owner in pods]
     stored = _stored_pods(None if complete else [row.uid for row in rows])
     changed = [row for row in rows if stored.get(row.uid) != tuple(getattr(row, f) for f in POD_FIELDS)]
+    room_changed = {row.team_id for row in changed if row.gpus and row.is_stopping != _was_stopping(stored, row.uid)}
     if changed:
         Pod.objects.bulk_create(
             changed,
@@ -196,12 +207,34 @@ def record_pods(*, pods: list[tuple[PodFacts, PodOwner]], complete: bool = False
         present = {row.uid for row in rows}
         gone = [uid for uid in stored if uid not in present]
         if gone:
+            went = [_stored_row(stored[uid]) for uid in gone]
+            room_changed |= {row.team_id for row in went if row.gpus and row.is_stopping}
             Pod.objects.filter(uid__in=gone).delete()
+    _make_room_for_stopping(room_changed)
 
 
+@transaction.atomic
 def remove_pods(*, uids: list[str]) -> None:
     """The pods were deleted from the cluster: their rows go (their GPU time stays in billing)."""
-    Pod.objects.filter(uid__in=uids).delete()
+    pods = Pod.objects.filter(uid__in=uids)
+    _make_room_for_stopping(set(pods.stopping().filter(gpus__gt=0).values_list("team_id", flat=True)))
+    pods.delete()
+
+
+def _stored_row(values: tuple) -> Pod:
+    """A stored row's compared values (`_stored_pods`) as an unsaved Pod."""
+    return Pod(**dict(zip(POD_FIELDS, values, strict=True)))
+
+
+def _was_stopping(stored: dict[str, tuple], uid: str) -> bool:
+    return uid in stored and _stored_row(stored[uid]).is_stopping
+
+
+def _make_room_for_stopping(team_ids: set) -> None:
+    """The GPUs of these teams' stopping pods changed: their namespace's ResourceQuota leaves room for them
+    (`pools.projection.namespace_spec`: Kueue has given their quota to other jobs already), so it is reconciled."""
+    for team in Team.objects.filter(pk__in=[pk for pk in team_ids if pk is not None]):
+        namespace_changed(team)
 
 
 def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
@@ -216,7 +249,8 @@ def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
 
 def record_job_state(*, job_id: int, job: JobFacts) -> None:
     """A portal job's Job, as the cluster shows it: a finished Job finishes the portal job."""
-    observation = job_outcome_observation(job)
+    started = job.reason != "DeadlineExceeded" or Job.objects.filter(pk=job_id, started_at__isnull=False).exists()
+    observation = job_outcome_observation(job, started=started)
     if observation is not None:
         observe(job_id=job_id, observation=observation)
 

@@ -25,7 +25,7 @@ from portal.models import Team
 from .models import KueueProjection, NamespaceLimits, Node, Pool, Quota, Reservation, TeamNamespace
 
 # NamespaceSpec's fields that do not come from the team's NamespaceLimits row.
-NOT_LIMITS = ("namespace", "team_slug", "gpus", "storage_classes", "closed_storage_classes")
+NOT_LIMITS = ("namespace", "team_slug", "gpus", "storage_classes", "closed_storage_classes", "stopping_gpus")
 
 
 # --- Kueue's objects ---------------------------------------------------------------------------------------------
@@ -162,11 +162,15 @@ def namespace_changed(team: Team) -> None:
 
 def namespace_spec(team: Team, *, cluster_storage_classes=()) -> NamespaceSpec:
     """The namespace's quota and limits. `cluster_storage_classes` (StorageClassFacts of the cluster) are sorted
-    into the classes team volumes may use and those they may not; without them, no class is named."""
+    into the classes team volumes may use and those they may not; without them, no class is named. The GPUs of the
+    team's pods that are stopping, as the sync last saw them (`PodQuerySet.stopping`), are the ResourceQuota's room
+    for them (`cluster.namespaces.render_resource_quota`)."""
+    from jobs.models import Pod
     from teamdata.selectors import storage_class_allowed
 
     limits = NamespaceLimits.objects.filter(team=team).first() or NamespaceLimits(team=team)
     gpus = Quota.objects.filter(team=team).aggregate(total=Sum("max_gpus"))["total"] or 0
+    stopping_gpus = Pod.objects.filter(team=team).stopping().aggregate(total=Sum("gpus"))["total"] or 0
     fields = {name: getattr(limits, name) for name in NamespaceSpec.__dataclass_fields__ if name not in NOT_LIMITS}
     allowed = tuple(sorted(c.name for c in cluster_storage_classes if c.is_default or storage_class_allowed(c.name)))
     closed = tuple(sorted(c.name for c in cluster_storage_classes if c.name not in allowed))
@@ -174,6 +178,7 @@ def namespace_spec(team: Team, *, cluster_storage_classes=()) -> NamespaceSpec:
         namespace=team.namespace,
         team_slug=team.slug,
         gpus=gpus,
+        stopping_gpus=stopping_gpus,
         storage_classes=allowed,
         closed_storage_classes=closed,
         **fields,

@@ -17,9 +17,12 @@ from django.utils import timezone
 
 from billing.models import StaleDay, UsageInterval
 from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, job_facts, node_facts, workload_facts
+from cluster.namespaces import render_resource_quota
 from jobs.choices import JobState
 from jobs.models import Job, Pod, SyncState, Workload
 from pools.models import Node
+from pools.projection import namespace_spec
+from portal.models import OutboxMessage
 from reconcile.sync import ClusterSync
 from tests.factories import JobFactory, PoolFactory, TeamFactory
 
@@ -187,6 +190,59 @@ def test_a_relist_settles_pods_that_vanished_while_nobody_watched(world):
     gone = UsageInterval.objects.get(pod_uid="p1")
     assert gone.ended_at >= before and UsageInterval.objects.get(pod_uid="p2").ended_at is None
     assert StaleDay.objects.filter(day=gone.ended_at.date()).exists()  # the days it changed are metered again
+
+
+def test_a_teams_stopping_gpu_pods_get_room_in_its_namespace_quota_until_they_have_stopped(world):
+    """Kueue gives a stopped job's quota to the next job as soon as its pods are being deleted; the namespace's
+    ResourceQuota counts them until they have stopped: it leaves room for their GPUs meanwhile, asked for when they
+    start and when they finish stopping (on the real cluster: tests/jobs/test_cluster_preemption.py)."""
+    sync, _pool, alpha, beta, job = world
+    running = pod("p1", alpha.namespace, node_name="gpu-a", gpus=4, job_id=job.pk, owner=job.job_name)
+    sync.relist_pods([running, pod("p2", beta.namespace, node_name="gpu-a", gpus=2)], "30")
+    reconciles = OutboxMessage.objects.filter(task="pools.reconcile_team_namespace")
+    asked_before = reconciles.count()
+
+    def room() -> tuple[int, str, int]:
+        spec = namespace_spec(alpha)
+        hard = render_resource_quota(spec)["spec"]["hard"]["requests.nvidia.com/gpu"]
+        return spec.stopping_gpus, hard, reconciles.filter(args=[alpha.pk]).count() - asked_before
+
+    assert room() == (0, "0", 0)  # the team has no quota here: its cap is 0 GPUs
+    stopping = replace(running, deleting=True)  # preempted: it checkpoints within its grace period
+    sync.pod_event("MODIFIED", stopping)
+    assert room() == (4, "4", 1)
+    sync.pod_events([("MODIFIED", stopping), ("MODIFIED", replace(stopping, restarts=1))])  # nothing new: not asked
+    assert room() == (4, "4", 1)
+    sync.pod_event("MODIFIED", replace(stopping, phase="Failed", finished_at=at(FINISHED)))  # it has stopped
+    assert room() == (0, "0", 2)
+    # A pod deleted while it runs, seen only as gone: room while it was last seen stopping, none once it has gone.
+    other = pod("p3", alpha.namespace, node_name="gpu-a", gpus=2)
+    sync.pod_event("ADDED", other)
+    sync.pod_event("DELETED", replace(other, deleting=True))
+    assert room() == (0, "0", 4)
+    assert reconciles.count() - asked_before == 4  # beta's pods never stopped: its namespace was never asked
+
+
+def test_a_job_out_of_time_says_whether_it_ran_or_its_time_ran_out_before_it_started(world):
+    """The Job's deadline (the maximum run time) counts from Kueue's admission, also while its pods cannot start."""
+    sync, pool, alpha, _beta, ran = world
+    Job.objects.filter(pk=ran.pk).update(started_at=timezone.now() - timedelta(hours=1))
+    never = JobFactory(team=alpha, pool=pool, state=JobState.ADMITTED, cluster_created_at=timezone.now())
+    for job in (ran, never):
+        failed = k8s_job(alpha.namespace, job.job_name, job.pk)
+        sync.job_event(
+            "MODIFIED", replace(failed, outcome="Failed", finished_at=timezone.now(), reason="DeadlineExceeded")
+        )
+    said = {
+        job.pk: (job.state, str(job.events.last().message)) for job in Job.objects.filter(pk__in=[ran.pk, never.pk])
+    }
+    assert said == {
+        ran.pk: (JobState.FAILED, "stopped: it ran longer than its maximum run time"),
+        never.pk: (
+            JobState.FAILED,
+            "stopped: its maximum run time, counted from its admission, ran out before it started",
+        ),
+    }
 
 
 def test_a_pod_whose_node_is_in_no_pool_is_recorded_but_not_metered(world):
