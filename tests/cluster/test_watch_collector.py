@@ -9,25 +9,12 @@ import threading
 import pytest
 
 from cluster.watch import ListWatch, collector_paused, iter_pages
+from tests.cluster.fake_streams import Stream
 
 
 class Page:
     def __init__(self, body: dict):
         self.data = json.dumps(body).encode()
-
-    def release_conn(self):
-        pass
-
-
-class Stream:
-    def __init__(self, events: list[dict]):
-        self.body = "".join(json.dumps(event) + "\n" for event in events).encode()
-
-    def stream(self, amt=None, decode_content=False):
-        yield self.body
-
-    def close(self):
-        pass
 
     def release_conn(self):
         pass

@@ -1,28 +1,12 @@
 """When a watch saves its resourceVersion: not after every event (a database round trip each in the sync), but at
 most once every `save_every_seconds`, and always when the stream ends, so a restart resumes where it stopped."""
 
-import json
 import time
 
 import pytest
 
 from cluster.watch import Gone, HandlerFailed, ListWatch
-
-
-class Stream:
-    """A watch response: one JSON event per line."""
-
-    def __init__(self, events: list[dict]):
-        self.body = "".join(json.dumps(event) + "\n" for event in events).encode()
-
-    def stream(self, amt=None, decode_content=False):
-        yield self.body
-
-    def close(self):
-        pass
-
-    def release_conn(self):
-        pass
+from tests.cluster.fake_streams import Stream
 
 
 def pod_event(version: int, kind: str = "MODIFIED") -> dict:
