@@ -19,6 +19,8 @@ FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLE
 ADMITTED_STATES = frozenset({JobState.ADMITTED, JobState.PENDING, JobState.RUNNING})
 # States in which the job's batch/v1 Job should exist in the cluster (queued jobs wait there, suspended by Kueue).
 ACTIVE_STATES = frozenset({JobState.QUEUED, *ADMITTED_STATES})
+# States of a job that has not started running yet: the ones a start-time quote is for.
+NOT_STARTED_STATES = frozenset({JobState.QUEUED, JobState.ADMITTED, JobState.PENDING})
 
 # Every edge of the lifecycle (PRODUCT.md): anything not listed here is refused. Admitted, Pending and Running go
 # back to Queued when Kueue evicts the job (preempted, or its pods did not all start in time) and requeues it.

@@ -462,11 +462,14 @@ def preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime | None
 def worded_quotes(job_ids, *, shown=None, now: datetime | None = None) -> dict[int, QuoteWords]:
     """`quotes_for` the jobs of `job_ids` (the caller has checked the viewer may see them), in the active language;
     only those of `shown` when given (a page quotes every visible queued job's team, so that it runs the same
-    queries whichever rows it shows, and words its own rows). Two queries more than `team_queues`."""
+    queries whichever rows it shows, and words its own rows). Two queries more than `team_queues`; none when no job
+    is given."""
     from .models import Job
 
     now = now or timezone.now()
     job_ids = list(job_ids)
+    if not job_ids:
+        return {}
     shown = set(job_ids if shown is None else shown)
     jobs = Job.objects.filter(pk__in=job_ids).only("id", "team_id", "state")
     return {job_id: worded(quote, now=now) for job_id, quote in quotes_for(jobs, now=now).items() if job_id in shown}

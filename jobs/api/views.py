@@ -15,7 +15,7 @@ from portal import outage
 from portal.api.throttles import SubmissionRateThrottle
 
 from .. import selectors, services
-from ..choices import FINAL_STATES
+from ..choices import NOT_STARTED_STATES
 from ..filters import JobFilterSet
 from ..models import Job, JobEvent
 from ..quote_selectors import worded_quotes
@@ -87,7 +87,7 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         page = self.paginate_queryset(queryset)
         rows = list(page if page is not None else queryset)
         borrowed = selectors.borrowed_gpus([row["id"] for row in rows])
-        quotes = worded_quotes(row["id"] for row in rows if row["state"] not in FINAL_STATES)
+        quotes = worded_quotes(row["id"] for row in rows if row["state"] in NOT_STARTED_STATES)
         data = job_list_rows(rows, borrowed, quotes)
         return self.get_paginated_response(data) if page is not None else Response(data)
 
