@@ -317,21 +317,46 @@ class Bench:
         return result
 
     def teardown(self) -> None:
+        """Stop everything the benchmark started, each step whatever became of the steps before it (one that fails
+        is logged, and the first failure raised at the end): a step left out leaves services running."""
         if self.recorder is not None:
             self.recorder.stop.set()
+        steps = []
         if self.portal is not None:
-            self.portal.stop_all()
+            steps.append(("the portal's processes", self.portal.stop_all))
         if self.args.keep:
             kept = f"PostgreSQL {PG_CLUSTER} port {self.postgres.port}, Redis port {self.redis.port}"
             log(f"kept: {kept}, the cluster in {self.args.state_dir}")
-            return
-        with contextlib.suppress(Exception):
-            from django.db import connections
+        else:
+            steps += [
+                ("the database connections", close_connections),
+                ("Redis", self.redis.stop),
+                ("PostgreSQL", self.postgres.drop),
+                ("the cluster", lambda: harness.stop_cluster(self.args, self.cluster)),
+            ]
+        run_all(steps)
 
-            connections.close_all()
-        self.redis.stop()
-        self.postgres.drop()
-        harness.stop_cluster(self.args, self.cluster)
+
+def close_connections() -> None:
+    """Close this process's database connections; their database may be the one a fault has broken."""
+    with contextlib.suppress(Exception):
+        from django.db import connections
+
+        connections.close_all()
+
+
+def run_all(steps) -> None:
+    """Call every (what, step) in order; a step that raises is logged and the next ones still run; the first error
+    is raised once all have run."""
+    first = None
+    for what, step in steps:
+        try:
+            step()
+        except Exception as error:  # noqa: BLE001 - every step must run; the first error is raised below
+            log(f"stopping {what} failed: {error!r}")
+            first = first or error
+    if first is not None:
+        raise first
 
 
 def parse_args():

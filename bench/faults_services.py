@@ -81,6 +81,11 @@ class Redis:
             [shutil.which("redis-server"), "--bind", "127.0.0.1", "--port", str(self.port)]
             + ["--dir", str(self.directory), "--save", "", "--appendonly", "yes", "--appendfsync", "everysec"]
             + ["--logfile", str(self.directory / "redis.log")],
+            # Never the benchmark's own output: a Redis left running would hold it open, and whoever waits for the
+            # benchmark's output to end (the smoke tests) would wait for ever.
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
         wait(self.ready, timeout=20, what="Redis")
@@ -147,15 +152,20 @@ class Portal:
         connection.request("GET", "/healthz")
         return connection.getresponse().status == 200
 
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        process = self.processes.pop(name)
+    def kill(self, name: str, sig: int = signal.SIGKILL, *, timeout: float = 30) -> None:
+        """Send `sig` to the process's whole group (its supervisor and what it runs) and wait for the supervisor to
+        exit; it is forgotten only once it has (a TimeoutExpired leaves it known, to be killed harder)."""
+        process = self.processes[name]
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
-        process.wait(timeout=30)
+        process.wait(timeout=timeout)
+        del self.processes[name]
 
-    def stop_all(self) -> None:
+    def stop_all(self, *, timeout: float = 30) -> None:
+        """Stop every process: TERM, and KILL for one still running after `timeout` seconds (a Celery worker's warm
+        shutdown waits for its running tasks, which may wait on a service the benchmark has just broken)."""
         for name in list(self.processes):
             try:
-                self.kill(name, signal.SIGTERM)
+                self.kill(name, signal.SIGTERM, timeout=timeout)
             except subprocess.TimeoutExpired:
-                self.kill(name, signal.SIGKILL)
+                self.kill(name, signal.SIGKILL, timeout=timeout)

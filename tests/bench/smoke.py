@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -54,6 +55,19 @@ def benchmark_names() -> list[str]:
     return names
 
 
+def _exited(process: subprocess.Popen, timeout: float) -> bool:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _read(file) -> str:
+    file.seek(0)
+    return file.read()
+
+
 def _tail(text: str, lines: int = 80) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
@@ -62,28 +76,24 @@ def run_benchmark(name: str, env: dict, *, timeout: float = 600) -> dict:
     """Run `python bench/<name>.py` at its smoke size; fail with its output's tail unless it exits 0 and its last
     line is a summary holding the keys it declares (SUMMARY_KEYS) with their types. Returns the summary.
 
-    On a timeout the benchmark is interrupted (SIGINT to its process group: its `finally` blocks stop what it
-    started), then killed."""
+    Its output goes to files, and what is awaited is the benchmark's own exit, never the end of its output: a process
+    it started and left running (as a fault benchmark whose teardown failed once left its Redis) keeps its output open,
+    and waiting for that output to end waited for ever. On a timeout the benchmark is interrupted (SIGINT to its
+    process group: its `finally` blocks stop what it started), then killed."""
     command = [sys.executable, str(REPO_ROOT / "bench" / f"{name}.py"), *smoke_args(name)]
     started = time.monotonic()
-    process = subprocess.Popen(  # noqa: S603 - our own benchmark
-        command,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            stdout, stderr = process.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(  # noqa: S603 - our own benchmark
+            command, cwd=REPO_ROOT, env=env, stdout=out, stderr=err, text=True, start_new_session=True
+        )
+        timed_out = not _exited(process, timeout)
+        if timed_out:
+            os.killpg(process.pid, signal.SIGINT)
+            if not _exited(process, 90):
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        stdout, stderr = _read(out), _read(err)
+    if timed_out:
         pytest.fail(f"{' '.join(command)} did not finish in {timeout:.0f}s\n{_tail(stderr)}\n{_tail(stdout, 5)}")
     seconds = time.monotonic() - started
     print(f"[bench smoke] {name}: {seconds:.0f}s")

@@ -1,0 +1,68 @@
+"""The fault benchmark stops what it started even when a process will not stop (no cluster, no database): once, a
+Celery worker's warm shutdown outlasted the 30 s wait, the teardown raised KeyError before stopping the rest, and the
+Redis left running held the benchmark's output open, so the smoke test waiting for it hung the whole suite."""
+
+import os
+import time
+
+import psutil
+import pytest
+
+from bench import faults
+from bench.faults_services import Portal, Redis
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_process_that_ignores_term_is_killed_and_the_rest_still_stopped(tmp_path):
+    portal = Portal(dict(os.environ), tmp_path)
+    portal.commands = {
+        "stubborn": ["bash", "-c", "trap '' TERM; while :; do sleep 0.1; done"],
+        "meek": ["sleep", "600"],
+    }
+    portal.start("stubborn")
+    portal.start("meek")
+    time.sleep(0.5)  # the supervisors have started what they supervise
+    processes = [
+        process
+        for supervisor in portal.processes.values()
+        for process in [psutil.Process(supervisor.pid), *psutil.Process(supervisor.pid).children(recursive=True)]
+    ]
+    assert len(processes) >= 4
+    began = time.monotonic()
+    portal.stop_all(timeout=1)
+    assert portal.processes == {}
+    assert all(gone(process.pid) for process in processes)
+    assert time.monotonic() - began < 10
+
+
+def test_every_teardown_step_runs_and_the_first_error_is_raised_after(capsys):
+    ran = []
+
+    def fails(what):
+        def step():
+            ran.append(what)
+            raise RuntimeError(what)
+
+        return step
+
+    with pytest.raises(RuntimeError, match="portal"):
+        faults.run_all([("the portal", fails("portal")), ("Redis", lambda: ran.append("redis")), ("PG", fails("pg"))])
+    assert ran == ["portal", "redis", "pg"]
+    captured = capsys.readouterr()
+    assert "stopping the portal failed" in captured.err + captured.out
+
+
+def test_redis_never_holds_the_benchmarks_own_output(tmp_path):
+    redis = Redis(tmp_path)
+    redis.start()
+    try:
+        pid = redis.process.pid
+        assert [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3
+    finally:
+        redis.stop()
