@@ -162,8 +162,8 @@ class Portal:
         del self.processes[name]
 
     def stop_all(self, *, timeout: float = 30) -> None:
-        """Stop every process: TERM, and KILL for one still running after `timeout` seconds (a Celery worker's warm
-        shutdown waits for its running tasks, which may wait on a service the benchmark has just broken)."""
+        """Stop every process: TERM, and KILL for one still running after `timeout` seconds (once, at the end of the
+        smoke run, Celery beat was still running minutes after its TERM)."""
         for name in list(self.processes):
             try:
                 self.kill(name, signal.SIGTERM, timeout=timeout)

@@ -1,5 +1,5 @@
-"""The fault benchmark stops what it started even when a process will not stop (no cluster, no database): once, a
-Celery worker's warm shutdown outlasted the 30 s wait, the teardown raised KeyError before stopping the rest, and the
+"""The fault benchmark stops what it started even when a process will not stop (no cluster, no database): once,
+Celery beat outlasted the 30 s wait after its TERM, the teardown raised KeyError before stopping the rest, and the
 Redis left running held the benchmark's output open, so the smoke test waiting for it hung the whole suite."""
 
 import os
