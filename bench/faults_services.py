@@ -153,17 +153,22 @@ class Portal:
         return connection.getresponse().status == 200
 
     def kill(self, name: str, sig: int = signal.SIGKILL, *, timeout: float = 30) -> None:
-        """Send `sig` to the process's whole group (its supervisor and what it runs) and wait for the supervisor to
-        exit; it is forgotten only once it has (a TimeoutExpired leaves it known, to be killed harder)."""
+        """Send `sig` to the process's supervisor and wait for it to exit; it is forgotten only once it has (a
+        TimeoutExpired leaves it known, to be killed harder). SIGKILL goes to the whole group (the supervisor and what
+        it runs); any other signal to the supervisor alone, which passes it on to its command once: sent to the group
+        as well, the command got it twice, and Celery beat's shutdown handler, entered again while it held its own
+        lock, deadlocked (beat then ran on after its TERM, and after its supervisor had gone)."""
         process = self.processes[name]
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
+            if sig == signal.SIGKILL:
+                os.killpg(process.pid, sig)
+            else:
+                os.kill(process.pid, sig)
         process.wait(timeout=timeout)
         del self.processes[name]
 
     def stop_all(self, *, timeout: float = 30) -> None:
-        """Stop every process: TERM, and KILL for one still running after `timeout` seconds (once, at the end of the
-        smoke run, Celery beat was still running minutes after its TERM)."""
+        """Stop every process: TERM, and KILL for one still running after `timeout` seconds."""
         for name in list(self.processes):
             try:
                 self.kill(name, signal.SIGTERM, timeout=timeout)

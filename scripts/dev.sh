@@ -33,7 +33,9 @@ start() {
 stop_all() {
   for name in "${PROCESSES[@]}" sync; do
     if running "$name"; then
-      kill -TERM -- "-$(cat "$PIDS/$name.pid")" 2>/dev/null || kill -TERM "$(cat "$PIDS/$name.pid")" 2>/dev/null || true
+      # The supervisor alone: it passes TERM on to its command once (sent to the whole group as well, the command
+      # got it twice, and Celery beat's shutdown handler, entered again while it held its lock, could deadlock).
+      kill -TERM "$(cat "$PIDS/$name.pid")" 2>/dev/null || true
       say "stopped $name"
     fi
     rm -f "$PIDS/$name.pid"

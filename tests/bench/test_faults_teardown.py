@@ -3,6 +3,7 @@ Celery beat outlasted the 30 s wait after its TERM, the teardown raised KeyError
 Redis left running held the benchmark's output open, so the smoke test waiting for it hung the whole suite."""
 
 import os
+import sys
 import time
 
 import psutil
@@ -39,6 +40,24 @@ def test_a_process_that_ignores_term_is_killed_and_the_rest_still_stopped(tmp_pa
     assert portal.processes == {}
     assert all(gone(process.pid) for process in processes)
     assert time.monotonic() - began < 10
+
+
+def test_a_command_gets_one_term_from_its_supervisor(tmp_path):
+    """TERM goes to the supervisor, which passes it on once. A command slow to stop (its handler takes half a second)
+    would otherwise get a second TERM inside its handler, as Celery beat did and deadlocked."""
+    terms = tmp_path / "terms"
+    handler = (
+        "import signal, sys, time\n"
+        f"def stop(*_):\n    open({str(terms)!r}, 'a').write('TERM\\n'); time.sleep(0.5); sys.exit(0)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "while True:\n    time.sleep(0.05)\n"
+    )
+    portal = Portal(dict(os.environ), tmp_path)
+    portal.commands = {"slow": [sys.executable, "-c", handler]}
+    portal.start("slow")
+    time.sleep(1)  # Python has started and set its handler
+    portal.stop_all(timeout=10)
+    assert terms.read_text() == "TERM\n"
 
 
 def test_every_teardown_step_runs_and_the_first_error_is_raised_after(capsys):
