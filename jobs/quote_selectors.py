@@ -24,7 +24,7 @@ from pools.models import Pool, Quota
 from portal.choices import QueueingStrategy
 from portal.models import Team
 
-from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, JobState, Placement
+from .choices import ACTIVE_STATES, FINAL_STATES, NOT_STARTED_STATES, JobState, Placement
 from .quote import (
     ARRIVALS,
     DELAY_PER_TEAM,
@@ -324,7 +324,7 @@ def quotes_for(jobs, *, now: datetime | None = None) -> dict[int, Quote]:
             quote = by_team.get(job.team_id, {}).get(job.pk)
             if quote is not None:
                 quotes[job.pk] = quote
-        elif job.state in ADMITTED_STATES and job.state != JobState.RUNNING:
+        elif job.state in NOT_STARTED_STATES:
             quotes[job.pk] = admitted_quote(now=now)
     return quotes
 
