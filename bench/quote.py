@@ -134,7 +134,13 @@ def fill(args, now):
         )
 
     jobs = [
-        job(i, i % args.teams, state=JobState.RUNNING, started_at=now - timedelta(minutes=5 + i % 300))
+        job(
+            i,
+            i % args.teams,
+            state=JobState.RUNNING,
+            started_at=now - timedelta(minutes=5 + i % 300),
+            running_seen_at=now - timedelta(minutes=5 + i % 300),
+        )
         for i in range(args.running)
     ]
     for team_index in range(args.teams):

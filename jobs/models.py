@@ -159,6 +159,14 @@ class Job(models.Model):
     state_changed_at = models.DateTimeField(_("state changed"), default=timezone.now)
     created_at = models.DateTimeField(_("created"), default=timezone.now, db_index=True)
     started_at = models.DateTimeField(_("started"), null=True, blank=True)
+    # The cluster's times have second precision; the path's delay a start-time quote adds is read off this one
+    # (jobs/quote_selectors.py `start_delays`).
+    running_seen_at = models.DateTimeField(
+        _("seen running"),
+        null=True,
+        blank=True,
+        help_text=_("When the portal first saw the job Running, on its own clock (to the microsecond)."),
+    )
     finished_at = models.DateTimeField(_("finished"), null=True, blank=True)
     node_name = models.CharField(_("node"), max_length=253, blank=True)
     pending_reason = models.TextField(_("pending reason"), blank=True)
@@ -248,6 +256,10 @@ class Job(models.Model):
             # A team's most recent finished jobs: the history start-time quotes are fitted on (jobs/quote_selectors.py).
             models.Index(
                 fields=["team", "-finished_at"], name="jobs_job_team_finished", condition=Q(finished_at__isnull=False)
+            ),
+            # The platform's most recent starts: the path's delay start-time quotes add.
+            models.Index(
+                fields=["-running_seen_at"], name="jobs_job_seen_running", condition=Q(running_seen_at__isnull=False)
             ),
         ]
 

@@ -15,9 +15,9 @@ starts at each moment: in a `StrictFIFO` queue no job passes the head; in a `Bes
 fits starts first. Level 0.5 is the estimate, 0.1 and 0.9 bound the 80 % interval, and level 1 (every job runs to
 its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job Kueue admits at
 once at every level "starts now". Between Kueue's admission and a Running pod lies the path's own latency (the
-Job's creation, the Workload's admission, the pods' binding and start): its q-quantile, read off the portal's recent
-starts, every team's (`StartDelay`), is added to each start at level q, and each job admitted on the way runs from
-then.
+Job's creation, the Workload's admission, the pods' binding and start, the portal seeing it Running): its q-quantile,
+read off the platform's recent starts, every team's (`StartDelay`), is added to each start at level q, and each job
+admitted on the way runs from then.
 
 A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue:
 LowerPriority`): the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits
@@ -48,10 +48,9 @@ HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is f
 # With no history: a run may end anywhere in its maximum run time, evenly (wide on purpose).
 PRIOR = tuple(step / 20 for step in range(1, 21))
 MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s)
-DELAY_SIZE = 50  # the portal's most recent starts the start delay is read off
+DELAY_SIZE = 50  # the platform's most recent starts the start delay is read off
 ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen from
 ARRIVAL_REPEATS = 5  # how many stretches as long as theirs are foreseen
-DELAY_PER_TEAM = 10  # of them at most so many finished jobs of each team quoted (beside every job running now)
 
 
 class RunHistory:
@@ -87,10 +86,10 @@ class RunHistory:
 
 class StartDelay:
     """Seconds from the moment Kueue may admit a job to its pod Running: the path's own latency (the submit task
-    creating the Job, Kueue making and admitting its Workload, the pods created, bound and started), read off the
-    portal's most recent starts, without the time they waited for room (an empirical distribution, like the run
-    times; the path is the platform's, not a team's). With fewer than `MIN_DELAYS` starts measured, none is
-    assumed."""
+    creating the Job, Kueue making and admitting its Workload, the pods created, bound and started, the portal seeing
+    it Running), read off the platform's most recent starts, without the time they waited for room (an empirical
+    distribution, like the run times; the path is the platform's, not a team's). With fewer than `MIN_DELAYS` starts
+    measured, none is assumed."""
 
     def __init__(self, seconds=()):
         self.seconds = sorted(max(float(value), 0.0) for value in seconds)

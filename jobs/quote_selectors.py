@@ -27,7 +27,6 @@ from portal.models import Team
 from .choices import ACTIVE_STATES, FINAL_STATES, NOT_STARTED_STATES, JobState, Placement
 from .quote import (
     ARRIVALS,
-    DELAY_PER_TEAM,
     DELAY_SIZE,
     HISTORY_SIZE,
     Holding,
@@ -94,33 +93,23 @@ def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
     return fractions
 
 
-# The path's delay of the portal's most recent starts (up to DELAY_SIZE, of jobs never preempted): from a job's
-# submission to Kueue's Workload, plus from the Workload's admission to its pod's start, i.e. its time from submission
-# to Running without its wait for room. The path is the platform's (the submit task, Kueue, the scheduler, the
-# nodes), so every team's jobs running now count, with the teams' own last finished ones (the index
-# jobs_job_team_finished) when few run. The Workload's times are the cluster's, truncated to the second (their
-# difference is not), and so is the pod's bind time behind `started_at` (unless the submission came later in that
-# second): the start is taken as the middle of what is left of `started_at`'s second.
+# The path's delay of the platform's most recent starts (up to DELAY_SIZE, every team's: the path is the platform's,
+# the submit task, Kueue, the scheduler, the nodes): from a job's submission to when the portal first saw it Running
+# (`running_seen_at`, the portal's own clock, as is the submission's), without its wait for room: the time between
+# its first Workload's creation and admission when that is over a second. Those two times are the cluster's,
+# truncated to the second, so a shorter gap is not told from Kueue's own work, which is the path's (a job that
+# starts at once waits for it too).
 _START_DELAYS = """
-WITH started AS (
-    (SELECT running.id, running.created_at, running.started_at FROM jobs_job AS running
-     WHERE running.state = %(running)s AND running.started_at <= %(now)s AND running.preemptions = 0
-     ORDER BY running.started_at DESC LIMIT %(limit)s)
-    UNION ALL
-    (SELECT finished.id, finished.created_at, finished.started_at
-     FROM unnest(%(teams)s::bigint[]) AS team(id)
-     CROSS JOIN LATERAL (
-         SELECT job.id, job.created_at, job.started_at FROM jobs_job AS job
-         WHERE job.team_id = team.id AND job.finished_at IS NOT NULL AND job.finished_at <= %(now)s
-           AND job.started_at IS NOT NULL AND job.preemptions = 0
-         ORDER BY job.finished_at DESC LIMIT %(per_team)s
-     ) AS finished)
-)
 SELECT EXTRACT(
-           EPOCH FROM (workload.created_at - recent.created_at) + (recent.started_at - workload.admitted_at)
-           + (date_trunc('second', recent.started_at) + interval '1 second' - recent.started_at) / 2
+           EPOCH FROM recent.running_seen_at - recent.created_at
+           - CASE WHEN workload.admitted_at - workload.created_at > interval '1 second'
+                  THEN workload.admitted_at - workload.created_at ELSE interval '0' END
        )::float8
-FROM (SELECT * FROM started ORDER BY started_at DESC LIMIT %(limit)s) AS recent
+FROM (
+    SELECT job.id, job.created_at, job.running_seen_at FROM jobs_job AS job
+    WHERE job.running_seen_at IS NOT NULL AND job.running_seen_at <= %(now)s
+    ORDER BY job.running_seen_at DESC LIMIT %(limit)s
+) AS recent
 CROSS JOIN LATERAL (
     SELECT first.created_at, first.admitted_at FROM jobs_workload AS first
     WHERE first.job_id = recent.id ORDER BY first.created_at LIMIT 1
@@ -129,19 +118,11 @@ WHERE workload.admitted_at IS NOT NULL
 """
 
 
-def start_delays(team_ids, *, now: datetime) -> list[float]:
-    """The seconds the portal's `DELAY_SIZE` most recent starts before `now` (every job running then, and the last
-    finished ones of the teams of `team_ids`) took on the path from submission to a Running pod, without their wait
-    for room (`jobs.quote.StartDelay`). One query."""
-    parameters = {
-        "teams": sorted(set(team_ids)),
-        "now": now,
-        "running": JobState.RUNNING,
-        "limit": DELAY_SIZE,
-        "per_team": DELAY_PER_TEAM,
-    }
+def start_delays(*, now: datetime) -> list[float]:
+    """The seconds the platform's `DELAY_SIZE` most recent starts seen before `now` took on the path from submission
+    to a Running pod, without their wait for room (`jobs.quote.StartDelay`). One query."""
     with connection.cursor() as cursor:
-        cursor.execute(_START_DELAYS, parameters)
+        cursor.execute(_START_DELAYS, {"now": now, "limit": DELAY_SIZE})
         return [delay for (delay,) in cursor.fetchall()]
 
 
@@ -248,7 +229,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     room = quota_room(pairs, quotas=quotas, now=now, pools=pools, uses=uses)
     reclaim = _reclaims(team_ids, list(pools.values()), now=now)
     fractions = run_fractions(team_ids, now=now)
-    delay = StartDelay.fitted(start_delays(team_ids, now=now))
+    delay = StartDelay.fitted(start_delays(now=now))
     submitted = recent_submissions(team_ids, now=now, spill=spill)
     queues = {}
     for team_id in team_ids:

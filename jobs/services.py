@@ -430,6 +430,8 @@ def settle_job(*, job_id: int) -> bool:
             message = Words(gettext_noop("admitted by Kueue in %(pool)s"), {"pool": pool_name})
         elif state == JobState.RUNNING:
             message = Words(gettext_noop("running on %(node)s"), {"node": node_name})
+            if job.running_seen_at is None:
+                job.running_seen_at = timezone.now()
         else:
             message = reason
         _record(job, job.transition_to(state, message=message, at=at))

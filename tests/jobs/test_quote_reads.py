@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
-from jobs.models import JobQuote, Workload
+from jobs.models import Job, JobQuote, Workload
+from jobs.quote import DELAY_SIZE
 from jobs.quote_selectors import (
     preview_quote,
     quotes_for,
@@ -145,9 +146,10 @@ def test_the_reads_take_the_same_queries_for_one_team_or_many(django_assert_max_
         team_queues([team.pk, *others], now=now)
 
 
-def _started(team, pool, *, submitted, workload_made, admitted, started, **fields):
-    """A job of `team` submitted, its Workload made and admitted, and its pod started at those times."""
-    job = JobFactory(team=team, pool=pool, created_at=submitted, started_at=started, **fields)
+def _started(team, pool, *, submitted, workload_made, admitted, seen, **fields):
+    """A job of `team` submitted, its Workload made and admitted, and its pod seen Running by the portal at those
+    times."""
+    job = JobFactory(team=team, pool=pool, created_at=submitted, started_at=seen, running_seen_at=seen, **fields)
     Workload.objects.create(
         uid=f"uid-{job.pk}",
         namespace="team-x",
@@ -160,70 +162,75 @@ def _started(team, pool, *, submitted, workload_made, admitted, started, **field
     return job
 
 
-def test_the_start_delay_is_the_path_without_the_wait_for_room_on_the_portal_s_recent_starts(case, team):
+def test_the_start_delay_is_the_path_without_the_wait_for_room_on_the_platform_s_recent_starts(case, team):
     home, _elastic, now = case
     second = timedelta(seconds=1)
     base = now.replace(microsecond=0) - timedelta(minutes=30)
-    # Started at once: 1 s to its Workload, admitted then, 2 s more to its pod: 3 s (+ 0.5 s: the pod's time is the
-    # cluster's, truncated to the second, so the middle of it).
+    # Started at once: submitted at .25, its Workload made in that second (the cluster's time, truncated) and
+    # admitted in the next (Kueue's own work, the path's), seen Running 2.5 s after the submission.
     _started(
         team,
         home,
-        submitted=base,
-        workload_made=base + second,
+        submitted=base + timedelta(milliseconds=250),
+        workload_made=base,
         admitted=base + second,
-        started=base + 3 * second,
+        seen=base + timedelta(milliseconds=2750),
         state=JobState.SUCCEEDED,
         finished_at=base + timedelta(minutes=5),
     )
-    # Waited 10 minutes for room: only the path counts, 1 s + 2 s again.
+    # Waited 10 minutes for room: only the path counts, 3 s.
     _started(
         team,
         home,
         submitted=base,
         workload_made=base + second,
         admitted=base + timedelta(minutes=10, seconds=1),
-        started=base + timedelta(minutes=10, seconds=3),
+        seen=base + timedelta(minutes=10, seconds=3),
         state=JobState.RUNNING,
     )
-    # Another team's job running now counts too (the path is the platform's): 1 s.
-    _started(
-        TeamFactory(),
+    # Another team's job counts too (the path is the platform's): 1 s.
+    other = TeamFactory()
+    _started(other, home, submitted=base, workload_made=base, admitted=base, seen=base + second, state=JobState.RUNNING)
+    # Preempted since: its first start counts (its first Workload's admission), 2 s.
+    preempted = _started(
+        other,
         home,
         submitted=base,
         workload_made=base,
         admitted=base,
-        started=base + second,
-        state=JobState.RUNNING,
-    )
-    # Preempted once (its Workload's admission is its last): not counted; nor a start after now.
-    _started(
-        team,
-        home,
-        submitted=base,
-        workload_made=base,
-        admitted=base + timedelta(minutes=20),
-        started=base,
-        state=JobState.RUNNING,
+        seen=base + 2 * second,
+        state=JobState.QUEUED,
         preemptions=1,
     )
-    _started(
-        team, home, submitted=now, workload_made=now, admitted=now, started=now + 9 * second, state=JobState.RUNNING
+    Workload.objects.create(
+        uid="uid-again",
+        namespace="team-x",
+        name="job-rsv-again",
+        job=preempted,
+        created_at=base + timedelta(minutes=20),
+        admitted=True,
+        admitted_at=base + timedelta(minutes=25),
     )
-    assert sorted(start_delays([team.pk], now=now)) == [1.5, 3.5, 3.5]
-    # A start recorded at the submission, later in the pod's second: the middle of what is left of that second.
-    submitted = base + timedelta(minutes=1, milliseconds=600)
-    _started(
-        team,
-        home,
-        submitted=submitted,
-        workload_made=submitted.replace(microsecond=0),
-        admitted=submitted.replace(microsecond=0),
-        started=submitted,
-        state=JobState.RUNNING,
+    # Not counted: seen after now, and a start the portal never saw (a job started before it kept the time).
+    _started(team, home, submitted=now, workload_made=now, admitted=now, seen=now + 9 * second, state=JobState.RUNNING)
+    unseen = _started(
+        team, home, submitted=base, workload_made=base, admitted=base, seen=base + second, state=JobState.RUNNING
     )
-    assert sorted(start_delays([team.pk], now=now))[0] == pytest.approx(0.2)
+    Job.objects.filter(pk=unseen.pk).update(running_seen_at=None)
+    assert sorted(start_delays(now=now)) == [1.0, 2.0, 2.5, 3.0]
     assert team_queues([team.pk], now=now)[team.pk].delay.seconds == []  # fewer than ten: none assumed
+
+
+def test_the_start_delay_is_read_off_the_platform_s_most_recent_starts_alone(case, team):
+    home, _elastic, now = case
+    base = now - timedelta(hours=2)
+    for index in range(DELAY_SIZE + 5):
+        # The older, the longer: only the DELAY_SIZE most recent (1 s to 50 s) count.
+        seen = base + timedelta(minutes=index)
+        delay = timedelta(seconds=DELAY_SIZE + 5 - index)
+        _started(team, home, submitted=seen - delay, workload_made=seen - delay, admitted=seen - delay, seen=seen)
+    assert sorted(start_delays(now=now)) == [float(seconds) for seconds in range(1, DELAY_SIZE + 1)]
+    assert team_queues([team.pk], now=now)[team.pk].delay.quantile(0.5) == 26.0
 
 
 def test_a_high_priority_job_starts_now_by_preempting_the_team_s_normal_jobs(case, team):

@@ -276,11 +276,15 @@ def test_admission_then_pods_move_the_job_along_in_any_order(sent, team, researc
         bound_at=now,
     )
     assert not services.settle_job(job_id=job.pk)
+    assert job.running_seen_at is None
+    seen_after = timezone.now()
     services.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
     assert (job.node_name, job.admitted_pool) == (node.name, pool)
     assert [e.to_state for e in job.events.all()] == [JobState.QUEUED, JobState.RUNNING]
+    # When the portal saw it Running, on its own clock (the start-time quote's path delay is read off it).
+    assert seen_after <= job.running_seen_at <= timezone.now()
 
 
 def test_an_admitted_job_without_pods_is_admitted(sent, team, researcher, pool):
