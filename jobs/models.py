@@ -326,7 +326,14 @@ class JobEvent(models.Model):
         verbose_name = _("job event")
         verbose_name_plural = _("job events")
         ordering = ["at", "id"]
-        indexes = [models.Index(fields=["job", "at"], name="jobs_event_job_at")]
+        indexes = [
+            models.Index(fields=["job", "at"], name="jobs_event_job_at"),
+            # The platform's most recent evictions of running jobs: how long stopped pods take to exit
+            # (jobs/quote_selectors.py `stop_fractions`).
+            models.Index(
+                fields=["-at"], name="jobs_event_evicted", condition=Q(from_state="running", to_state="queued")
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state} -> {self.to_state} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -1,12 +1,13 @@
 """When will a job start: a point estimate and an 80 % interval, from the team's queue, its room and its history.
 
 The idea. A queued job starts when Kueue admits it, and Kueue admits it when its team's queue ahead of it has been
-admitted and its team has room for its GPUs. The team's room grows at known moments: borrowed GPUs of its
-reservation come back within the borrowers' grace period (Kueue reclaims them at once; a stopped pod exits anywhere
-between at once and its grace period: at level q after q × the grace period), and each of its running jobs
-gives its GPUs back when it ends — at the latest at its deadline (start + maximum run time), and usually sooner: how
-much sooner is read off the team's own history, the fraction of their maximum run time its finished jobs really ran
-(an empirical distribution, fitted only on jobs already finished: never on the future).
+admitted and its team has room for its GPUs. The team's room grows at known moments: borrowed GPUs of its reservation
+come back within the borrowers' grace period (Kueue reclaims them at once; a stopped pod exits between at once and its
+grace period: at level q after the q-quantile of the fraction of it the platform's recently stopped pods took,
+`StopTimes`), and each of its running jobs gives its GPUs back when it ends — at the latest at its deadline (start +
+maximum run time), and usually sooner: how much sooner is read off the team's own history, the fraction of their maximum
+run time its finished jobs really ran (an empirical distribution, fitted only on jobs already finished: never on the
+future).
 
 The quote replays the team's queue forward in time, in Kueue's order (priority, then submission), once per quantile
 level of that distribution: at level q every running job ends at the q-quantile of its run given how long it has run
@@ -19,12 +20,12 @@ Job's creation, the Workload's admission, the pods' binding and start, the porta
 read off the platform's recent starts, every team's (`StartDelay`), is added to each start at level q, and each job
 admitted on the way runs from then.
 
-A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue:
-LowerPriority`): the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits
-within the team's reservation; it starts once their pods have exited (at level q after q × their grace period), and
-they go back to the queue behind their priority's queued jobs and run again. Work the team will submit is foreseen
-from what it submitted (`arrivals`: its recent submissions again, as far ahead as they go back, five times over): a
-higher-priority one passes a waiting job. Level 1 foresees none.
+A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue: LowerPriority`):
+the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits within the team's
+reservation; it starts once their pods have exited (at level q after that quantile of their grace period), and they go
+back to the queue behind their priority's queued jobs and run again. Work the team will submit is foreseen from what it
+submitted (`arrivals`: its recent submissions again, as far ahead as they go back, five times over): a higher-priority
+one passes a waiting job. Level 1 foresees none.
 
 What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), what other
 teams will submit (a lender reclaiming its GPUs preempts borrowed jobs), and the nodes themselves (a job Kueue
@@ -49,6 +50,8 @@ HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is f
 PRIOR = tuple(step / 20 for step in range(1, 21))
 MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s)
 DELAY_SIZE = 50  # the platform's most recent starts the start delay is read off
+MIN_STOPS = 10  # fewer measured stops than this: a stop ends anywhere in its grace period, evenly
+STOP_SIZE = 50  # the platform's most recent evictions the stop times are read off
 ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen from
 ARRIVAL_REPEATS = 5  # how many stretches as long as theirs are foreseen
 
@@ -105,6 +108,29 @@ class StartDelay:
         return self.seconds[min(int(level * len(self.seconds)), len(self.seconds) - 1)]
 
 
+class StopTimes:
+    """The fractions of its grace period a stopped pod (preempted, or its borrowed GPUs reclaimed) took to exit: 0
+    when it exited at once on SIGTERM, 1 when it was killed at the end of it. Read off the platform's most recent
+    evictions (how long a job's pods take to stop is its code's, and the platform's nodes'); with fewer than
+    `MIN_STOPS` measured, a stop may end anywhere in the grace period, evenly."""
+
+    def __init__(self, fractions=()):
+        self.fractions = sorted(min(max(float(value), 0.0), 1.0) for value in fractions)
+
+    @classmethod
+    def fitted(cls, fractions) -> "StopTimes":
+        fractions = list(fractions)
+        return cls(fractions) if len(fractions) >= MIN_STOPS else cls()
+
+    def quantile(self, level: float) -> float:
+        """The `level`-quantile of the fraction; level 1 (the latest start) is the whole grace period."""
+        if level >= 1.0:
+            return 1.0
+        if not self.fractions:
+            return level
+        return self.fractions[min(int(level * len(self.fractions)), len(self.fractions) - 1)]
+
+
 @dataclass(frozen=True)
 class Holding:
     """A job of the team holding GPUs in a pool now (`JobQuerySet.in_use`), since `started_at`."""
@@ -143,6 +169,7 @@ class TeamQueue:
     reclaim: dict[int, tuple[int, int]] = field(default_factory=dict)  # pool id -> (GPUs lent out, seconds to return)
     pool_names: dict[int, str] = field(default_factory=dict)
     delay: StartDelay = field(default_factory=StartDelay)
+    stops: StopTimes = field(default_factory=StopTimes)
     reserved: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs of the team's reservation there now
     # What the team will likely submit next (`arrivals`): its recent submissions again, as far ahead as they go back,
     # several times over.
@@ -261,8 +288,8 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
         if gpus:
             key = next(keys)
             reclaims[key] = (pool_id, gpus)
-            # A stopped pod ends anywhere between at once (it exits on SIGTERM) and its grace period, evenly.
-            events.append((now + timedelta(seconds=level * seconds), key))
+            # A stopped pod ends between at once (it exits on SIGTERM) and its grace period (`StopTimes`).
+            events.append((now + timedelta(seconds=queue.stops.quantile(level) * seconds), key))
     # Level 1 is the latest start the jobs there now can cause: it foresees no submission. In a StrictFIFO queue a
     # submission of no higher priority than every waiting job stays behind them all: it changes no start.
     lowest = min((job.priority for job in queue.waiting), default=0)
@@ -317,8 +344,9 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                     break
                 still.append((order, index, job))
                 continue
-            # Stopped pods exit anywhere between at once and their grace period (at level q after q × the longest).
-            stopping = timedelta(seconds=level * max((held[key].grace_seconds for key in stopped), default=0))
+            # Stopped pods exit between at once and their grace period (`StopTimes`, of the longest).
+            longest = max((held[key].grace_seconds for key in stopped), default=0)
+            stopping = timedelta(seconds=queue.stops.quantile(level) * longest)
             for key in stopped:
                 victim = held.pop(key)
                 free[pool] += victim.gpus

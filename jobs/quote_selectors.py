@@ -29,11 +29,13 @@ from .quote import (
     ARRIVALS,
     DELAY_SIZE,
     HISTORY_SIZE,
+    STOP_SIZE,
     Holding,
     Quote,
     QuoteWords,
     RunHistory,
     StartDelay,
+    StopTimes,
     TeamQueue,
     Waiting,
     arrivals,
@@ -124,6 +126,44 @@ def start_delays(*, now: datetime) -> list[float]:
     with connection.cursor() as cursor:
         cursor.execute(_START_DELAYS, {"now": now, "limit": DELAY_SIZE})
         return [delay for (delay,) in cursor.fetchall()]
+
+
+# How long the pods of the platform's most recent evictions of running jobs (up to STOP_SIZE: preempted, or their
+# borrowed GPUs reclaimed; the index jobs_event_evicted) took to exit, as a fraction of their grace period (the
+# platform's cap applied): from when the portal saw the job go back to the queue to the end of its pods' usage
+# (the pod's own end, or when the sync saw it gone). Only stops over by `now` count.
+_STOP_FRACTIONS = """
+SELECT LEAST(GREATEST(EXTRACT(EPOCH FROM stopped.ended - evicted.at) / evicted.grace, 0), 1)::float8
+FROM (
+    SELECT event.job_id, event.at, LEAST(job.termination_grace_seconds, %(cap)s) AS grace
+    FROM jobs_jobevent AS event
+    JOIN jobs_job AS job ON job.id = event.job_id
+    WHERE event.from_state = %(running)s AND event.to_state = %(queued)s AND event.at <= %(now)s
+      AND job.termination_grace_seconds > 0
+    ORDER BY event.at DESC LIMIT %(limit)s
+) AS evicted
+CROSS JOIN LATERAL (
+    SELECT max(used.ended_at) AS ended FROM billing_usageinterval AS used
+    WHERE used.job_id = evicted.job_id AND used.started_at <= evicted.at
+      AND used.ended_at >= evicted.at - interval '1 second' AND used.ended_at <= %(now)s
+) AS stopped
+WHERE stopped.ended IS NOT NULL AND evicted.grace > 0
+"""
+
+
+def stop_fractions(*, now: datetime) -> list[float]:
+    """The fractions of their grace period the pods of the platform's `STOP_SIZE` most recent evictions of running
+    jobs before `now` took to exit (`jobs.quote.StopTimes`). One query."""
+    parameters = {
+        "cap": max_grace_seconds(),
+        "running": JobState.RUNNING,
+        "queued": JobState.QUEUED,
+        "now": now,
+        "limit": STOP_SIZE,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_STOP_FRACTIONS, parameters)
+        return [fraction for (fraction,) in cursor.fetchall()]
 
 
 # Per team, its ARRIVALS most recent submissions before a moment, whatever became of them: among its last finished
@@ -230,6 +270,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     reclaim = _reclaims(team_ids, list(pools.values()), now=now)
     fractions = run_fractions(team_ids, now=now)
     delay = StartDelay.fitted(start_delays(now=now))
+    stops = StopTimes.fitted(stop_fractions(now=now))
     submitted = recent_submissions(team_ids, now=now, spill=spill)
     queues = {}
     for team_id in team_ids:
@@ -243,6 +284,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
             reclaim=reclaim.get(team_id, {}),
             pool_names={pool.pk: pool.name for pool in pools.values()},
             delay=delay,
+            stops=stops,
             reserved={
                 pool_id: teams[team_id].reserved for pool_id, teams in uses.items() if teams.get(team_id) is not None
             },

@@ -10,6 +10,7 @@ from jobs.quote import (
     Holding,
     RunHistory,
     StartDelay,
+    StopTimes,
     TeamQueue,
     Waiting,
     arrivals,
@@ -127,6 +128,23 @@ def test_lent_gpus_come_back_within_the_grace_period():
     assert quote.latest == NOW + timedelta(seconds=60)
     with translation.override("en"):
         assert "8 borrowed GPUs of your reservation return within 60 s" in basis_in_words(quote.basis, now=NOW)
+
+
+def test_lent_gpus_come_back_as_fast_as_the_platform_s_stopped_pods_exited():
+    # Six in ten recent stops exited at once, the others late in their grace period.
+    stops = StopTimes.fitted([0.0] * 6 + [0.5, 0.8, 0.9, 1.0])
+    queue = _queue(room={POOL: 0}, reclaim={POOL: (8, 60)}, waiting=[Waiting(1, 8, HOUR, (POOL,))])
+    queue.stops = stops
+    quote = quote_queue(queue, now=NOW)[1]
+    assert (quote.low, quote.estimate, quote.high) == (NOW, NOW, NOW + timedelta(seconds=60))
+    assert quote.latest == NOW + timedelta(seconds=60)
+
+
+def test_stop_times_need_ten_stops_and_the_latest_start_waits_the_whole_grace_period():
+    assert StopTimes.fitted([0.0] * 9).fractions == []
+    assert StopTimes().quantile(0.25) == 0.25  # evenly, without history
+    measured = StopTimes.fitted([0.0] * 10)
+    assert measured.quantile(0.9) == 0.0 and measured.quantile(1.0) == 1.0
 
 
 def test_a_soft_job_starts_now_in_a_spill_pool_with_room():

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
-from jobs.models import Job, JobQuote, Workload
+from jobs.models import Job, JobEvent, JobQuote, Workload
 from jobs.quote import DELAY_SIZE
 from jobs.quote_selectors import (
     preview_quote,
@@ -17,11 +17,19 @@ from jobs.quote_selectors import (
     recent_submissions,
     run_fractions,
     start_delays,
+    stop_fractions,
     team_queues,
 )
 from jobs.specs import JobSpec
 from pools.choices import Lending, PoolKind
-from tests.factories import JobFactory, PoolFactory, QuotaFactory, ReservationFactory, TeamFactory
+from tests.factories import (
+    JobFactory,
+    PoolFactory,
+    QuotaFactory,
+    ReservationFactory,
+    TeamFactory,
+    UsageIntervalFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -134,7 +142,7 @@ def test_a_job_that_fits_has_no_alternatives(team):
 def test_the_reads_take_the_same_queries_for_one_team_or_many(django_assert_max_num_queries, case, team):
     home, _elastic, now = case
     JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8)
-    with django_assert_max_num_queries(14) as one:
+    with django_assert_max_num_queries(15) as one:
         team_queues([team.pk], now=now)
     others = []
     for _ in range(5):
@@ -231,6 +239,43 @@ def test_the_start_delay_is_read_off_the_platform_s_most_recent_starts_alone(cas
         _started(team, home, submitted=seen - delay, workload_made=seen - delay, admitted=seen - delay, seen=seen)
     assert sorted(start_delays(now=now)) == [float(seconds) for seconds in range(1, DELAY_SIZE + 1)]
     assert team_queues([team.pk], now=now)[team.pk].delay.quantile(0.5) == 26.0
+
+
+def _evicted(team, pool, *, at, grace, ended, from_state=JobState.RUNNING, started=None):
+    """A job of `team` the portal saw go back to the queue at `at` (from `from_state`), whose pod's usage ended at
+    `ended` (None: still stopping)."""
+    job = JobFactory(team=team, pool=pool, state=JobState.QUEUED, termination_grace_seconds=grace, preemptions=1)
+    JobEvent.objects.create(job=job, from_state=from_state, to_state=JobState.QUEUED, at=at)
+    UsageIntervalFactory(
+        team=team, pool=pool, job=job, started_at=started or at - timedelta(minutes=5), ended_at=ended, gpus=8
+    )
+    return job
+
+
+def test_stop_times_are_the_fraction_of_their_grace_period_evicted_pods_took_to_exit(case, team, settings):
+    home, _elastic, now = case
+    settings.JOB_MAX_GRACE_SECONDS = 60
+    at = now - timedelta(minutes=10)
+    _evicted(team, home, at=at, grace=30, ended=at + timedelta(seconds=15))  # half its grace period
+    # Its pod's own end, truncated by the cluster to the second, before the portal saw the eviction: at once.
+    _evicted(team, home, at=at, grace=30, ended=at - timedelta(milliseconds=400))
+    _evicted(team, home, at=at, grace=120, ended=at + timedelta(seconds=90))  # killed at the platform's cap
+    # Not counted: still stopping, stopped after now, evicted before it ran, no grace period, and an earlier run's
+    # pod (it ended long before this eviction).
+    _evicted(team, home, at=at, grace=30, ended=None)
+    _evicted(team, home, at=now - timedelta(seconds=5), grace=30, ended=now + timedelta(seconds=5))
+    _evicted(team, home, at=at, grace=30, ended=at + timedelta(seconds=3), from_state=JobState.PENDING)
+    _evicted(team, home, at=at, grace=0, ended=at + timedelta(seconds=1))
+    _evicted(
+        team,
+        home,
+        at=at,
+        grace=30,
+        ended=at - timedelta(minutes=3),
+        started=at - timedelta(minutes=9),
+    )
+    assert sorted(stop_fractions(now=now)) == [0.0, 0.5, 1.0]
+    assert team_queues([team.pk], now=now)[team.pk].stops.fractions == []  # fewer than ten: evenly, as before
 
 
 def test_a_high_priority_job_starts_now_by_preempting_the_team_s_normal_jobs(case, team):
