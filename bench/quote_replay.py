@@ -89,6 +89,8 @@ SUMMARY_KEYS = {
             "coverage_ci95": (list, type(None)),
             "coverage_starts_now": NUMBER_OR_NONE,
             "coverage_queued": NUMBER_OR_NONE,
+            "sync_lag_s.p50": NUMBER_OR_NONE,
+            "sync_lag_s.p90": NUMBER_OR_NONE,
             "median_width_s": NUMBER_OR_NONE,
             "starts_now_jobs": int,
             "starts_now_running_within_60s": NUMBER_OR_NONE,
@@ -286,7 +288,8 @@ def submit_and_quote(trace_job, kind: str, teams, reserved) -> dict:
 
 def replay(kind: str, trace, teams, reserved, drain_timeout: float, seen: dict) -> tuple[list[dict], dict]:
     """Submit every job at its moment, quote it, wait until every job has ended; its records with its real start:
-    when the observer (`seen`, filled once it has stopped) saw its pod Running, and the portal's `started_at`."""
+    when the portal first saw it Running (`running_seen_at`), when the observer (`seen`, filled once it has stopped)
+    saw its pod Running, and the portal's `started_at`."""
     from jobs import services
     from jobs.choices import FINAL_STATES
     from jobs.models import Job
@@ -316,13 +319,16 @@ def replay(kind: str, trace, teams, reserved, drain_timeout: float, seen: dict) 
     stop.set()
     rows = {
         row["pk"]: row
-        for row in Job.objects.filter(pk__in=ids).values("pk", "started_at", "state", "preemptions", "admitted_pool")
+        for row in Job.objects.filter(pk__in=ids).values(
+            "pk", "started_at", "running_seen_at", "state", "preemptions", "admitted_pool"
+        )
     }
     seen.update(seen.pop("stop")())  # the observer's notes, once it has written them
     for record in records:
         row = rows.get(record.get("job_id"))
         if row:
             record["started"] = row["started_at"].timestamp() if row["started_at"] else None
+            record["seen"] = row["running_seen_at"].timestamp() if row["running_seen_at"] else None
             record["observed"] = seen.get("pods", {}).get(str(record["job_id"]), {}).get("running")
             record.update(state=row["state"], preemptions=row["preemptions"], admitted_pool=row["admitted_pool"])
     left = Job.objects.filter(pk__in=ids).exclude(state__in=FINAL_STATES)
@@ -385,6 +391,7 @@ def outcomes(records: list[dict]) -> list[Outcome]:
             baseline=record["baseline"],
             started=record.get("started"),
             observed=record.get("observed"),
+            seen=record.get("seen"),
         )
         for record in records
         if "job_id" in record

@@ -18,8 +18,9 @@ the load the trace offers (`window_seconds`). A warm-up history (`warm_up_histor
 distribution of run fractions with another seed: finished jobs the benchmark writes before the trace starts, apart
 from the scored ones, so the first quotes are fitted on a history the trace never sees.
 
-Scoring (`score`) compares each job's quote at submit with its real start (when a watch on the cluster saw its pod
-Running, or the portal's `started_at` when it missed it): the 80 % interval's
+Scoring (`score`) compares each job's quote at submit with its real start (when the portal first saw it Running,
+`Job.running_seen_at` on its own clock, the moment its pages, API and mail say so; the sync's lag behind a watch on
+the cluster, `observed`, is reported beside as `sync_lag_s`): the 80 % interval's
 coverage with its exact binomial 95 % confidence interval (Clopper-Pearson), the interval's median width, the share
 of jobs quoted "starts now" that were Running within 60 s, and the median absolute error of the estimate beside that
 of the baseline Kueue's maintainers suggest for an ETA (KEP-168-2: the position in the queue × the queue's recent
@@ -261,13 +262,17 @@ class Outcome:
     baseline: float
     started: float | None
     observed: float | None = None  # when a watch on the cluster saw its pod Running (the millisecond clock)
+    seen: float | None = None  # when the portal first saw it Running (`Job.running_seen_at`, its own clock)
     extra: dict = field(default_factory=dict)
 
     @property
     def real_start(self) -> float | None:
-        """The real start: when a watch saw its pod Running; when it missed it, from the portal's `started_at`, the
+        """The real start: when the portal first saw it Running, the moment its pages, API and mail say it runs
+        (what a quote promises); else when a watch saw its pod Running; else from the portal's `started_at`, the
         pod's bind time, which the cluster truncates to the second (or the job's submission when that came later in
         the same second): the real start lay between it and the end of its second, the middle of that."""
+        if self.seen is not None:
+            return self.seen
         if self.observed is not None:
             return self.observed
         if self.started is None:
@@ -354,6 +359,7 @@ def score(outcomes: list[Outcome]) -> dict:
     waits = [o.real_start - o.submitted for o in started]
     queued = [o for o in started if not o.starts_now]
     error, baseline_error = median(errors), median(baseline_errors)
+    lags = sorted(o.seen - o.observed for o in started if o.seen is not None and o.observed is not None)
     ratio = error / baseline_error if error is not None and baseline_error else None
     now_share = now_in_time / len(now_jobs) if now_jobs else None
     return {
@@ -378,6 +384,8 @@ def score(outcomes: list[Outcome]) -> dict:
         # the queue's seconds to minutes.
         "coverage_starts_now": _coverage([o for o in quoted if o.starts_now]),
         "coverage_queued": _coverage([o for o in quoted if not o.starts_now]),
+        # How much later the portal saw a start than a watch on the cluster did (the sync's lag, in the real start).
+        "sync_lag_s": {"p50": _r(median(lags), 3), "p90": _r(lags[int(0.9 * (len(lags) - 1))] if lags else None, 3)},
         "targets_met": {
             "coverage": coverage is not None and COVERAGE_TARGET[0] <= coverage <= COVERAGE_TARGET[1],
             "starts_now": now_share is None or now_share >= STARTS_NOW_TARGET,

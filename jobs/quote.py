@@ -17,7 +17,8 @@ fits starts first. Level 0.5 is the estimate, 0.1 and 0.9 bound the 80 % interva
 its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job Kueue admits at
 once at every level "starts now". Between Kueue's admission and a Running pod lies the path's own latency (the
 Job's creation, the Workload's admission, the pods' binding and start, the portal seeing it Running): its q-quantile,
-read off the platform's recent starts, every team's (`StartDelay`), is added to each start at level q, and each job
+read off the platform's recent starts, every team's (`StartDelay`), is added to each start at level q (to a job
+already submitted that Kueue may admit now, from its submission: it has been on the path since), and each job
 admitted on the way runs from then.
 
 A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue: LowerPriority`):
@@ -154,6 +155,7 @@ class Waiting:
     pools: tuple[int, ...]
     priority: int = 0
     grace_seconds: int = 0
+    submitted_at: datetime | None = None  # None: not submitted yet (the preview's, or one foreseen or requeued)
 
 
 @dataclass
@@ -357,7 +359,11 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                 still.append(((-victim.priority, sequence), None, again))  # to run again from its start
                 reorder = True
             free[pool] -= job.gpus
-            start = moment + stopping + delay
+            if moment + stopping <= now and job.submitted_at is not None:
+                # Submitted already, and admissible now: its path (the delay) began at its submission.
+                start = max(job.submitted_at + delay, now)
+            else:
+                start = moment + stopping + delay
             if index is not None:
                 run.starts[index], run.admitted[index] = (start, pool), moment
                 run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed

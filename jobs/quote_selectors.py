@@ -236,6 +236,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
             "spilled",
             "priority",
             "termination_grace_seconds",
+            "created_at",
         )
     )
     holding = list(
@@ -255,9 +256,9 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     waiting: dict[int, list[Waiting]] = {team_id: [] for team_id in team_ids}
     pairs = {(team_id, pool_id) for team_id, pools in (extra_pools or {}).items() for pool_id in pools}
     cap = max_grace_seconds()
-    for job_id, team_id, pool_id, gpus, max_run, placement, spilled, priority, grace in queued:
+    for job_id, team_id, pool_id, gpus, max_run, placement, spilled, priority, grace, created_at in queued:
         where = _where(pool_id=pool_id, placement=placement, spilled=spilled, spill=spill)
-        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where, priority, min(grace, cap)))
+        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where, priority, min(grace, cap), created_at))
         pairs.update((team_id, each) for each in where)
     pairs.update((team_id, pool_id) for team_id, pool_id, *_rest in holding)
     quotas = {

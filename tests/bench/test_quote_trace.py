@@ -147,9 +147,13 @@ def test_a_real_start_is_the_middle_of_what_is_left_of_its_second():
     assert not _outcome(started=10, low=10.6, estimate=11, high=12, baseline=0).held()
     assert not _outcome(started=10, low=5, estimate=7, high=10.4, baseline=0).held()
     assert not _outcome(started=None, low=5, estimate=7, high=10, baseline=0).held()
-    # What a watch on the cluster saw (the millisecond clock) comes first.
-    seen = Outcome(0.0, True, False, 0.5, 0.2, 0.8, 0.0, started=10, observed=10.73)
-    assert seen.real_start == 10.73 and not seen.held()
+    # What a watch on the cluster saw (the millisecond clock) comes before it, and when the portal saw it Running
+    # (what its pages say, what a quote promises) first.
+    observed = Outcome(0.0, True, False, 0.5, 0.2, 0.8, 0.0, started=10, observed=10.73)
+    assert observed.real_start == 10.73 and not observed.held()
+    seen = Outcome(0.0, True, False, 0.5, 0.2, 0.8, 0.0, started=10, observed=10.73, seen=10.85)
+    assert seen.real_start == 10.85
+    assert score([seen, observed])["sync_lag_s"] == {"p50": 0.12, "p90": 0.12}
 
 
 def test_score_gives_coverage_width_starts_now_and_the_error_against_the_baseline():

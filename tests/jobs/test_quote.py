@@ -188,6 +188,19 @@ def test_the_start_delay_moves_a_job_that_starts_now_by_its_quantiles():
     assert StartDelay([-1, 2]).seconds == [0.0, 2.0]  # clocks a little apart never make it negative
 
 
+def test_a_submitted_job_that_starts_now_counts_the_path_s_delay_from_its_submission():
+    delay = StartDelay.fitted([0.5] * 10)
+    just = Waiting(1, 4, HOUR, (POOL,), submitted_at=NOW - timedelta(milliseconds=300))
+    long_ago = Waiting(2, 2, HOUR, (POOL,), submitted_at=NOW - timedelta(seconds=2))
+    preview = Waiting(None, 2, HOUR, (POOL,))
+    quotes = quote_queue(_queue(room={POOL: 8}, waiting=[just, long_ago, preview], delay=delay), now=NOW)
+    assert all(quote.starts_now for quote in quotes.values())
+    # 0.5 s from its submission, 0.3 s ago; one past its delay already is due now; the preview's path begins now.
+    assert quotes[1].estimate == quotes[1].high == NOW + timedelta(milliseconds=200)
+    assert quotes[2].low == quotes[2].estimate == NOW
+    assert quotes[None].estimate == NOW + timedelta(milliseconds=500)
+
+
 def test_each_job_admitted_on_the_way_runs_from_its_start_after_the_delay():
     # One running job of 8 GPUs ends at NOW + 1 h at every level (its deadline: its runs all went to the end);
     # two 8-GPU jobs of an hour wait. With a delay of 30 s the first starts 30 s after the room frees, runs its
