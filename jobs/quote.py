@@ -23,10 +23,11 @@ admitted on the way runs from then.
 
 A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue: LowerPriority`):
 the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits within the team's
-reservation; it starts once their pods have exited (at level q after that quantile of their grace period), and they go
-back to the queue behind their priority's queued jobs and run again. Work the team will submit is foreseen from what it
-submitted (`arrivals`: its recent submissions again, as far ahead as they go back, five times over): a higher-priority
-one passes a waiting job. Level 1 foresees none.
+reservation; it starts once their pods have exited (at level q after that quantile of their grace period), or at once on
+a node's free GPUs when one has room for it now (Kueue gives the victims' quota back once they are stopping), and they
+go back to the queue behind their priority's queued jobs and run again. Work the team will submit is foreseen from what
+it submitted (`arrivals`: its recent submissions again, as far ahead as they go back, five times over): a
+higher-priority one passes a waiting job. Level 1 foresees none.
 
 What it leaves out, on purpose: GPUs other teams free in the cohort (they only make the start earlier), what other
 teams will submit (a lender reclaiming its GPUs preempts borrowed jobs), and the nodes themselves (a job Kueue
@@ -172,6 +173,9 @@ class TeamQueue:
     pool_names: dict[int, str] = field(default_factory=dict)
     delay: StartDelay = field(default_factory=StartDelay)
     stops: StopTimes = field(default_factory=StopTimes)
+    # pool id -> the most GPUs free on one of its nodes now (`pools.occupancy`): a job Kueue admits now by preemption
+    # starts on them at once, while its victims still stop (Kueue gives their quota back once they are stopping).
+    free_blocks: dict[int, int] = field(default_factory=dict)
     reserved: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs of the team's reservation there now
     # What the team will likely submit next (`arrivals`): its recent submissions again, as far ahead as they go back,
     # several times over.
@@ -328,6 +332,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
         > 1
     )
     freed = reclaimed = 0
+    free_blocks = dict(queue.free_blocks)  # what jobs admitted now take of the nodes' free GPUs
     moment = now
     run_fraction = queue.history.quantile(level)
     delay = timedelta(seconds=queue.delay.quantile(level))
@@ -346,9 +351,14 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
                     break
                 still.append((order, index, job))
                 continue
-            # Stopped pods exit between at once and their grace period (`StopTimes`, of the longest).
+            # Stopped pods exit between at once and their grace period (`StopTimes`, of the longest); a job admitted
+            # now that fits on a node's free GPUs does not wait for them.
             longest = max((held[key].grace_seconds for key in stopped), default=0)
             stopping = timedelta(seconds=queue.stops.quantile(level) * longest)
+            if moment == now and free_blocks.get(pool, 0) >= job.gpus:
+                stopping = timedelta(0)
+            if moment == now:
+                free_blocks[pool] = max(free_blocks.get(pool, 0) - job.gpus, 0)
             for key in stopped:
                 victim = held.pop(key)
                 free[pool] += victim.gpus

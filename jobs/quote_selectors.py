@@ -21,6 +21,7 @@ from billing.money import format_money, hourly_cost
 from pools.choices import PoolKind
 from pools.lending import pool_lending, team_uses
 from pools.models import Pool, Quota
+from pools.occupancy import pool_occupancy
 from portal.choices import QueueingStrategy
 from portal.models import Team
 
@@ -272,6 +273,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     fractions = run_fractions(team_ids, now=now)
     delay = StartDelay.fitted(start_delays(now=now))
     stops = StopTimes.fitted(stop_fractions(now=now))
+    free_blocks = {pool_id: each.largest_free_block for pool_id, each in pool_occupancy(sorted(pools)).items()}
     submitted = recent_submissions(team_ids, now=now, spill=spill)
     queues = {}
     for team_id in team_ids:
@@ -286,6 +288,7 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
             pool_names={pool.pk: pool.name for pool in pools.values()},
             delay=delay,
             stops=stops,
+            free_blocks=free_blocks,
             reserved={
                 pool_id: teams[team_id].reserved for pool_id, teams in uses.items() if teams.get(team_id) is not None
             },

@@ -265,6 +265,22 @@ def test_a_job_that_preempts_starts_once_the_stopped_pods_have_exited_within_the
     assert quotes[2].estimate == NOW + timedelta(hours=1, seconds=30)  # after the high job's hour from its start
 
 
+def test_a_job_that_preempts_starts_at_once_on_a_node_with_room_while_the_stopped_pods_still_exit():
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=60)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,), priority=100), Waiting(2, 8, HOUR, (POOL,), priority=100)]
+    queue = _queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 16})
+    queue.room = {POOL: 8}
+    queue.free_blocks = {POOL: 8}  # one node has 8 GPUs free now: the first job to need them takes them
+    quotes = quote_queue(queue, now=NOW)
+    assert (quotes[1].low, quotes[1].estimate, quotes[1].high) == (NOW, NOW, NOW)  # fits without preempting
+    # The second preempts the low job and finds no node free now: it waits for the stopped pods.
+    assert (quotes[2].low, quotes[2].high) == (NOW + timedelta(seconds=6), NOW + timedelta(seconds=54))
+    queue.free_blocks = {POOL: 16}
+    quotes = quote_queue(queue, now=NOW)
+    assert quotes[2].starts_now and quotes[2].high == NOW
+
+
 def test_the_team_s_next_submissions_are_its_recent_ones_again_as_far_ahead_as_they_go_back():
     job = Waiting(None, 8, HOUR, (POOL,), priority=100)
     submitted = [(NOW - timedelta(minutes=m), job) for m in (30, 20, 10)] + [(NOW + timedelta(minutes=1), job)]

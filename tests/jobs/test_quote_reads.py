@@ -142,7 +142,7 @@ def test_a_job_that_fits_has_no_alternatives(team):
 def test_the_reads_take_the_same_queries_for_one_team_or_many(django_assert_max_num_queries, case, team):
     home, _elastic, now = case
     JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8)
-    with django_assert_max_num_queries(15) as one:
+    with django_assert_max_num_queries(16) as one:
         team_queues([team.pk], now=now)
     others = []
     for _ in range(5):
