@@ -101,23 +101,25 @@ def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
 # (`running_seen_at`, the portal's own clock, as is the submission's), without its wait for room: the time between
 # its first Workload's creation and admission when that is over a second. Those two times are the cluster's,
 # truncated to the second, so a shorter gap is not told from Kueue's own work, which is the path's (a job that
-# starts at once waits for it too).
+# starts at once waits for it too). Kueue requeues a preempted job's Workload and stamps its new admission on it: a
+# Workload admitted after the first start tells nothing of it, and is passed over.
 _START_DELAYS = """
 SELECT EXTRACT(
            EPOCH FROM recent.running_seen_at - recent.created_at
-           - CASE WHEN workload.admitted_at - workload.created_at > interval '1 second'
-                  THEN workload.admitted_at - workload.created_at ELSE interval '0' END
+           - CASE WHEN recent.admitted_at - recent.workload_created_at > interval '1 second'
+                  THEN recent.admitted_at - recent.workload_created_at ELSE interval '0' END
        )::float8
 FROM (
-    SELECT job.id, job.created_at, job.running_seen_at FROM jobs_job AS job
+    SELECT job.created_at, job.running_seen_at, workload.created_at AS workload_created_at, workload.admitted_at
+    FROM jobs_job AS job
+    CROSS JOIN LATERAL (
+        SELECT first.created_at, first.admitted_at FROM jobs_workload AS first
+        WHERE first.job_id = job.id ORDER BY first.created_at LIMIT 1
+    ) AS workload
     WHERE job.running_seen_at IS NOT NULL AND job.running_seen_at <= %(now)s
+      AND workload.admitted_at IS NOT NULL AND workload.admitted_at <= job.running_seen_at
     ORDER BY job.running_seen_at DESC LIMIT %(limit)s
 ) AS recent
-CROSS JOIN LATERAL (
-    SELECT first.created_at, first.admitted_at FROM jobs_workload AS first
-    WHERE first.job_id = recent.id ORDER BY first.created_at LIMIT 1
-) AS workload
-WHERE workload.admitted_at IS NOT NULL
 """
 
 

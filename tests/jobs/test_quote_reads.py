@@ -199,25 +199,30 @@ def test_the_start_delay_is_the_path_without_the_wait_for_room_on_the_platform_s
     # Another team's job counts too (the path is the platform's): 1 s.
     other = TeamFactory()
     _started(other, home, submitted=base, workload_made=base, admitted=base, seen=base + second, state=JobState.RUNNING)
-    # Preempted since: its first start counts (its first Workload's admission), 2 s.
-    preempted = _started(
-        other,
-        home,
-        submitted=base,
-        workload_made=base,
-        admitted=base,
-        seen=base + 2 * second,
-        state=JobState.QUEUED,
-        preemptions=1,
+    # A second Workload later (spill-after widened its placement): its first one counts, 2 s.
+    spilled = _started(
+        other, home, submitted=base, workload_made=base, admitted=base, seen=base + 2 * second, state=JobState.RUNNING
     )
     Workload.objects.create(
         uid="uid-again",
         namespace="team-x",
         name="job-rsv-again",
-        job=preempted,
+        job=spilled,
         created_at=base + timedelta(minutes=20),
         admitted=True,
         admitted_at=base + timedelta(minutes=25),
+    )
+    # Preempted since: Kueue requeued its Workload and stamped the new admission on it, after the first start: not
+    # counted (it would read as a negative delay).
+    _started(
+        other,
+        home,
+        submitted=base,
+        workload_made=base,
+        admitted=base + timedelta(minutes=3),
+        seen=base + 2 * second,
+        state=JobState.RUNNING,
+        preemptions=1,
     )
     # Not counted: seen after now, and a start the portal never saw (a job started before it kept the time).
     _started(team, home, submitted=now, workload_made=now, admitted=now, seen=now + 9 * second, state=JobState.RUNNING)
