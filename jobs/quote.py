@@ -4,10 +4,10 @@ The idea. A queued job starts when Kueue admits it, and Kueue admits it when its
 admitted and its team has room for its GPUs. The team's room grows at known moments: borrowed GPUs of its reservation
 come back within the borrowers' grace period (Kueue reclaims them at once; a stopped pod exits between at once and its
 grace period: at level q after the q-quantile of the fraction of it the platform's recently stopped pods took,
-`StopTimes`), and each of its running jobs gives its GPUs back when it ends — at the latest at its deadline (start +
-maximum run time), and usually sooner: how much sooner is read off the team's own history, the fraction of their maximum
-run time its finished jobs really ran (an empirical distribution, fitted only on jobs already finished: never on the
-future).
+`StopTimes`; a job Kueue admits now on reclaimed GPUs runs at once when a node of its pool has its GPUs free now),
+and each of its running jobs gives its GPUs back when it ends — at the latest at its deadline (start + maximum run
+time), and usually sooner: how much sooner is read off the team's own history, the fraction of their maximum run time
+its finished jobs really ran (an empirical distribution, fitted only on jobs already finished: never on the future).
 
 The quote replays the team's queue forward in time, in Kueue's order (priority, then submission), once per quantile
 level of that distribution: at level q every running job ends at the q-quantile of its run given how long it has run
@@ -174,7 +174,8 @@ class TeamQueue:
     delay: StartDelay = field(default_factory=StartDelay)
     stops: StopTimes = field(default_factory=StopTimes)
     # pool id -> the most GPUs free on one of its nodes now (`pools.occupancy`): a job Kueue admits now by preemption
-    # starts on them at once, while its victims still stop (Kueue gives their quota back once they are stopping).
+    # or on reclaimed GPUs starts on them at once, while the stopped pods still exit (Kueue gives their quota back
+    # once they are stopping).
     free_blocks: dict[int, int] = field(default_factory=dict)
     reserved: dict[int, int] = field(default_factory=dict)  # pool id -> GPUs of the team's reservation there now
     # What the team will likely submit next (`arrivals`): its recent submissions again, as far ahead as they go back,
@@ -247,6 +248,29 @@ def _preempt(queue: TeamQueue, job: Waiting, pool_id: int, *, free: dict, held: 
         chosen.append(key)
         stopped += held[key].gpus
     return chosen
+
+
+def _reclaim_at_once(job: Waiting, *, free: dict, reclaims: dict, free_blocks: dict) -> tuple[int, int] | None:
+    """Kueue reclaims a lender's GPUs by stopping the borrowers' jobs and admits the lender's job at once (their quota
+    comes back once they are stopping): it runs at once when a node of the pool has its GPUs free now, while the
+    borrowers' pods still stop. The pool and the GPUs it takes back (out of `reclaims`, into `free`), or None."""
+    for pool_id in job.pools:
+        lent = sum(gpus for each, gpus in reclaims.values() if each == pool_id)
+        if free_blocks.get(pool_id, 0) < job.gpus or free.get(pool_id, 0) + lent < job.gpus:
+            continue
+        needed = taken = job.gpus - free.get(pool_id, 0)
+        for key, (each, gpus) in list(reclaims.items()):
+            if each != pool_id or not needed:
+                continue
+            take = min(gpus, needed)
+            needed -= take
+            if take == gpus:
+                del reclaims[key]  # its event is skipped as stale
+            else:
+                reclaims[key] = (each, gpus - take)
+        free[pool_id] = free.get(pool_id, 0) + taken
+        return pool_id, taken
+    return None
 
 
 def arrivals(
@@ -340,6 +364,11 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
         still, reorder = [], False
         for position, (order, index, job) in enumerate(left):
             pool, stopped = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None), []
+            if pool is None and moment == now:
+                at_once = _reclaim_at_once(job, free=free, reclaims=reclaims, free_blocks=free_blocks)
+                if at_once is not None:
+                    pool, taken = at_once
+                    reclaimed += taken
             for candidate in job.pools if pool is None and can_preempt else ():
                 chosen = _preempt(queue, job, candidate, free=free, held=held)
                 if chosen is not None:
@@ -436,7 +465,13 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
     # Starts now: Kueue admits it at once at every level (its pods then take the path's delay to run).
     starts_now = all(runs[level].admitted.get(index, latest) <= now for level in (LOW, ESTIMATE, HIGH))
     if starts_now:
-        basis.append({"say": "room", "gpus": queue.room.get(pool_id, 0), "pool": queue.pool_names.get(pool_id, "")})
+        room = queue.room.get(pool_id, 0)
+        if room < job.gpus and runs[ESTIMATE].reclaimed.get(index):
+            # Its room is lent out: Kueue reclaims it and the job runs on a node's free GPUs meanwhile.
+            seconds = queue.reclaim.get(pool_id, (0, 0))[1]
+            basis.append({"say": "reclaim", "gpus": runs[ESTIMATE].reclaimed[index], "seconds": seconds})
+        else:
+            basis.append({"say": "room", "gpus": room, "pool": queue.pool_names.get(pool_id, "")})
     else:
         freed = runs[LATEST].freed_by_running.get(index, 0)
         if freed:

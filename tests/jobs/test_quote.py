@@ -281,6 +281,25 @@ def test_a_job_that_preempts_starts_at_once_on_a_node_with_room_while_the_stoppe
     assert quotes[2].starts_now and quotes[2].high == NOW
 
 
+def test_a_job_on_reclaimed_gpus_starts_at_once_on_a_node_with_room_while_the_borrowers_still_stop():
+    # 4 GPUs of room, 8 lent out (the borrowers take up to 60 s to stop): two jobs of 8 GPUs wait.
+    waiting = [Waiting(1, 8, HOUR, (POOL,)), Waiting(2, 8, HOUR, (POOL,))]
+    queue = _queue(room={POOL: 4}, reclaim={POOL: (8, 60)}, waiting=waiting)
+    queue.free_blocks = {POOL: 8}  # one node has 8 GPUs free now
+    quotes = quote_queue(queue, now=NOW)
+    # The first takes 4 of the lent GPUs back and runs on the free node at once.
+    assert quotes[1].starts_now and (quotes[1].low, quotes[1].high) == (NOW, NOW)
+    with translation.override("en"):
+        assert "4 borrowed GPUs of your reservation return within 60 s" in basis_in_words(quotes[1].basis, now=NOW)
+    # The second needs more than is left to reclaim (4): it waits for its team's jobs, the first's hour.
+    assert not quotes[2].starts_now and quotes[2].low >= NOW + timedelta(minutes=1)
+    # Without a node free for it now, the first waits for the borrowers' pods to exit, as before.
+    queue.free_blocks = {POOL: 4}
+    quotes = quote_queue(queue, now=NOW)
+    assert not quotes[1].starts_now
+    assert (quotes[1].low, quotes[1].high) == (NOW + timedelta(seconds=6), NOW + timedelta(seconds=54))
+
+
 def test_the_team_s_next_submissions_are_its_recent_ones_again_as_far_ahead_as_they_go_back():
     job = Waiting(None, 8, HOUR, (POOL,), priority=100)
     submitted = [(NOW - timedelta(minutes=m), job) for m in (30, 20, 10)] + [(NOW + timedelta(minutes=1), job)]

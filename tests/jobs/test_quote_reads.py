@@ -264,6 +264,8 @@ def test_stop_times_are_the_fraction_of_their_grace_period_evicted_pods_took_to_
     _evicted(team, home, at=at, grace=30, ended=at + timedelta(seconds=15))  # half its grace period
     # Its pod's own end, truncated by the cluster to the second, before the portal saw the eviction: at once.
     _evicted(team, home, at=at, grace=30, ended=at - timedelta(milliseconds=400))
+    # Gone 2.5 s before the portal saw its Workload evicted (the pod's watch ran ahead of the Workload's): at once.
+    _evicted(team, home, at=at, grace=30, ended=at - timedelta(milliseconds=2500))
     _evicted(team, home, at=at, grace=120, ended=at + timedelta(seconds=90))  # killed at the platform's cap
     # Not counted: still stopping, stopped after now, evicted before it ran, no grace period, and an earlier run's
     # pod (it ended long before this eviction).
@@ -279,7 +281,12 @@ def test_stop_times_are_the_fraction_of_their_grace_period_evicted_pods_took_to_
         ended=at - timedelta(minutes=3),
         started=at - timedelta(minutes=9),
     )
-    assert sorted(stop_fractions(now=now)) == [0.0, 0.5, 1.0]
+    # A pod of the run still stopping beside one that ended just before: the stop is not over.
+    stopping = _evicted(team, home, at=at, grace=30, ended=at - timedelta(seconds=2))
+    UsageIntervalFactory(
+        team=team, pool=home, job=stopping, started_at=at - timedelta(minutes=5), ended_at=None, gpus=8
+    )
+    assert sorted(stop_fractions(now=now)) == [0.0, 0.0, 0.5, 1.0]
     assert team_queues([team.pk], now=now)[team.pk].stops.fractions == []  # fewer than ten: evenly, as before
 
 
