@@ -40,6 +40,8 @@ import heapq
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from operator import itemgetter
+from typing import NamedTuple
 
 from django.utils import formats, timezone
 from django.utils.translation import gettext as _
@@ -58,11 +60,19 @@ ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen f
 ARRIVAL_REPEATS = 5  # how many stretches as long as theirs are foreseen
 
 
+def _clamped(ordered: list[float]) -> list[float]:
+    """`ordered` (ascending) with every value in [0, 1]; as it is when it is already (the database's fractions: no
+    pass over 200 values per team)."""
+    if ordered and (ordered[0] < 0.0 or ordered[-1] > 1.0):
+        return [min(max(value, 0.0), 1.0) for value in ordered]
+    return ordered
+
+
 class RunHistory:
     """The fractions of their maximum run time the team's finished jobs ran (each in [0, 1]), and its quantiles."""
 
     def __init__(self, fractions, *, prior: bool = False):
-        self.fractions = sorted(min(max(float(f), 0.0), 1.0) for f in fractions)
+        self.fractions = _clamped(sorted(map(float, fractions)))
         self.prior = prior
 
     @classmethod
@@ -82,11 +92,11 @@ class RunHistory:
         than that are counted; when none is, the rest of the time to the deadline is spread evenly)."""
         if level >= 1.0:
             return 1.0
-        rest = self.fractions[bisect_right(self.fractions, after) :]
+        first = bisect_right(self.fractions, after)
+        rest = len(self.fractions) - first
         if not rest:
             return after + level * (1.0 - after)
-        index = min(int(level * len(rest)), len(rest) - 1)
-        return max(rest[index], after)
+        return max(self.fractions[first + min(int(level * rest), rest - 1)], after)
 
 
 class StartDelay:
@@ -133,9 +143,9 @@ class StopTimes:
         return self.fractions[min(int(level * len(self.fractions)), len(self.fractions) - 1)]
 
 
-@dataclass(frozen=True)
-class Holding:
-    """A job of the team holding GPUs in a pool now (`JobQuerySet.in_use`), since `started_at`."""
+class Holding(NamedTuple):
+    """A job of the team holding GPUs in a pool now (`JobQuerySet.in_use`), since `started_at`. A named tuple, as
+    `Waiting`: thousands are made to quote every queue, and a frozen dataclass took three times as long to make."""
 
     pool_id: int
     gpus: int
@@ -145,8 +155,7 @@ class Holding:
     grace_seconds: int = 0  # its pods' time to stop when preempted (the platform's cap applied)
 
 
-@dataclass(frozen=True)
-class Waiting:
+class Waiting(NamedTuple):
     """A job of the team not admitted yet, in Kueue's order; `pools`: where it may be admitted (home first, then
     the spill pools of a soft job). `job_id` None: the job of the submit preview."""
 
@@ -217,7 +226,7 @@ class _Run:
     reclaimed: dict[int, int] = field(default_factory=dict)  # index -> GPUs reclaimed before it
 
 
-@dataclass
+@dataclass(slots=True)
 class _Held:
     """GPUs the team holds in a pool during a replay: a job running now or one admitted on the way."""
 
@@ -285,26 +294,21 @@ def arrivals(
         return []
     span = now - recent[0][0]
     stretches = repeats if span > timedelta(0) else 1
-    return sorted(
-        ((now + (now - at) + stretch * span, job) for stretch in range(stretches) for at, job in recent),
-        key=lambda pair: pair[0],
-    )
+    # Each stretch lies after the one before it (within [now + k·span, now + (k+1)·span]): sorting the first is
+    # enough.
+    mirrored = sorted(((now + (now - at), job) for at, job in recent), key=itemgetter(0))
+    offsets = [stretch * span for stretch in range(stretches)]
+    return [(at + offset, job) for offset in offsets for at, job in mirrored]
 
 
-def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
-    free = dict(queue.room)
-    held: dict[int, _Held] = {}
-    reclaims: dict[int, tuple[int, int]] = {}  # key -> (pool, GPUs)
-    coming: dict[int, Waiting] = {}  # key -> a job the team will likely submit then
-    events: list[tuple[datetime, int]] = []  # (time, key of `held`, `reclaims` or `coming`); stale keys are skipped
-    keys = iter(range(1 << 62))
+def _running(queue: TeamQueue, *, now: datetime) -> list[tuple[_Held, float]]:
+    """The team's jobs holding GPUs now, as the replay holds them, each with the fraction of its maximum run time
+    it has run (the same at every level: worked out once per queue)."""
+    running = []
     for holding in queue.holding:
         elapsed = max((now - holding.started_at).total_seconds(), 0.0)
         max_run = max(holding.max_run_seconds, 1)
-        fraction = queue.history.quantile(level, after=min(elapsed / max_run, 1.0))
-        end = max(holding.started_at + timedelta(seconds=fraction * max_run), now)
-        key = next(keys)
-        held[key] = _Held(
+        each = _Held(
             holding.pool_id,
             holding.gpus,
             holding.priority,
@@ -313,6 +317,22 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
             "running",
             holding.grace_seconds,
         )
+        running.append((each, min(elapsed / max_run, 1.0)))
+    return running
+
+
+def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tuple[_Held, float]] | None = None) -> _Run:
+    free = dict(queue.room)
+    held: dict[int, _Held] = {}
+    reclaims: dict[int, tuple[int, int]] = {}  # key -> (pool, GPUs)
+    coming: dict[int, Waiting] = {}  # key -> a job the team will likely submit then
+    events: list[tuple[datetime, int]] = []  # (time, key of `held`, `reclaims` or `coming`); stale keys are skipped
+    keys = iter(range(1 << 62))
+    for each, after in _running(queue, now=now) if running is None else running:
+        fraction = queue.history.quantile(level, after=after)
+        end = max(each.since + timedelta(seconds=fraction * each.max_run_seconds), now)
+        key = next(keys)
+        held[key] = each  # never changed by the replay: shared by every level's
         events.append((end, key))
     for pool_id, (gpus, seconds) in queue.reclaim.items():
         if gpus:
@@ -442,7 +462,8 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime) -> _Run:
 def quote_queue(queue: TeamQueue, *, now: datetime | None = None) -> dict[int | None, Quote]:
     """A `Quote` for every waiting job of `queue`, by job id (None: the preview's job)."""
     now = now or timezone.now()
-    runs = {level: _replay(queue, level=level, now=now) for level in (LOW, ESTIMATE, HIGH, LATEST)}
+    running = _running(queue, now=now)
+    runs = {level: _replay(queue, level=level, now=now, running=running) for level in (LOW, ESTIMATE, HIGH, LATEST)}
     quotes: dict[int | None, Quote] = {}
     for index, job in enumerate(queue.waiting):
         quotes[job.job_id] = _quote_one(queue, index, job, runs, now=now)

@@ -1,6 +1,7 @@
 """The quote (jobs/quote.py), pure: a team's queue replayed in Kueue's order against its room, its running jobs'
 deadlines, reclaims and its history of run times. No database."""
 
+import random
 from datetime import UTC, datetime, timedelta
 
 from django.utils import translation
@@ -87,6 +88,9 @@ def test_the_history_only_counts_runs_longer_than_what_a_job_has_run_already():
     assert history.quantile(0.0, after=0.5) == 0.9
     assert history.quantile(0.5, after=1.0) == 1.0  # past every recorded run: the rest, spread evenly
     assert history.quantile(1.0) == 1.0
+    # Fractions out of [0, 1] (a clock's skew) are held to it; in order whatever the order given.
+    assert RunHistory([1.5, -0.2, 0.5]).fractions == [0.0, 0.5, 1.0]
+    assert RunHistory([0.7, 0.2]).fractions == [0.2, 0.7]
 
 
 def test_few_finished_jobs_give_the_wide_prior_and_say_so():
@@ -309,6 +313,26 @@ def test_the_team_s_next_submissions_are_its_recent_ones_again_as_far_ahead_as_t
     foreseen = arrivals(submitted, now=NOW, count=2, repeats=3)
     assert [at for at, _job in foreseen] == [NOW + timedelta(minutes=m) for m in (10, 20, 30, 40, 50, 60)]
     assert arrivals(submitted, now=NOW, count=0) == []
+
+
+def test_the_foreseen_submissions_come_in_time_order_ties_in_the_order_they_were_made():
+    # Stretch after stretch without sorting them all: the same list as sorting every foreseen submission by time
+    # (a stable sort), with equal times, a submission at now itself and repeats.
+    rng = random.Random(5)
+    for _case in range(200):
+        submitted = [
+            (
+                NOW - timedelta(seconds=rng.choice([0, 0, 5, 5, 30, 60, 90, 600])),
+                Waiting(None, rng.randint(1, 8), HOUR, (POOL,)),
+            )
+            for _job in range(rng.randint(1, 25))
+        ]
+        count, repeats = rng.randint(1, 20), rng.randint(1, 5)
+        recent = sorted(submitted, key=lambda pair: pair[0])[-count:]
+        span = NOW - recent[0][0]
+        stretches = repeats if span > timedelta(0) else 1
+        every = [(NOW + (NOW - at) + k * span, job) for k in range(stretches) for at, job in recent]
+        assert arrivals(submitted, now=NOW, count=count, repeats=repeats) == sorted(every, key=lambda pair: pair[0])
 
 
 def test_a_higher_priority_submission_foreseen_passes_a_waiting_job_but_not_the_latest():
