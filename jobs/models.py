@@ -535,7 +535,7 @@ class JobTemplate(models.Model):
 
 class JobQuote(models.Model):
     """A start-time quote a queued job was given (`jobs.quote`), kept when the queue moved it: the job page shows how
-    its quote changed. `basis` holds the quote's reasons as `jobs.quote.basis_in_words` words them, in any
+    its quote changed. `basis` holds the quote's reasons as `jobs.quote_words.basis_in_words` words them, in any
     language. `estimate`, `low` and `high` are empty when the job could not start with its team's quota."""
 
     job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="quotes")

@@ -33,7 +33,6 @@ from .quote import (
     STOP_SIZE,
     Holding,
     Quote,
-    QuoteWords,
     RunHistory,
     StartDelay,
     StopTimes,
@@ -41,8 +40,8 @@ from .quote import (
     Waiting,
     arrivals,
     quote_queue,
-    worded,
 )
+from .quote_words import QuoteWords, worded
 from .selectors import quota_room
 from .specs import JobSpec, max_grace_seconds
 

@@ -33,7 +33,7 @@ from .choices import FINAL_STATES, JobState
 from .filters import JobFilterSet
 from .forms import JobNotifyForm, JobSubmitForm
 from .models import Job, JobTemplate
-from .quote import worded
+from .quote_words import worded
 from .specs import JobSpec
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,9 @@ from jobs.quote import (
     TeamQueue,
     Waiting,
     arrivals,
-    basis_in_words,
-    quote_in_words,
     quote_queue,
 )
+from jobs.quote_words import basis_in_words, quote_in_words
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 HOUR = 3600

@@ -1,0 +1,107 @@
+"""A start-time quote in words, in the reader's language: when (`quote_in_words`) and why (`basis_in_words`, from the
+basis items `jobs.quote` writes)."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils import formats, timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
+
+from .quote import Quote
+
+
+def moment_in_words(moment: datetime, *, now: datetime | None = None) -> str:
+    """A time as a reader reads it: the hour and minute today, the date too on another day."""
+    now = timezone.localtime(now or timezone.now())
+    local = timezone.localtime(moment)
+    if local.date() == now.date():
+        return formats.time_format(local, "H:i")
+    return formats.date_format(local, "SHORT_DATETIME_FORMAT")
+
+
+def _basis_item(item: dict, now: datetime) -> str:
+    say = item["say"]
+    if say == "ahead":
+        return (
+            ngettext(
+                "%(jobs)d job ahead of you in your team's queue, %(gpus)d GPUs",
+                "%(jobs)d jobs ahead of you in your team's queue, %(gpus)d GPUs",
+                item["jobs"],
+            )
+            % item
+        )
+    if say == "room":
+        return _("your team has room for %(gpus)d more GPUs in %(pool)s now") % item
+    if say == "freed":
+        latest = moment_in_words(datetime.fromisoformat(item["latest"]), now=now)
+        return _("your team's running jobs free %(gpus)d GPUs by %(latest)s at the latest") % {
+            "gpus": item["gpus"],
+            "latest": latest,
+        }
+    if say == "reclaim":
+        return _("%(gpus)d borrowed GPUs of your reservation return within %(seconds)d s") % item
+    if say == "history":
+        if not item["jobs"]:
+            return _("your team has few finished jobs yet, so any run may last up to its maximum run time")
+        return (
+            ngettext(
+                "run times fitted on your team's %(jobs)d finished job",
+                "run times fitted on your team's %(jobs)d finished jobs",
+                item["jobs"],
+            )
+            % item
+        )
+    if say == "admitted":
+        return _("Kueue has admitted it: it starts as soon as its pods are placed on nodes")
+    if say == "spills":
+        return _("in %(pool)s, a spill pool") % item
+    if say == "never":
+        return _("it needs %(gpus)d GPUs, more than your team can ever hold in %(pool)s") % item
+    return ""
+
+
+def basis_in_words(basis: list[dict], *, now: datetime | None = None) -> str:
+    """The basis of a quote in the active language: its items joined into one sentence."""
+    now = now or timezone.now()
+    return "; ".join(part for part in (_basis_item(item, now) for item in basis) if part)
+
+
+def quote_in_words(quote: Quote, *, now: datetime | None = None) -> str:
+    """ "Starts now", "likely 14:20 (80 %: 13:55–15:10)", or that it cannot start with the team's quota."""
+    now = now or timezone.now()
+    if quote.never:
+        return _("cannot start with your team's quota")
+    if quote.starts_now:
+        return _("starts now")
+    return _("likely %(estimate)s (80 %%: %(low)s–%(high)s)") % {
+        "estimate": moment_in_words(quote.estimate, now=now),
+        "low": moment_in_words(quote.low, now=now),
+        "high": moment_in_words(quote.high, now=now),
+    }
+
+
+@dataclass(frozen=True)
+class QuoteWords:
+    """A quote as pages and the API show it, in the active language."""
+
+    text: str
+    basis: str
+    starts_now: bool
+    never: bool
+    estimate: datetime | None
+    low: datetime | None
+    high: datetime | None
+
+
+def worded(quote: Quote, *, now: datetime | None = None) -> QuoteWords:
+    now = now or timezone.now()
+    return QuoteWords(
+        text=quote_in_words(quote, now=now),
+        basis=basis_in_words(quote.basis, now=now),
+        starts_now=quote.starts_now,
+        never=quote.never,
+        estimate=quote.estimate,
+        low=quote.low,
+        high=quote.high,
+    )
