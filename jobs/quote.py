@@ -143,7 +143,7 @@ class StopTimes:
 
 class Holding(NamedTuple):
     """A job of the team holding GPUs in a pool now (`JobQuerySet.in_use`), since `started_at`. A named tuple, as
-    `Waiting`: thousands are made to quote every queue, and a frozen dataclass took three times as long to make."""
+    `Waiting`: thousands are made to quote every queue; a frozen dataclass took two to three times as long to make."""
 
     pool_id: int
     gpus: int
