@@ -2,7 +2,7 @@
 gone from the code. This reads the source as text, so it catches those spellings only (a new, different spelling of
 a rule is for review to catch); what each rule says is tested where it lives.
 
-- GPUs in use: `JobQuerySet.in_use` / `gpus_in_use` (jobs/models.py);
+- GPUs in use: `JobQuerySet.in_use` / `gpus_in_use` (jobs/models/job.py);
 - is a member: `MembershipQuerySet.of` (portal/models.py);
 - a month's sums of the daily rollups: `DailyUsageQuerySet.month_sums` (billing/models.py).
 """
@@ -27,7 +27,7 @@ APPS = [
 
 RULES = {
     "GPUs in use": (
-        "jobs/models.py",
+        "jobs/models/job.py",
         [r"\.holding_quota\(\)", r"state__in=ADMITTED_STATES", r"Coalesce\([^)]*admitted_pool"],
     ),
     "is a member": (

@@ -12,7 +12,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone, translation
 from django.utils.translation import gettext
@@ -22,7 +22,7 @@ from pools.models import Pool
 from portal.choices import JobMail
 from portal.models import Team, TeamScopedQuerySet
 
-from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
+from ..choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, TRANSITIONS, JobState, Placement, Priority
 
 
 class IllegalTransition(Exception):
@@ -47,7 +47,7 @@ class Words:
     def __str__(self) -> str:
         function = self.msgid.removeprefix("reasons.")
         if function != self.msgid and function in self.WORDING_FUNCTIONS:
-            from . import reasons
+            from .. import reasons
 
             return getattr(reasons, function)(**self.args)
         text = gettext(self.msgid) if self.msgid else ""  # gettext("") is the catalogue's header
@@ -362,242 +362,3 @@ class JobEvent(models.Model):
     def in_words(self) -> str:
         """The message in the active language (events written before messages kept their msgid: as written)."""
         return str(Words(self.message_id, self.message_args)) if self.message_id else self.message
-
-
-class Workload(models.Model):
-    """Kueue's Workload of a portal job, as the sync last saw it (one row per Workload uid; Kueue makes a new
-    Workload when a suspended Job's pod template changes, e.g. when spill-after widens its placement).
-
-    The job's state follows from its newest Workload and its pods (`jobs.services.settle_job`): not admitted →
-    Queued with `message` (Kueue's reason), admitted → Admitted / Pending / Running.
-    """
-
-    uid = models.CharField(_("UID"), max_length=64, unique=True)
-    namespace = models.CharField(_("namespace"), max_length=63)
-    name = models.CharField(_("name"), max_length=253)
-    job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="workloads")
-    cluster_queue = models.CharField(_("cluster queue"), max_length=253, blank=True)
-    priority = models.IntegerField(_("priority"), default=0)
-    quota_reserved = models.BooleanField(_("quota reserved"), default=False)
-    admitted = models.BooleanField(_("admitted"), default=False)
-    finished = models.BooleanField(_("finished"), default=False)
-    flavors = models.JSONField(
-        _("flavors"), default=list, blank=True, help_text=_("Flavors (pool slugs) assigned at admission.")
-    )
-    message = models.TextField(_("message"), blank=True, help_text=_("Kueue's latest word on why the workload waits."))
-    evicted_reason = models.CharField(_("evicted reason"), max_length=80, blank=True)
-    evicted_message = models.TextField(_("evicted message"), blank=True)
-    requeue_count = models.PositiveIntegerField(_("requeue count"), default=0)
-    created_at = models.DateTimeField(
-        _("created at"),
-    )
-    admitted_at = models.DateTimeField(_("admitted at"), null=True, blank=True)
-    seen_at = models.DateTimeField(_("seen at"), auto_now=True)
-
-    class Meta:
-        verbose_name = _("workload")
-        verbose_name_plural = _("workloads")
-        ordering = ["created_at"]
-        indexes = [
-            models.Index(fields=["job", "created_at"], name="jobs_workload_job_created"),
-            models.Index(fields=["cluster_queue", "admitted"], name="jobs_workload_queue_admitted"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-# A pod in one of these phases has stopped: its containers are over and it holds nothing any more.
-FINISHED_POD_PHASES = ("Succeeded", "Failed")
-
-
-class PodQuerySet(TeamScopedQuerySet):
-    def stopping(self):
-        """Pods being deleted that have not stopped yet (`Pod.is_stopping`): preempted, cancelled or out of time,
-        they checkpoint within their grace period and hold their GPUs until they stop, and the namespace's
-        ResourceQuota counts them until then, though Kueue has given their quota to other jobs already."""
-        return self.filter(deleting=True).exclude(phase__in=FINISHED_POD_PHASES)
-
-
-class Pod(models.Model):
-    """A pod that holds or wants GPUs (or that the portal created), as last seen by sync.
-
-    Rows exist while the pod exists in the cluster; its GPU time is kept in billing.UsageInterval.
-    """
-
-    uid = models.CharField(_("UID"), max_length=64, unique=True)
-    namespace = models.CharField(_("namespace"), max_length=63)
-    name = models.CharField(_("name"), max_length=253)
-    team = models.ForeignKey(
-        Team, verbose_name=_("team"), on_delete=models.SET_NULL, null=True, blank=True, related_name="pods"
-    )
-    pool = models.ForeignKey(
-        Pool, verbose_name=_("pool"), on_delete=models.SET_NULL, null=True, blank=True, related_name="pods"
-    )
-    job = models.ForeignKey(
-        Job, verbose_name=_("job"), on_delete=models.SET_NULL, null=True, blank=True, related_name="pods"
-    )
-    node_name = models.CharField(_("node name"), max_length=253, blank=True)
-    gpus = models.PositiveIntegerField(_("GPUs"), default=0)
-    phase = models.CharField(_("phase"), max_length=20)
-    scheduled = models.BooleanField(_("scheduled"), default=False)
-    pending_reason = models.TextField(_("pending reason"), blank=True)
-    created_at = models.DateTimeField(
-        _("created at"),
-    )
-    bound_at = models.DateTimeField(_("bound at"), null=True, blank=True)
-    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
-    seen_at = models.DateTimeField(_("seen at"), auto_now=True)
-    completion_index = models.PositiveIntegerField(
-        _("completion index"), null=True, blank=True, help_text=_("The pod's rank in an Indexed Job (its node rank).")
-    )
-    restarts = models.PositiveIntegerField(_("restarts"), default=0, help_text=_("Container restarts in the pod."))
-    deleting = models.BooleanField(_("being deleted"), default=False)
-
-    objects = PodQuerySet.as_manager()
-
-    class Meta:
-        verbose_name = _("pod")
-        verbose_name_plural = _("pods")
-        ordering = ["created_at"]
-        indexes = [
-            models.Index(fields=["phase", "scheduled"], name="jobs_pod_phase_scheduled"),
-            models.Index(fields=["node_name"], name="jobs_pod_node"),
-            models.Index(fields=["pool", "phase"], name="jobs_pod_pool_phase"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def is_stopping(self) -> bool:
-        """Being deleted and not stopped yet: the row form of `PodQuerySet.stopping`."""
-        return self.deleting and self.phase not in FINISHED_POD_PHASES
-
-
-class SyncState(models.Model):
-    """Where the cluster sync stopped reading a resource: it resumes its watch from `resource_version`."""
-
-    resource = models.CharField(_("resource"), max_length=40, unique=True)
-    resource_version = models.CharField(_("resource version"), max_length=40, blank=True)
-    listed_at = models.DateTimeField(_("listed at"), null=True, blank=True)
-    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
-
-    class Meta:
-        verbose_name = _("sync state")
-        verbose_name_plural = _("sync states")
-
-    def __str__(self) -> str:
-        return f"{self.resource}@{self.resource_version}"
-
-
-class JobTemplateQuerySet(TeamScopedQuerySet):
-    pass
-
-
-class JobTemplate(models.Model):
-    """A job spec saved by a team under a name, to submit again later.
-
-    `spec` holds the fields of `jobs.specs.JobSpec` as they were submitted; it is validated again (with the team's
-    current limits) whenever a job is submitted from it, so an old template can never bypass a rule.
-    """
-
-    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="job_templates")
-    pool = models.ForeignKey(
-        Pool, verbose_name=_("pool"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    name = models.CharField(_("name"), max_length=80)
-    spec = models.JSONField(_("spec"), default=dict)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        verbose_name=_("created by"),
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
-    created_at = models.DateTimeField(_("created"), auto_now_add=True)
-    updated_at = models.DateTimeField(_("updated"), auto_now=True)
-
-    objects = JobTemplateQuerySet.as_manager()
-
-    class Meta:
-        verbose_name = _("job template")
-        verbose_name_plural = _("job templates")
-        ordering = ["team__name", "name"]
-        constraints = [
-            models.UniqueConstraint(fields=["team", "name"], name="%(app_label)s_%(class)s_unique_team_name"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.team})"
-
-
-class JobQuote(models.Model):
-    """A start-time quote a queued job was given (`jobs.quote`), kept when the queue moved it: the job page shows how
-    its quote changed. `basis` holds the quote's reasons as `jobs.quote_words.basis_in_words` words them, in any
-    language. `estimate`, `low` and `high` are empty when the job could not start with its team's quota."""
-
-    job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="quotes")
-    at = models.DateTimeField(_("quoted at"), default=timezone.now)
-    starts_now = models.BooleanField(_("starts now"), default=False)
-    estimate = models.DateTimeField(_("expected start"), null=True, blank=True)
-    low = models.DateTimeField(_("earliest likely start"), null=True, blank=True)
-    high = models.DateTimeField(_("latest likely start"), null=True, blank=True)
-    basis = models.JSONField(_("basis"), default=list, blank=True)
-
-    class Meta:
-        verbose_name = _("start-time quote")
-        verbose_name_plural = _("start-time quotes")
-        ordering = ["at", "id"]
-        indexes = [models.Index(fields=["job", "-at"], name="jobs_quote_job_at")]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(low__lte=F("estimate"), estimate__lte=F("high"))
-                | Q(estimate__isnull=True, low__isnull=True, high__isnull=True),
-                name="%(app_label)s_%(class)s_interval_holds_estimate",
-            )
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.job_id}: {self.estimate} at {self.at:%Y-%m-%d %H:%M:%S}"
-
-    def as_quote(self):
-        from .quote import Quote
-
-        return Quote(starts_now=self.starts_now, estimate=self.estimate, low=self.low, high=self.high, basis=self.basis)
-
-
-class JobNotification(models.Model):
-    """The e-mail of one kind (`JobMail`) about one job to its submitter: at most one row per job and kind, made in
-    the transaction that wrote the transition, and `sent_at` set only in the transaction of the task that sent it
-    (jobs/notifications.py says why that sends it once)."""
-
-    job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="notifications")
-    kind = models.CharField(_("kind"), max_length=10, choices=JobMail.choices)
-    event = models.ForeignKey(
-        JobEvent, verbose_name=_("transition"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-    created_at = models.DateTimeField(_("created at"), default=timezone.now)
-    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
-    tried_at = models.DateTimeField(_("last tried at"), null=True, blank=True)
-    attempts = models.PositiveIntegerField(
-        _("attempts"), default=0, help_text=_("Sends tried, the one that worked too.")
-    )
-    last_error = models.TextField(_("last error"), blank=True)
-
-    class Meta:
-        verbose_name = _("job e-mail")
-        verbose_name_plural = _("job e-mails")
-        ordering = ["created_at", "id"]
-        constraints = [
-            models.UniqueConstraint(fields=["job", "kind"], name="%(app_label)s_%(class)s_one_per_job_and_kind"),
-            models.CheckConstraint(condition=Q(kind__in=JobMail.values), name="%(app_label)s_%(class)s_valid_kind"),
-        ]
-        # The sweep's question (`notifications.due_again`): the unsent ones.
-        indexes = [
-            models.Index(fields=["created_at"], name="jobs_notification_unsent", condition=Q(sent_at__isnull=True))
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.job_id} {self.kind}: {'sent' if self.sent_at else 'not sent'}"
