@@ -320,14 +320,14 @@ def _running(queue: TeamQueue, *, now: datetime) -> list[tuple[_Held, float]]:
     return running
 
 
-def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tuple[_Held, float]] | None = None) -> _Run:
+def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tuple[_Held, float]]) -> _Run:
     free = dict(queue.room)
     held: dict[int, _Held] = {}
     reclaims: dict[int, tuple[int, int]] = {}  # key -> (pool, GPUs)
     coming: dict[int, Waiting] = {}  # key -> a job the team will likely submit then
     events: list[tuple[datetime, int]] = []  # (time, key of `held`, `reclaims` or `coming`); stale keys are skipped
     keys = iter(range(1 << 62))
-    for each, after in _running(queue, now=now) if running is None else running:
+    for each, after in running:
         fraction = queue.history.quantile(level, after=after)
         end = max(each.since + timedelta(seconds=fraction * each.max_run_seconds), now)
         key = next(keys)

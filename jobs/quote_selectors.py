@@ -318,12 +318,10 @@ def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | No
     return queues
 
 
-def _reclaims(
-    team_ids, pools: list[Pool], *, now: datetime, uses: dict | None = None
-) -> dict[int, dict[int, tuple[int, int]]]:
+def _reclaims(team_ids, pools: list[Pool], *, now: datetime, uses: dict) -> dict[int, dict[int, tuple[int, int]]]:
     """Per team and reserved pool: GPUs of its reservation other teams hold now (`pool_lending`'s attribution, on
-    `uses`, the pools' `team_uses`, when the caller has them) and how long Kueue's reclaim takes — the longest grace
-    period of the other teams' jobs there, capped by the platform's cap. One query with `uses`, three without."""
+    `uses`, the pools' `team_uses`) and how long Kueue's reclaim takes — the longest grace period of the other teams'
+    jobs there, capped by the platform's cap. One query."""
     from .models import Job
 
     reserved = [pool for pool in pools if pool.kind == PoolKind.RESERVED]
