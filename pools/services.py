@@ -252,7 +252,7 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
                 % {"team": team.name, "reserved": reserved_now, "pool": pool.name}
             }
         )
-    _check_jobs_fit(team=team, pool=pool, max_gpus=max_gpus)
+    in_use = _check_jobs_fit(team=team, pool=pool, max_gpus=max_gpus)
     if quota is None:
         quota = Quota(team=team, pool=pool, max_gpus=max_gpus)
         quota.full_clean()
@@ -264,12 +264,13 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     audit.record(actor=user, action="quota.set", instance=quota, before=before, after=audit.snapshot(quota))
     projection.namespace_changed(team)
     projection.kueue_changed()
+    quota.gpus_in_use = in_use  # as the quota API shows it (`gpus_in_use_of`): read under the lock, not again
     return quota
 
 
-def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> None:
+def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> int:
     """Refuse a quota below the GPUs the team's jobs hold in the pool now (`JobQuerySet.in_use`: the jobs Kueue
-    admitted there, whatever their home pool), naming those jobs.
+    admitted there, whatever their home pool), naming those jobs. Returns the GPUs they hold.
 
     Kueue admits independently of this lock, so a job admitted meanwhile can still push usage above the new quota
     until it finishes; Kueue then admits nothing more until usage is below it."""
@@ -283,7 +284,7 @@ def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> None:
     )
     in_use = sum(gpus for _id, _name, gpus, _state in jobs)
     if max_gpus >= in_use:
-        return
+        return in_use
     listed = ", ".join(f"#{job_id} {name} ({gpus} GPUs, {state})" for job_id, name, gpus, state in jobs[:20])
     if len(jobs) > 20:
         listed += _(" and %(more)d more") % {"more": len(jobs) - 20}

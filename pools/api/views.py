@@ -247,17 +247,14 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     def get_queryset(self):
         quotas = Quota.objects.visible_to(self.request.user).select_related("team", "pool")
         if self.action in ("update", "partial_update"):
-            return quotas  # the quota to change; the answer reads it again, with its GPUs in use (`_answer`)
+            return quotas  # the quota to change; `set_quota` answers with its GPUs in use (`_answer`)
         return quotas.annotate(
             gpus_in_use=Job.objects.gpus_in_use_of(team=OuterRef("team"), pool=OuterRef("pool"))
         ).order_by("team__name", "pool__name")
 
     def _answer(self, quota: Quota, status_code: int) -> Response:
-        quota = (
-            Quota.objects.select_related("team", "pool")
-            .annotate(gpus_in_use=Job.objects.gpus_in_use_of(team=OuterRef("team"), pool=OuterRef("pool")))
-            .get(pk=quota.pk)
-        )
+        """The quota `set_quota` saved, with the GPUs in use it read under the team's lock (`Quota.gpus_in_use`):
+        nothing is read again."""
         return Response(QuotaSerializer(quota).data, status=status_code)
 
     @extend_schema(

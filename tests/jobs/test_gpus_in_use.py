@@ -58,6 +58,11 @@ def test_a_soft_job_counts_in_the_pool_that_admitted_it_not_its_home_pool(lendin
     client.force_login(platform_admin)
     quotas = client.get("/api/v1/quotas/").json()["results"]
     assert {row["pool"]: row["gpus_in_use"] for row in quotas} == {"pool-x": 2, "pool-y": 6}
+    # A quota's change answers with the same figure (read under the team's lock by set_quota, not read again).
+    changed = client.patch(f"/api/v1/quotas/{quotas[1]['id']}/", {"max_gpus": 7}, content_type="application/json")
+    assert changed.status_code == 200 and (changed.json()["pool"], changed.json()["gpus_in_use"]) == ("pool-y", 6)
+    same = client.post("/api/v1/quotas/", {"team": team.slug, "pool": "pool-x", "max_gpus": 9})
+    assert same.status_code == 200 and (same.json()["max_gpus"], same.json()["gpus_in_use"]) == (9, 2)
 
 
 def test_a_quota_may_go_down_to_what_the_team_holds_in_that_pool(lending_case, team):

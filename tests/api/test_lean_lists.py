@@ -1,0 +1,130 @@
+"""Two savings of the API's lists (bench/api.py): the jobs list reads a page and its count in one query
+(`CountedPagination`), and every list builds only the filters its query string names (`FilterBackend`). Both must
+answer exactly what the full machinery answers: the same pages, counts, links, errors and 404s."""
+
+import pytest
+import time_machine
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from jobs.api.views import JobViewSet
+from jobs.filters import JobFilterSet
+from portal.api import base
+from portal.api.base import CountedPagination, Pagination, named_filters
+from tests.factories import JobFactory, PoolFactory, UserFactory
+
+# Query strings covering pages (in range, past the end, the last, malformed), page sizes, filters alone and
+# together (one unknown name, one invalid value, a suffixed moment), and ordering.
+QUERIES = [
+    {},
+    {"page": "2", "page_size": "3"},
+    {"page": "4", "page_size": "3"},
+    {"page": "5", "page_size": "3"},
+    {"page": "99"},
+    {"page": "0"},
+    {"page": "-1"},
+    {"page": "two"},
+    {"page": "1.5"},
+    {"page": "last", "page_size": "4"},
+    {"page_size": "0"},
+    {"page_size": "100000"},
+    {"state": "running"},
+    {"state": ["running", "queued"], "ordering": "gpus"},
+    {"state": "exploded"},
+    {"team": "alpha", "state": "queued"},
+    {"team": "nobody"},
+    {"pool": "train", "page": "2", "page_size": "2"},
+    {"placement": "soft"},
+    {"submitted_by": "rita", "created_after": "2020-01-01T00:00:00Z"},
+    {"created_before": "not a moment"},
+    {"created_after": "2020-01-01T00:00:00+16:00"},
+    {"color": "blue", "state": "succeeded"},
+    {"state": "cancelled"},
+]
+
+
+@pytest.fixture
+def jobs(team, other_team, researcher):
+    pool = PoolFactory(slug="train", name="Training", contracted_gpus=16)
+    states = ["running", "queued", "succeeded", "running", "failed", "queued", "running"]
+    rows = []
+    for n in range(11):
+        rows.append(
+            JobFactory(
+                team=team if n % 3 else other_team,
+                pool=pool,
+                submitted_by=researcher,
+                state=states[n % len(states)],
+                gpus=1 + n % 4,
+                placement="soft" if n % 5 == 0 else "hard",
+            )
+        )
+    return rows
+
+
+def answers(client, monkeypatch, *, lean: bool) -> list[tuple[int, object]]:
+    """The status and body of every query of QUERIES, with this change's savings or with DRF's and django-filter's
+    own machinery."""
+    with monkeypatch.context() as patch:
+        if not lean:
+            patch.setattr(JobViewSet, "pagination_class", Pagination)
+            patch.setattr(base, "named_filters", lambda filterset_class, keys: filterset_class)
+        responses = [client.get("/api/v1/jobs/", query) for query in QUERIES]
+    return [(response.status_code, response.json()) for response in responses]
+
+
+@pytest.mark.parametrize("who", ["admin", "member"])
+def test_the_lean_list_answers_what_the_full_machinery_answers(jobs, platform_admin, researcher, monkeypatch, who):
+    client = APIClient()
+    client.force_authenticate(platform_admin if who == "admin" else researcher)
+    with time_machine.travel(timezone.now(), tick=False):  # the quotes of queued jobs are worded from now
+        lean, full = answers(client, monkeypatch, lean=True), answers(client, monkeypatch, lean=False)
+    for query, mine, theirs in zip(QUERIES, lean, full, strict=True):
+        assert mine == theirs, query
+    statuses = {str(query): status for query, (status, _body) in zip(QUERIES, lean, strict=True)}
+    # The grid holds pages and filters of every outcome, so that the equality above says something.
+    assert statuses["{'page': '99'}"] == 404 and statuses["{'page': 'two'}"] == 404
+    assert statuses["{'state': 'exploded'}"] == 400 and statuses["{'created_before': 'not a moment'}"] == 400
+    first = dict(zip(map(str, QUERIES), lean, strict=True))["{'page': '2', 'page_size': '3'}"][1]
+    assert first["count"] == len(jobs) if who == "admin" else first["count"] > 0
+    assert first["next"] and first["previous"] and len(first["results"]) == 3
+
+
+def test_one_query_reads_a_page_and_its_count(jobs, platform_admin, django_assert_max_num_queries):
+    """The count comes with the page's rows (the page of running jobs holds no job to quote, and none borrows)."""
+    client = APIClient()
+    client.force_authenticate(platform_admin)
+    with django_assert_max_num_queries(2) as captured:  # the page, and the borrowed GPUs of its jobs
+        body = client.get("/api/v1/jobs/", {"state": "running", "page_size": "2"}).json()
+    assert body["count"] == sum(1 for job in jobs if job.state == "running") and len(body["results"]) == 2
+    assert not any("COUNT(*) AS" in query["sql"] for query in captured.captured_queries)
+    assert any("COUNT(*) OVER ()" in query["sql"] for query in captured.captured_queries)
+
+
+def test_an_empty_list_counts_nothing(db, platform_admin):
+    client = APIClient()
+    client.force_authenticate(platform_admin)
+    assert client.get("/api/v1/jobs/").json() == {"count": 0, "next": None, "previous": None, "results": []}
+    assert client.get("/api/v1/jobs/", {"page": "2"}).status_code == 404
+
+
+def test_only_the_named_filters_are_built(db):
+    assert set(named_filters(JobFilterSet, ["state", "page", "ordering"]).base_filters) == {"state"}
+    # A name with a suffix counts for its filter (fields of several inputs); an unknown name builds nothing.
+    assert set(named_filters(JobFilterSet, ["team_min", "color"]).base_filters) == {"team"}
+    assert named_filters(JobFilterSet, list(JobFilterSet.base_filters)) is JobFilterSet
+    # One class per set of names, made once; the form keeps the FilterSet's name (its errors and schema read it).
+    assert named_filters(JobFilterSet, ["pool"]) is named_filters(JobFilterSet, ["pool", "page"])
+    assert named_filters(JobFilterSet, ["pool"]).__name__ == "JobFilterSet"
+
+
+def test_a_member_filter_still_sees_only_visible_teams(jobs, researcher, other_team):
+    """The team filter's choices are the requester's visible teams, built per request as before."""
+    client = APIClient()
+    client.force_authenticate(UserFactory(username="stranger"))
+    answer = client.get("/api/v1/jobs/", {"team": other_team.slug})
+    assert answer.status_code == 400 and "team" in answer.json()
+    mine = APIClient()
+    mine.force_authenticate(researcher)
+    assert mine.get("/api/v1/jobs/", {"team": "alpha"}).status_code == 200
+    assert CountedPagination.page_size == Pagination.page_size
