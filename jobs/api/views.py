@@ -12,7 +12,6 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from portal import outage
-from portal.api.base import CountedPagination
 from portal.api.throttles import SubmissionRateThrottle
 
 from .. import selectors, services
@@ -60,7 +59,6 @@ def _committed(job: Job, status_code: int) -> Response:
 
 class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     filterset_class = JobFilterSet
-    pagination_class = CountedPagination
     ordering_fields = ["created_at", "state_changed_at", "priority", "gpus", "id"]
     ordering = ["-created_at", "-id"]
 

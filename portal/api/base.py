@@ -6,11 +6,8 @@ answers 403. Admin-only resources (tokens, the audit log) do not exist for anyon
 """
 
 import functools
-import sys
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.core.paginator import InvalidPage, Page
-from django.db.models import Count, Window
 from django.utils.translation import gettext_lazy as _
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.utils import translate_validation
@@ -59,48 +56,6 @@ class Pagination(pagination.PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
-
-
-def _pop_total(rows: list, name: str) -> int:
-    """The count each row carries (0 without rows), taken off the rows: dicts of values() or model instances."""
-    total = 0
-    for row in rows:
-        total = row.pop(name) if isinstance(row, dict) else row.__dict__.pop(name)
-    return total
-
-
-class CountedPagination(Pagination):
-    """The same pages, read with their count in ONE query: each row carries `count(*) OVER ()`, the number of rows
-    the query matches before LIMIT, where the base class sends a COUNT query and then the page's. For querysets
-    whose rows are what is counted (no DISTINCT, no aggregation). A page past the end is counted apart, to answer
-    404 as the base class does; `?page=last` is left to the base class (it needs the count first)."""
-
-    TOTAL = "_rows_matched"
-
-    def paginate_queryset(self, queryset, request, view=None):
-        page_size = self.get_page_size(request)
-        asked = request.query_params.get(self.page_query_param) or 1
-        if not page_size or asked in self.last_page_strings:
-            return super().paginate_queryset(queryset, request, view)
-        self.request = request
-        # What Paginator.validate_number says of the number itself, before anything is counted: its checks and
-        # messages, from a paginator told there is no end (its page count is cached: the real one is made after).
-        unbounded = self.django_paginator_class(queryset, page_size)
-        unbounded.count = sys.maxsize
-        try:
-            number = unbounded.validate_number(asked)
-        except InvalidPage as exc:
-            raise exceptions.NotFound(self.invalid_page_message.format(page_number=asked, message=str(exc))) from None
-        offset = (number - 1) * page_size
-        paginator = self.django_paginator_class(queryset, page_size)
-        rows = list(queryset.annotate(**{self.TOTAL: Window(Count("*"))})[offset : offset + page_size])
-        if not rows and number > 1:
-            message = paginator.error_messages["no_results"]
-            raise exceptions.NotFound(self.invalid_page_message.format(page_number=asked, message=message))
-        paginator.count = _pop_total(rows, self.TOTAL)
-        self.page = Page(rows, number, paginator)
-        self.display_page_controls = paginator.num_pages > 1 and self.template is not None
-        return rows
 
 
 class WholeNumberField(serializers.IntegerField):

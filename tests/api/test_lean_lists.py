@@ -1,16 +1,15 @@
-"""Two savings of the API's lists (bench/api.py): the jobs list reads a page and its count in one query
-(`CountedPagination`), and every list builds only the filters its query string names (`FilterBackend`). Both must
-answer exactly what the full machinery answers: the same pages, counts, links, errors and 404s."""
+"""A saving of the API's lists (bench/api.py): every list builds only the filters its query string names
+(`FilterBackend`), and must answer exactly what django-filter's full FilterSet answers: the same pages, counts,
+links, errors and 404s."""
 
 import pytest
 import time_machine
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from jobs.api.views import JobViewSet
 from jobs.filters import JobFilterSet
 from portal.api import base
-from portal.api.base import CountedPagination, Pagination, named_filters
+from portal.api.base import named_filters
 from tests.factories import JobFactory, PoolFactory, UserFactory
 
 # Query strings covering pages (in range, past the end, the last, malformed), page sizes, filters alone and
@@ -63,11 +62,9 @@ def jobs(team, other_team, researcher):
 
 
 def answers(client, monkeypatch, *, lean: bool) -> list[tuple[int, object]]:
-    """The status and body of every query of QUERIES, with this change's savings or with DRF's and django-filter's
-    own machinery."""
+    """The status and body of every query of QUERIES, with only the named filters built or with all of them."""
     with monkeypatch.context() as patch:
         if not lean:
-            patch.setattr(JobViewSet, "pagination_class", Pagination)
             patch.setattr(base, "named_filters", lambda filterset_class, keys: filterset_class)
         responses = [client.get("/api/v1/jobs/", query) for query in QUERIES]
     return [(response.status_code, response.json()) for response in responses]
@@ -90,24 +87,6 @@ def test_the_lean_list_answers_what_the_full_machinery_answers(jobs, platform_ad
     assert first["next"] and first["previous"] and len(first["results"]) == 3
 
 
-def test_one_query_reads_a_page_and_its_count(jobs, platform_admin, django_assert_max_num_queries):
-    """The count comes with the page's rows (the page of running jobs holds no job to quote, and none borrows)."""
-    client = APIClient()
-    client.force_authenticate(platform_admin)
-    with django_assert_max_num_queries(2) as captured:  # the page, and the borrowed GPUs of its jobs
-        body = client.get("/api/v1/jobs/", {"state": "running", "page_size": "2"}).json()
-    assert body["count"] == sum(1 for job in jobs if job.state == "running") and len(body["results"]) == 2
-    assert not any("COUNT(*) AS" in query["sql"] for query in captured.captured_queries)
-    assert any("COUNT(*) OVER ()" in query["sql"] for query in captured.captured_queries)
-
-
-def test_an_empty_list_counts_nothing(db, platform_admin):
-    client = APIClient()
-    client.force_authenticate(platform_admin)
-    assert client.get("/api/v1/jobs/").json() == {"count": 0, "next": None, "previous": None, "results": []}
-    assert client.get("/api/v1/jobs/", {"page": "2"}).status_code == 404
-
-
 def test_only_the_named_filters_are_built(db):
     assert set(named_filters(JobFilterSet, ["state", "page", "ordering"]).base_filters) == {"state"}
     # A name with a suffix counts for its filter (fields of several inputs); an unknown name builds nothing.
@@ -127,4 +106,3 @@ def test_a_member_filter_still_sees_only_visible_teams(jobs, researcher, other_t
     mine = APIClient()
     mine.force_authenticate(researcher)
     assert mine.get("/api/v1/jobs/", {"team": "alpha"}).status_code == 200
-    assert CountedPagination.page_size == Pagination.page_size
