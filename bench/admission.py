@@ -44,6 +44,9 @@ Reports (the last line printed is a JSON summary), for the portal at the top lev
 
 Usage: ``python bench/admission.py [--nodes 40] [--teams 10] [--jobs 300] [--run-seconds 20] [--phases
 floor,portal] ...`` (``--help`` lists all); the larger size of issue 30: ``--nodes 1000 --teams 50 --jobs 1000``.
+``--control-plane stock`` starts the cluster with the upstream defaults of Kueue's reconcile concurrency and the
+controllers' API rates instead of the devcluster's tuning (devcluster/tuning.py), for both phases: a run with each
+says what the tuning gives the floor and the portal apart (``sizes.control_plane`` in the summary).
 Uses its own cluster state directory (.state/devcluster-bench-admission) and its own database (`<DATABASE_URL
 name>_admissionbench`, another name for another --state-dir; dropped and made afresh each run); REDIS_URL's
 database (default 15) is purged of queued tasks, so give it one of its own (and each run beside another its own).
@@ -99,6 +102,7 @@ SUMMARY_KEYS = {
     "sizes.nodes": int,
     "sizes.teams": int,
     "sizes.jobs": int,
+    "sizes.control_plane": str,
     "phases": list,
     "jobs_submitted": int,
     "submitted_per_second": NUMBER_OR_NONE,
@@ -323,8 +327,17 @@ def parse_args():
     parser.add_argument(
         "--node-lease-seconds", type=int, default=None, help="the KWOK nodes' Lease duration (devcluster's default)"
     )
+    parser.add_argument(
+        "--control-plane",
+        choices=("tuned", "stock"),
+        default="tuned",
+        help="the controllers' concurrency and API rates (devcluster/tuning.py): the devcluster's, or the upstream "
+        "defaults, for both phases",
+    )
     harness.add_cluster_arguments(parser, DEFAULT_STATE_NAME)
     args = parser.parse_args()
+    if args.shared_cluster and args.control_plane != "tuned":
+        parser.error("--control-plane applies to a cluster this run starts: not with --shared-cluster")
     if isinstance(args.sizes, str):
         args.sizes = parse_sizes(args.sizes)
     if isinstance(args.phases, str):
@@ -437,7 +450,7 @@ def main() -> int:
     suffix = "admissionbench" if args.state_dir.name == DEFAULT_STATE_NAME else f"admissionbench_{args.state_dir.name}"
     env = pipeline.bench_env(suffix)
     cluster, reserved_nodes, elastic_nodes = pipeline.start_cluster(
-        args, args.nodes, args.elastic_share, log, args.node_lease_seconds
+        args, args.nodes, args.elastic_share, log, args.node_lease_seconds, tuning=args.control_plane
     )
     pipeline.setup_django(env, cluster)
     if args.shared_cluster:
@@ -519,6 +532,7 @@ def main() -> int:
         )
         floor_profile = admission_profile.floor_breakdown(wave=floor_wave, seen=seen)
     node_lease_seconds = cluster.node_lease_seconds
+    control_plane = cluster.running_tuning() or "not recorded"  # a cluster started before tunings were recorded
     harness.stop_cluster(args, cluster)
 
     portal_run = results.get("portal", {})
@@ -541,6 +555,7 @@ def main() -> int:
             "submitter_threads": args.submitters,
             "celery": f"{args.workers} worker processes x {args.worker_threads} threads",
             "node_lease_seconds": node_lease_seconds,
+            "control_plane": control_plane,
             "shared_cluster": args.shared_cluster,
         },
         "phases": args.phases,

@@ -45,9 +45,12 @@ def job_spec(name: str, gpus: int, soft: bool, run_seconds: int):
 # === The cluster and the database ===================================================================================
 
 
-def start_cluster(args, nodes: int, elastic_share: float, log, node_lease_seconds: int | None = None):
+def start_cluster(
+    args, nodes: int, elastic_share: float, log, node_lease_seconds: int | None = None, tuning: str = "tuned"
+):
     """The cluster of `args` (harness.start_cluster) with `nodes` eight-GPU nodes: `elastic_share` of them (one at
-    least) in the elastic pool, the rest in the reserved pool. Returns (cluster, reserved nodes, elastic nodes)."""
+    least) in the elastic pool, the rest in the reserved pool, its controllers tuned as `tuning` says
+    (devcluster/tuning.py). Returns (cluster, reserved nodes, elastic nodes)."""
     from devcluster import topology
 
     elastic_nodes = max(1, round(nodes * elastic_share))
@@ -74,7 +77,7 @@ def start_cluster(args, nodes: int, elastic_share: float, log, node_lease_second
         source="bench/pipeline.py",
     )
     lease = {"node_lease_seconds": node_lease_seconds} if node_lease_seconds else {}
-    cluster = harness.start_cluster(args, layout, log=log, **lease)
+    cluster = harness.start_cluster(args, layout, log=log, tuning=tuning, **lease)
     return cluster, reserved_nodes, elastic_nodes
 
 

@@ -18,7 +18,7 @@ POD_CIDR = "10.64.0.0/10"
 
 class ConfigFiles:
     """Writers of the files a `Cluster` (devcluster/launcher.py) hands its processes; they read the cluster's
-    `state_dir`, `kubeconfig_path`, `pki` and `node_lease_seconds`."""
+    `state_dir`, `kubeconfig_path`, `pki`, `node_lease_seconds` and `tuning`."""
 
     def _write_kubeconfig(self, port: int) -> None:
         def b64(path: Path) -> str:
@@ -58,7 +58,11 @@ class ConfigFiles:
         config = {
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
-            "clientConnection": {"kubeconfig": str(self.kubeconfig_path), "qps": 500, "burst": 1000},
+            "clientConnection": {
+                "kubeconfig": str(self.kubeconfig_path),
+                "qps": self.tuning.scheduler_qps,
+                "burst": self.tuning.scheduler_burst,
+            },
             "leaderElection": {"leaderElect": False},
         }
         path.write_text(yaml.safe_dump(config, sort_keys=False))

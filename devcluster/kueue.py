@@ -36,6 +36,7 @@ import yaml
 
 from devcluster import build, certs
 from devcluster.processes import ApiConnection, ProcessRecord, free_port, tail
+from devcluster.tuning import TUNED, Tuning
 
 if TYPE_CHECKING:
     from devcluster.launcher import Cluster
@@ -70,20 +71,6 @@ REQUIRED_CRDS = tuple(
     f"{plural}.{GROUP}" for plural in ("clusterqueues", "localqueues", "resourceflavors", "workloads")
 )
 
-# Reconciles at a time per kind: Kueue's config/components/manager/controller_manager_config.yaml (v0.17.0), but 20
-# for Jobs. The Job reconciler (Workload made on create, Job unsuspended on admission) waits on API round trips, not
-# CPU: on a loaded 2-core machine one reconcile took 1.9 s, and with 5 at a time it fell behind at under 3 a second
-# while admitted Jobs waited to be unsuspended (bench/admission.py; 20 halved submit → Running on a small run).
-GROUP_KIND_CONCURRENCY = {
-    "Job.batch": 20,
-    "Pod": 5,
-    "Workload.kueue.x-k8s.io": 5,
-    "LocalQueue.kueue.x-k8s.io": 1,
-    "Cohort.kueue.x-k8s.io": 1,
-    "ClusterQueue.kueue.x-k8s.io": 1,
-    "ResourceFlavor.kueue.x-k8s.io": 1,
-}
-
 _DURATION = re.compile(r"^(\d+(\.\d+)?(h|m|s|ms))+$")
 
 
@@ -117,7 +104,13 @@ def pods_ready_config(timeout: str) -> dict[str, Any]:
 
 
 def configuration(
-    *, health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path, pods_ready_timeout: str
+    *,
+    health_port: int,
+    metrics_port: int,
+    webhook_port: int,
+    cert_dir: Path,
+    pods_ready_timeout: str,
+    tuning: Tuning = TUNED,
 ) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for a process on loopback outside a pod."""
     return {
@@ -130,10 +123,10 @@ def configuration(
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
-        # As the controller-manager and scheduler of the devcluster: admission at scale is API-bound.
-        "clientConnection": {"qps": 500, "burst": 1000},
+        # As the controller-manager and scheduler of the devcluster (devcluster/tuning.py).
+        "clientConnection": {"qps": tuning.kueue_qps, "burst": tuning.kueue_burst},
         # Workers per controller (without this section controller-runtime runs one reconcile at a time).
-        "controller": {"groupKindConcurrency": dict(GROUP_KIND_CONCURRENCY)},
+        "controller": {"groupKindConcurrency": dict(tuning.kueue_concurrency)},
         # Present = enabled (v1beta2 has no `enable` field): a job whose pods are not all ready `timeout` after its
         # admission is evicted, gives its quota back and is requeued after a backoff.
         "waitForPodsReady": pods_ready_config(pods_ready_timeout),
@@ -370,6 +363,7 @@ class Kueue:
             webhook_port=ports["webhook_port"],
             cert_dir=self.cert_dir,
             pods_ready_timeout=pods_ready_timeout,
+            tuning=self.cluster.tuning,
         )
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         argv = [

@@ -32,6 +32,7 @@ import psutil
 from devcluster import build, certs
 from devcluster import kueue as kueue_module
 from devcluster import topology as topology_module
+from devcluster import tuning as tuning_module
 from devcluster.config_files import ConfigFiles
 from devcluster.nodes import ClusterError, NodesAndStorage
 from devcluster.processes import (
@@ -80,8 +81,11 @@ class Cluster(ConfigFiles, NodesAndStorage):
         *,
         progress: Callable[[str], None] | None = None,
         node_lease_seconds: int = DEFAULT_NODE_LEASE_SECONDS,
+        tuning: str = tuning_module.TUNED.name,
     ):
         self.node_lease_seconds = node_lease_seconds
+        # how hard the controllers may drive the API server (devcluster/tuning.py): read when they start
+        self.tuning = tuning_module.named(tuning)
         self.state_dir = Path(state_dir or os.environ.get("RESERVOIR_DEVCLUSTER_STATE") or DEFAULT_STATE_DIR)
         self.state_dir = self.state_dir.expanduser().resolve()
         self.progress = progress or (lambda message: None)
@@ -115,6 +119,10 @@ class Cluster(ConfigFiles, NodesAndStorage):
     def records(self, state: dict[str, Any] | None = None) -> list[ProcessRecord]:
         state = self._read_state() if state is None else state
         return [ProcessRecord(**record) for record in state.get("processes", [])]
+
+    def running_tuning(self) -> str | None:
+        """The tuning (devcluster/tuning.py) the running control plane was started with; None if not recorded."""
+        return self._read_state().get("tuning")
 
     @property
     def apiserver_port(self) -> int | None:
@@ -331,12 +339,10 @@ class Cluster(ConfigFiles, NodesAndStorage):
                 f"--cluster-signing-cert-file={self.pki.ca_cert}",
                 f"--cluster-signing-key-file={self.pki.ca_key}",
                 f"--service-cluster-ip-range={certs.SERVICE_CLUSTER_IP_RANGE}",
-                "--kube-api-qps=500",
-                "--kube-api-burst=1000",
-                # The Job controller creates each admitted Job's pods and finishes the Job; its syncs wait on API
-                # round trips, and 5 at a time (the default) left thousands of unsuspended Jobs without pods on this
-                # loaded 2-core machine (bench/admission.py).
-                "--concurrent-job-syncs=20",
+                # devcluster/tuning.py says why these
+                f"--kube-api-qps={self.tuning.controller_manager_qps}",
+                f"--kube-api-burst={self.tuning.controller_manager_burst}",
+                f"--concurrent-job-syncs={self.tuning.concurrent_job_syncs}",
                 # As long, relative to the fake nodes' Leases, as its default is to a kubelet's (50 s for 40 s).
                 f"--node-monitor-grace-period={node_monitor_grace_period(self.node_lease_seconds)}",
                 "--profiling=false",
@@ -434,6 +440,7 @@ class Cluster(ConfigFiles, NodesAndStorage):
             raise
         state = self._read_state()
         state["topology"] = {"source": topology.source, "nodes": topology.node_count, "gpus": topology.gpu_count}
+        state["tuning"] = self.tuning.name
         state["up_seconds"] = round(time.monotonic() - started, 2)
         self._write_state(state)
         self.progress(f"up in {time.monotonic() - started:.1f}s; {self.env()}")
