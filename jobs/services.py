@@ -275,7 +275,8 @@ def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
     not settled again. The row and the settling commit together, so a failure in between leaves the row as it
     was and the event read again settles the job."""
     fields = _workload_fields(facts, job_id)
-    stored = Workload.objects.filter(uid=facts.uid).values(*WORKLOAD_FIELDS).first()
+    # uid is unique: no ordering or limit to compile (the sync reads this for every event of every Workload)
+    stored = next(iter(Workload.objects.filter(uid=facts.uid).values(*WORKLOAD_FIELDS).order_by()), None)
     if stored is not None and all(stored[key] == value for key, value in fields.items()):
         return False
     _upsert_workload(facts.uid, fields)
