@@ -4,6 +4,8 @@ every cluster here runs) or the upstream defaults (``stock``).
 Both the floor and the portal of `bench/admission.py` run on whichever is chosen, so the ratio between them stays
 honest either way; running the benchmark once with each (``--control-plane stock``) reports what the tuning gives
 the floor and the portal apart (issue 30). Nothing else reads ``stock``: ``make dev`` and the tests run ``tuned``.
+A process reads the tuning of the `Cluster` object that starts it: Kueue restarted alone through an object made with
+another tuning than the running control plane's gets that object's (`Cluster.running_tuning()` says what `up` chose).
 """
 
 from __future__ import annotations
