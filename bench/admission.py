@@ -80,6 +80,7 @@ from bench import admission_floor, admission_measure, admission_profile, harness
 from bench.harness import NUMBER, NUMBER_OR_NONE, ProcessSampler, Run, rounded  # noqa: E402
 from bench.observer import start as start_observer  # noqa: E402
 from bench.pipeline import GPUS_PER_NODE, RESERVED_POOL, job_spec, make_bench_pools  # noqa: E402
+from devcluster.tuning import TUNED, TUNINGS  # noqa: E402
 
 # The targets are ratios to the floor measured in the same run (issue 30); the absolute figures are reported.
 TARGETS = {
@@ -329,14 +330,14 @@ def parse_args():
     )
     parser.add_argument(
         "--control-plane",
-        choices=("tuned", "stock"),
-        default="tuned",
+        choices=tuple(TUNINGS),
+        default=TUNED.name,
         help="the controllers' concurrency and API rates (devcluster/tuning.py): the devcluster's, or the upstream "
         "defaults, for both phases",
     )
     harness.add_cluster_arguments(parser, DEFAULT_STATE_NAME)
     args = parser.parse_args()
-    if args.shared_cluster and args.control_plane != "tuned":
+    if args.shared_cluster and args.control_plane != TUNED.name:
         parser.error("--control-plane applies to a cluster this run starts: not with --shared-cluster")
     if isinstance(args.sizes, str):
         args.sizes = parse_sizes(args.sizes)

@@ -46,11 +46,11 @@ def job_spec(name: str, gpus: int, soft: bool, run_seconds: int):
 
 
 def start_cluster(
-    args, nodes: int, elastic_share: float, log, node_lease_seconds: int | None = None, tuning: str = "tuned"
+    args, nodes: int, elastic_share: float, log, node_lease_seconds: int | None = None, tuning: str | None = None
 ):
     """The cluster of `args` (harness.start_cluster) with `nodes` eight-GPU nodes: `elastic_share` of them (one at
     least) in the elastic pool, the rest in the reserved pool, its controllers tuned as `tuning` says
-    (devcluster/tuning.py). Returns (cluster, reserved nodes, elastic nodes)."""
+    (devcluster/tuning.py; the devcluster's default when None). Returns (cluster, reserved nodes, elastic nodes)."""
     from devcluster import topology
 
     elastic_nodes = max(1, round(nodes * elastic_share))
@@ -76,8 +76,10 @@ def start_cluster(
         ),
         source="bench/pipeline.py",
     )
-    lease = {"node_lease_seconds": node_lease_seconds} if node_lease_seconds else {}
-    cluster = harness.start_cluster(args, layout, log=log, tuning=tuning, **lease)
+    options = {"node_lease_seconds": node_lease_seconds} if node_lease_seconds else {}
+    if tuning:
+        options["tuning"] = tuning
+    cluster = harness.start_cluster(args, layout, log=log, **options)
     return cluster, reserved_nodes, elastic_nodes
 
 
