@@ -24,6 +24,7 @@ from pools.models import Pool, Quota
 from pools.occupancy import pool_occupancy
 from portal.choices import QueueingStrategy
 from portal.models import Team
+from portal.snapshot import one_snapshot
 
 from .choices import ACTIVE_STATES, FINAL_STATES, NOT_STARTED_STATES, JobState, Placement
 from .quote import (
@@ -228,7 +229,15 @@ def recent_submissions(team_ids, *, now: datetime, spill: dict) -> dict[int, lis
 def team_queues(team_ids, *, now: datetime | None = None, extra_pools: dict | None = None) -> dict[int, TeamQueue]:
     """The `TeamQueue` of each team of `team_ids`: its queued jobs in Kueue's order (priority, then submission), its
     room in every pool they, their spill pools or `extra_pools` ({team id: pool ids}) name, what its jobs hold, what
-    its reservations lend out and its history. About a dozen queries, whatever the number of teams and jobs."""
+    its reservations lend out and its history. About a dozen queries, whatever the number of teams and jobs, all on
+    one snapshot (`portal.snapshot`): a job Kueue admits meanwhile is either still queued in all of them or holding
+    GPUs in all of them, never queued in one and counted in the team's use in another (its GPUs then lost from the
+    team's room, and a job behind it quoted as never starting)."""
+    with one_snapshot():
+        return _team_queues(team_ids, now=now, extra_pools=extra_pools)
+
+
+def _team_queues(team_ids, *, now: datetime | None, extra_pools: dict | None) -> dict[int, TeamQueue]:
     from .models import Job
 
     now = now or timezone.now()
@@ -428,10 +437,14 @@ def preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime | None
     """The quote of `spec` if submitted now, and up to three alternatives that start meaningfully sooner: fewer
     GPUs, soft placement, or another pool the team has quota in (each with its price per hour). A shorter maximum
     run time is quoted too, but Kueue admits by quota and order, not run time, so it never starts sooner and is
-    never offered."""
+    never offered. Its reads agree with each other (one snapshot, as `team_queues`)."""
+    with one_snapshot():
+        return _preview_quote(team=team, pool=pool, spec=spec, now=now or timezone.now())
+
+
+def _preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime) -> PreviewQuote:
     from .models import Job
 
-    now = now or timezone.now()
     quota_pools = set(Quota.objects.filter(team=team, max_gpus__gt=0).values_list("pool_id", flat=True))
     spill = _spill_targets()
     extra = {pool.pk, *quota_pools, *spill.get(pool.pk, ())}
