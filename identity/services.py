@@ -54,7 +54,8 @@ def apply_groups(*, member: User, groups: list[str], provider: str) -> GrantedAc
     """
     access = access_for_groups(groups)
     member = User.objects.select_for_update().get(pk=member.pk)
-    held = {m.team_id: m for m in Membership.objects.of(member).select_for_update()}
+    # OF self: Membership's ordering joins the teams, whose rows would be locked too (and every job insert of them).
+    held = {m.team_id: m for m in Membership.objects.of(member).select_for_update(of=("self",))}
     for team_id, membership in held.items():
         wanted = access.roles.get(team_id)
         if wanted is None:

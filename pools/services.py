@@ -236,7 +236,9 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     # One quota change of a team at a time: two admins setting a quota that does not exist yet would otherwise
     # both insert it. (NO KEY UPDATE leaves inserts of rows that reference the team, such as jobs, unblocked.)
     Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
-    quota = Quota.objects.select_for_update().filter(team=team, pool=pool).first()
+    # OF self: Quota's default ordering joins the team and the pool, whose rows FOR UPDATE would lock as well (and
+    # with them every job insert of the team or into the pool, their foreign keys' checks).
+    quota = Quota.objects.select_for_update(of=("self",)).filter(team=team, pool=pool).first()
     if quota is not None:
         quota.team, quota.pool = team, pool  # what the audit entry's text names, without reading them again
     before = audit.snapshot(quota)

@@ -172,7 +172,7 @@ def _claim_state(claim) -> tuple[str, str]:
 def record_claim(*, volume_id: int, claim, warning: str = "", missing_reason: str = "") -> bool:
     """Record what the cluster said of a volume's claim (`claim`: ClaimFacts, or None when there is none, with
     `missing_reason`). Audited as the system when the state changes. True when something changed."""
-    volume = TeamVolume.objects.select_for_update().filter(pk=volume_id).first()
+    volume = TeamVolume.objects.select_for_update(of=("self",)).filter(pk=volume_id).first()  # not the team's row
     if volume is None:
         return False
     before = audit.snapshot(volume)
@@ -262,7 +262,7 @@ def save_secret(
                 % {"name": name}
             }
         )
-    secret = TeamSecret.objects.select_for_update().filter(team=team, name=name).first()
+    secret = TeamSecret.objects.select_for_update(of=("self",)).filter(team=team, name=name).first()  # not the team's
     errors = _check_values(kind, values, registry, username, password)
     if secret is not None and create_only:
         errors["name"] = _("The team already has a secret of that name: rotate it instead.")
