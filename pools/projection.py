@@ -154,9 +154,8 @@ def kueue_state() -> dict:
 
 def namespace_changed(team: Team) -> None:
     """Record that the team's quotas or limits changed, and reconcile once the change is committed."""
-    state, created = TeamNamespace.objects.get_or_create(team=team)
-    if not created:
-        TeamNamespace.objects.filter(pk=state.pk).update(desired_version=F("desired_version") + 1)
+    if not TeamNamespace.objects.filter(team=team).update(desired_version=F("desired_version") + 1):
+        TeamNamespace.objects.get_or_create(team=team)  # the team's first change: its first version
     outbox.send("pools.reconcile_team_namespace", team.pk)
 
 

@@ -154,3 +154,24 @@ def test_user_passwords_never_reach_the_audit_log(client, platform_admin, resear
     client.post(f"/admin/portal/user/{researcher.pk}/delete/", {"post": "yes"})
     entry = AuditEntry.objects.get(action="user.delete")
     assert entry.before["username"] == "rita" and entry.before["password"] == "(hidden)"
+
+
+def test_the_token_lookup_reads_the_token_and_its_user_as_the_orm_does(api, platform_admin, researcher):
+    from django.forms.models import model_to_dict
+
+    from portal.authentication import token_with_user
+
+    researcher.notify_default = ["start", "fail"]
+    researcher.language = "zh-hans"
+    researcher.save()
+    response = api(platform_admin).post("/api/v1/tokens/", {"user": researcher.username, "name": "ci"}, format="json")
+    secret = response.json()["token"]
+    expected = ApiToken.objects.select_related("user").get(key_hash=hash_secret(secret))
+    token = token_with_user(hash_secret(secret))
+    assert token is not None and not token._state.adding and token.pk == expected.pk
+    assert [getattr(token, f.attname) for f in ApiToken._meta.concrete_fields] == [
+        getattr(expected, f.attname) for f in ApiToken._meta.concrete_fields
+    ]
+    assert model_to_dict(token.user) == model_to_dict(expected.user)
+    assert token.user.notify_default == ["start", "fail"] and token.user.language == "zh-hans"
+    assert token_with_user(hash_secret("rsv_not-a-token")) is None
