@@ -45,7 +45,7 @@ def _token_lookup() -> tuple[str, list[str], list[str]]:
 def token_with_user(key_hash: str) -> ApiToken | None:
     """The token of `key_hash` with its user, or None: what `ApiToken.objects.select_related("user")` reads, in one
     query whose SQL is not compiled again on each request (that compiling cost more CPU than the query; none of the
-    two models' fields converts what the database answers, which tests/portal/test_api_tokens.py holds)."""
+    two models' fields converts what the database answers, which tests/api/test_auth_and_audit.py holds)."""
     sql, token_names, user_names = _token_lookup()
     with connection.cursor() as cursor:
         cursor.execute(sql, [key_hash])
