@@ -154,8 +154,11 @@ def kueue_state() -> dict:
 
 def namespace_changed(team: Team) -> None:
     """Record that the team's quotas or limits changed, and reconcile once the change is committed."""
-    if not TeamNamespace.objects.filter(team=team).update(desired_version=F("desired_version") + 1):
-        TeamNamespace.objects.get_or_create(team=team)  # the team's first change: its first version
+    bump = TeamNamespace.objects.filter(team=team)
+    if not bump.update(desired_version=F("desired_version") + 1):
+        _state, created = TeamNamespace.objects.get_or_create(team=team)  # the team's first change: its first version
+        if not created:  # another change made the row meanwhile (the sync's, not under the team's lock): count this one
+            bump.update(desired_version=F("desired_version") + 1)
     outbox.send("pools.reconcile_team_namespace", team.pk)
 
 
