@@ -499,7 +499,7 @@ def templates_for(user):
 # (highest priority first, then earliest admitted, unknown last, then id) less the team's active reservations there.
 _BORROWED_SQL = """
 WITH held AS NOT MATERIALIZED ({held}),
-asked AS (SELECT DISTINCT team_id, quota_pool FROM held WHERE id = ANY(%s)),
+asked AS (SELECT DISTINCT team_id, quota_pool FROM held WHERE id {ids}),
 filled AS (
     SELECT held.id, held.total_gpus,
            sum(held.total_gpus) OVER (
@@ -517,7 +517,7 @@ filled AS (
         WHERE starts_at <= %s AND ends_at > %s GROUP BY team_id, pool_id
     ) reserved ON reserved.team_id = held.team_id AND reserved.pool_id = held.quota_pool
 )
-SELECT id, least(total_gpus, above) FROM filled WHERE id = ANY(%s) AND above > 0
+SELECT id, least(total_gpus, above) AS gpus FROM filled WHERE above > 0{only}
 """
 
 
@@ -540,16 +540,29 @@ def borrowed_gpus(jobs) -> dict[int, int]:
     ones beyond it are on borrowed GPUs (a job straddling the line borrows part of its GPUs). One query, whatever the
     number of jobs (none when no job given holds quota): the database fills each reservation, and answers only for
     the jobs asked."""
-    from pools.choices import PoolKind
-
     ids = [job if isinstance(job, int) else job.pk for job in jobs if isinstance(job, int) or job.quota_pool_id]
     if not ids:
         return {}
+    sql, params = borrowed_gpus_sql("= ANY(%s)", [ids])
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return dict(cursor.fetchall())
+
+
+def borrowed_gpus_sql(ids: str, ids_params: list, *, only_those: bool = True) -> tuple[str, list]:
+    """`borrowed_gpus` as one SELECT of (id, gpus) and its parameters, for the jobs whose id meets `ids` (`= ANY(%s)`
+    with the ids in `ids_params`, or a subquery of a statement it is part of, jobs/api/listing.py). Without
+    `only_those`, it answers for every job of their teams in their pools, and the statement picks its own (a join on
+    the id plans better there than a second test of `ids` on every held job)."""
+    from pools.choices import PoolKind
+
     held_sql, held_params = _held_jobs_sql()
     now = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(_BORROWED_SQL.format(held=held_sql), [*held_params, ids, PoolKind.RESERVED.value, now, now, ids])
-        return dict(cursor.fetchall())
+    only, only_params = (f" AND id {ids}", ids_params) if only_those else ("", [])
+    return (
+        _BORROWED_SQL.format(held=held_sql, ids=ids, only=only),
+        [*held_params, *ids_params, PoolKind.RESERVED.value, now, now, *only_params],
+    )
 
 
 def reclaim_waits(waiting: list[tuple[int, int, int, str]]) -> dict[tuple[int, int], int]:

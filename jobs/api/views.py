@@ -9,9 +9,11 @@ from django.utils.translation import gettext_lazy
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
 from portal import outage
+from portal.api.base import FilterBackend
 from portal.api.throttles import SubmissionRateThrottle
 
 from .. import selectors, services
@@ -19,6 +21,7 @@ from ..choices import NOT_STARTED_STATES
 from ..filters import JobFilterSet
 from ..models import Job, JobEvent
 from ..quote_selectors import worded_quotes
+from . import listing
 from .serializers import (
     JobDetailSerializer,
     JobNotifySerializer,
@@ -82,14 +85,37 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def list(self, request, *args, **kwargs):
         """The page of jobs as JobSerializer writes them (`job_list_rows`), each with the GPUs it borrows and, not
-        running yet, its start-time quote (one computation each for the page)."""
-        queryset = job_list_values(self.filter_queryset(self.get_queryset()))
-        page = self.paginate_queryset(queryset)
-        rows = list(page if page is not None else queryset)
-        borrowed = selectors.borrowed_gpus([row["id"] for row in rows])
+        running yet, its start-time quote (one computation each for the page).
+
+        A JSON page is read with one statement of its own (jobs/api/listing.py: the page and its count, the same rows
+        as the ORM's); the browsable API's page (its page controls need Django's paginator) and `?page=last` take
+        the ORM's path, `_orm_page`."""
+        # The FilterSet validates the query string; its queryset (the visible jobs) is built only on the ORM's path.
+        unscoped = Job.objects.all()
+        filterset = FilterBackend().valid_filterset(request, unscoped, self)
+        filters = listing.filter_conditions(filterset) if filterset is not None else ([], [])
+        requested = self.paginator.requested_page(request)
+        if filters is None or requested is None or request.accepted_renderer.format != "json":
+            return self._orm_page(self.filter_queryset(self.get_queryset()))
+        number, size = requested
+        ordering = OrderingFilter().get_ordering(request, unscoped, self)
+        found = listing.jobs_page(
+            request.user, conditions=filters[0], params=filters[1], ordering=ordering, number=number, size=size
+        )
+        data = self._rows(found.rows, found.borrowed_gpus)
+        return self.paginator.known_page(number=number, size=size, count=found.count, results=data)
+
+    def _orm_page(self, queryset):
+        """`queryset` filtered and ordered by the filter backends, the id breaking ties as on the SQL path."""
+        queryset = job_list_values(queryset.order_by(*listing.ordered(list(queryset.query.order_by))))
+        rows = self.paginate_queryset(queryset)
+        return self.get_paginated_response(self._rows(rows))
+
+    def _rows(self, rows, borrowed=None):
+        if borrowed is None:
+            borrowed = selectors.borrowed_gpus([row["id"] for row in rows])
         quotes = worded_quotes(row["id"] for row in rows if row["state"] in NOT_STARTED_STATES)
-        data = job_list_rows(rows, borrowed, quotes)
-        return self.get_paginated_response(data) if page is not None else Response(data)
+        return job_list_rows(rows, borrowed, quotes)
 
     def retrieve(self, request, *args, **kwargs):
         return Response(_detail(self.get_object()))

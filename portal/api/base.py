@@ -12,6 +12,8 @@ from django.utils.translation import gettext_lazy as _
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.utils import translate_validation
 from rest_framework import exceptions, pagination, permissions, serializers
+from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal import outage
@@ -56,6 +58,40 @@ class Pagination(pagination.PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def requested_page(self, request) -> tuple[int, int] | None:
+        """The page number and size the request asks for, for a view that reads its page and its count in one query
+        (`known_page` answers it): None for the last page (`?page=last`, which needs the count first); a page number
+        that is not a whole number of at least 1 is a 404, as `paginate_queryset` answers it."""
+        self.request = request
+        number = request.query_params.get(self.page_query_param) or 1
+        if number in self.last_page_strings:
+            return None
+        try:
+            number = int(number)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1:
+            raise exceptions.NotFound(self.invalid_page_message)
+        return number, self.get_page_size(request)
+
+    def known_page(self, *, number: int, size: int, count: int | None, results: list) -> Response:
+        """The answer of `get_paginated_response` for page `number` of `size` rows whose filtered rows number
+        `count`, known from the page's own query (None when it read no row: it does not say how many there are).
+        Past the last page is a 404, as for `paginate_queryset`; an empty first page is an empty list."""
+        count = count or 0
+        pages = max(1, -(-count // size))
+        if number > pages:
+            raise exceptions.NotFound(self.invalid_page_message)
+        url = self.request.build_absolute_uri()
+        following = replace_query_param(url, self.page_query_param, number + 1) if number < pages else None
+        if number == 1:
+            previous = None
+        elif number == 2:
+            previous = remove_query_param(url, self.page_query_param)
+        else:
+            previous = replace_query_param(url, self.page_query_param, number - 1)
+        return Response({"count": count, "next": following, "previous": previous, "results": results})
 
 
 class WholeNumberField(serializers.IntegerField):
@@ -156,17 +192,24 @@ class FilterBackend(DjangoFilterBackend):
     checks and messages. The browsable API's filter form (`to_html`) still shows every filter."""
 
     def filter_queryset(self, request, queryset, view):
+        filterset = self.valid_filterset(request, queryset, view)
+        return queryset if filterset is None else filterset.qs
+
+    def valid_filterset(self, request, queryset, view):
+        """The view's FilterSet bound to the request's query string and validated (a 400 when it is not valid), or
+        None when the view has none: `filter_queryset` takes its `qs`; a view that reads its page with SQL of its
+        own takes its `form.cleaned_data` (jobs/api/listing.py)."""
         for key, values in request.query_params.lists():
             if "\x00" in key or any("\x00" in value for value in values):
                 raise exceptions.ValidationError({key.replace("\x00", ""): [_("NUL characters are not allowed.")]})
         filterset_class = self.get_filterset_class(view, queryset)
         if filterset_class is None:
-            return queryset
+            return None
         given = named_filters(filterset_class, request.query_params.keys())
         filterset = given(**self.get_filterset_kwargs(request, queryset, view))
         if not filterset.is_valid() and self.raise_exception:
             raise translate_validation(filterset.errors)
-        return filterset.qs
+        return filterset
 
 
 def named_filters(filterset_class, keys):
