@@ -45,7 +45,10 @@ def describe(error: BaseException) -> str:
     """A short sentence for people: what went wrong with the cluster call."""
     if isinstance(error, ApiException):
         reason = error.reason or ""
-        body = error.body if isinstance(error.body, str) else ""
+        body = error.body
+        if isinstance(body, bytes):  # a call made with _preload_content=False (resources.create_job)
+            body = body.decode("utf-8", "replace")
+        body = body if isinstance(body, str) else ""
         message = ""
         if body:
             try:

@@ -51,3 +51,14 @@ def test_inside_a_task_each_call_is_tried_once():
     with single_attempt(), pytest.raises(TransientClusterError):
         with_retries(call, attempts=4)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "body", ['{"message": "Job.batch \\"x\\" is invalid"}', b'{"message": "Job.batch \\"x\\" is invalid"}']
+)
+def test_the_apiservers_message_is_in_the_words_whether_its_answer_was_read_as_text_or_bytes(body):
+    """A call made without the client's models (`_preload_content=False`, resources.create_job) has its error's body
+    as bytes: the reason a job could not be created must still say what the API server said."""
+    error = ApiException(status=422, reason="Unprocessable Entity")
+    error.body = body
+    assert errors.describe(error) == 'apiserver answered 422 Unprocessable Entity: Job.batch "x" is invalid'
