@@ -5,8 +5,12 @@ Every benchmark makes a `Run` as it starts and ends with `run.finish(summary)`, 
 last line, with beside the benchmark's own figures:
 - ``cores``: the number of CPUs the machine has;
 - ``load_average``: the 1-, 5- and 15-minute load at the start and at the end of the run;
-- ``noisy``: true when the 1-minute load at the start exceeded the cores — the figures then measure the machine's
-  other work as much as the code (issue 30: runs that count are made on a quiet machine).
+- ``beside``: the heavy programs already running when it started that it did not start (a control plane, Kueue,
+  KWOK, a Celery worker, gunicorn, a test session, another benchmark): an idle development cluster a test session
+  left behind takes a fifth of a core without lifting the load above the cores;
+- ``noisy``: true when the 1-minute load at the start exceeded the cores, or when anything ran beside it — the
+  figures then measure the machine's other work as much as the code (issue 30: nothing else runs during a measured
+  run).
 
 Every benchmark also declares ``SUMMARY_KEYS``: the keys of its summary that its figures in the README (and
 docs/) quote, each with the type it holds (dotted paths into nested objects, ``*`` for every key of an object).
@@ -45,8 +49,48 @@ HARNESS_KEYS = {
     "cores": int,
     "load_average.start": list,
     "load_average.end": list,
+    "beside": list,
     "noisy": bool,
 }
+# Programs whose running beside a benchmark makes it noisy (PostgreSQL and Redis, which every run uses, are not).
+BESIDE_PROGRAMS = frozenset(
+    {
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+        "kueue",
+        "hydra",
+        "prometheus",
+        "celery",
+        "gunicorn",
+        "pytest",
+    }
+)
+
+
+def programs_beside() -> list[str]:
+    """The `BESIDE_PROGRAMS` (and other benchmarks) running now, but for this process and the ones it started, as
+    "name (pid N)": what a run's figures would share the machine with. A cluster a benchmark reuses (``--reuse``,
+    ``--shared-cluster``) runs beside it: its figures are not those of a quiet machine either. So is the test session
+    that runs a benchmark's smoke test."""
+    import psutil
+
+    me = psutil.Process()
+    ours = {me.pid, *(child.pid for child in me.children(recursive=True))}
+    found = []
+    for process in psutil.process_iter(["pid", "name", "cmdline"]):
+        if process.info["pid"] in ours:
+            continue
+        words = process.info["cmdline"] or [process.info["name"] or ""]
+        names = {Path(word).name for word in words[:3]}
+        program = next((name for name in sorted(names) if name in BESIDE_PROGRAMS), None)
+        if program is None and any(word.startswith("bench/") or "/bench/" in word for word in words[:3]):
+            program = next(Path(word).name for word in words[:3] if "bench/" in word)
+        if program is not None:
+            found.append(f"{program} (pid {process.info['pid']})")
+    return found
 
 
 def logger(prefix: str) -> Callable[[str], None]:
@@ -66,6 +110,7 @@ class Run:
         self.benchmark = benchmark
         self.cores = os.cpu_count() or 1
         self.load_at_start = os.getloadavg()
+        self.beside = programs_beside()
         self.load_samples = [self.load_at_start[0]]
         self._stop = threading.Event()
         self._sampler = threading.Thread(target=self._sample, args=(sample_seconds,), daemon=True)
@@ -77,7 +122,7 @@ class Run:
 
     @property
     def noisy(self) -> bool:
-        return self.load_at_start[0] > self.cores
+        return self.load_at_start[0] > self.cores or bool(self.beside)
 
     def load_spread(self) -> dict[str, float]:
         """The 1-minute load sampled through the run: min, mean and max."""
@@ -99,6 +144,7 @@ class Run:
                 "start": [round(value, 2) for value in self.load_at_start],
                 "end": [round(value, 2) for value in os.getloadavg()],
             },
+            "beside": self.beside,
             "noisy": self.noisy,
         }
         sys.stderr.flush()

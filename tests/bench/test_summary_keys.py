@@ -134,7 +134,7 @@ def test_a_key_is_declared_as_a_leaf_a_parent_or_a_path():
 
 def test_a_summary_is_checked_for_every_key_with_its_type():
     load = {"start": [1.0, 0.5, 0.2], "end": [1.0, 0.5, 0.2]}
-    harness_part = {"benchmark": "x", "cores": 2, "load_average": load, "noisy": False}
+    harness_part = {"benchmark": "x", "cores": 2, "load_average": load, "beside": [], "noisy": False}
     keys = {"pages.*.p95_ms": NUMBER, "ratio": NUMBER_OR_NONE, "met": bool}
     good = {**harness_part, "pages": {"a": {"p95_ms": 1.5}, "b": {"p95_ms": 2}}, "ratio": None, "met": True}
     assert summary_problems(good, keys) == []
