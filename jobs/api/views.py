@@ -87,9 +87,9 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         """The page of jobs as JobSerializer writes them (`job_list_rows`), each with the GPUs it borrows and, not
         running yet, its start-time quote (one computation each for the page).
 
-        A JSON page is read with one statement of its own (jobs/api/listing.py: the page and its count, the same rows
-        as the ORM's); the browsable API's page (its page controls need Django's paginator) and `?page=last` take
-        the ORM's path, `_orm_page`."""
+        A JSON page is read with one statement of its own (jobs/api/listing.py: the page, its count and its borrowed
+        GPUs, the same rows as the ORM's); the browsable API's page (its page controls need Django's paginator),
+        `?page=last` and a filter the SQL does not know take the ORM's path, `_orm_page`."""
         # The FilterSet validates the query string; its queryset (the visible jobs) is built only on the ORM's path.
         unscoped = Job.objects.all()
         filterset = FilterBackend().valid_filterset(request, unscoped, self)
