@@ -85,9 +85,9 @@ def programs_beside() -> list[str]:
             continue
         words = process.info["cmdline"] or [process.info["name"] or ""]
         names = {Path(word).name for word in words[:3]}
-        program = next((name for name in sorted(names) if name in BESIDE_PROGRAMS), None)
-        if program is None and any(word.startswith("bench/") or "/bench/" in word for word in words[:3]):
-            program = next(Path(word).name for word in words[:3] if "bench/" in word)
+        program = next((name for name in sorted(names) if name in BESIDE_PROGRAMS), None) or next(
+            (Path(word).name for word in words[:3] if word.startswith("bench/") or "/bench/" in word), None
+        )
         if program is not None:
             found.append(f"{program} (pid {process.info['pid']})")
     return found

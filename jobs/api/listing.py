@@ -59,9 +59,12 @@ def _page_select() -> tuple[str, list[str]]:
     return sql, list(queryset.query.values_select)
 
 
-def _column(name: str) -> str:
-    field = Job._meta.get_field(name)
-    return f"{connection.ops.quote_name(Job._meta.db_table)}.{connection.ops.quote_name(field.column)}"
+_TABLE = connection.ops.quote_name(Job._meta.db_table)
+
+
+def _column(name: str, table: str = _TABLE) -> str:
+    """The column of the job's field `name`, in the jobs table or in `table` (a subquery of its rows)."""
+    return f"{table}.{connection.ops.quote_name(Job._meta.get_field(name).column)}"
 
 
 def filter_conditions(filterset) -> tuple[list[str], list] | None:
@@ -102,14 +105,11 @@ def ordered(terms: list[str]) -> list[str]:
     return [*terms, f"-{_TIE_BREAK}"]
 
 
-def _order(terms: list[str], table: str | None = None) -> str:
-    """ORDER BY's terms: on the jobs table's columns, or on those of `table` (a subquery of its rows)."""
-    quote = connection.ops.quote_name
-    columns = (
-        (_column(name) if table is None else f"{table}.{quote(Job._meta.get_field(name).column)}", descending)
-        for name, descending in ((term.lstrip("-"), term.startswith("-")) for term in ordered(terms))
+def _order(terms: list[str], table: str = _TABLE) -> str:
+    """ORDER BY's terms on the columns of `table`."""
+    return ", ".join(
+        f"{_column(term.lstrip('-'), table)} {'DESC' if term.startswith('-') else 'ASC'}" for term in ordered(terms)
     )
-    return ", ".join(f"{column} {'DESC' if descending else 'ASC'}" for column, descending in columns)
 
 
 def jobs_page(user, *, conditions: list[str], params: list, ordering: list[str], number: int, size: int) -> JobsPage:
@@ -128,8 +128,7 @@ def jobs_page(user, *, conditions: list[str], params: list, ordering: list[str],
         where_params[:0] = teams_params
     condition = " WHERE " + " AND ".join(f"({one})" for one in where) if where else ""
     # The count runs once: it refers to nothing outside it.
-    table = connection.ops.quote_name(Job._meta.db_table)
-    rows_sql = select.replace("SELECT ", f"SELECT (SELECT count(*) FROM {table}{condition}) AS page_count, ", 1)
+    rows_sql = select.replace("SELECT ", f"SELECT (SELECT count(*) FROM {_TABLE}{condition}) AS page_count, ", 1)
     rows_sql += f"{condition} ORDER BY {_order(ordering)} LIMIT %s OFFSET %s"
     borrowed_sql, borrowed_params = selectors.borrowed_gpus_sql(f"IN (SELECT {_ID} FROM page)", [], only_those=False)
     sql = (
