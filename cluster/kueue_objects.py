@@ -256,6 +256,23 @@ def list_workloads() -> list[dict]:
     return list(result.get("items") or [])
 
 
+def workload_owners(workloads: list[dict]) -> set[tuple[str, str]]:
+    """`(namespace, name)` of every batch/v1 Job that owns one of `workloads`. Pure."""
+    return {
+        (workload["metadata"]["namespace"], owner["name"])
+        for workload in workloads
+        for owner in workload["metadata"].get("ownerReferences") or []
+        if owner.get("kind") == "Job" and owner.get("apiVersion", "").startswith("batch/")
+    }
+
+
+def job_has_workload(namespace: str, job_name: str) -> bool:
+    """Whether Kueue has made a Workload for the Job `namespace/job_name` (one the Job owns)."""
+    api = client.custom_objects()
+    result = with_retries(lambda: api.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads"))
+    return (namespace, job_name) in workload_owners(list(result.get("items") or []))
+
+
 def set_workload_check_state(workload: dict, check: dict) -> bool:
     """Write `check` (name, state, message, lastTransitionTime, maybe requeueAfterSeconds) into the Workload's
     `status.admissionChecks`, the other checks as they are. Optimistic: the patch carries the resourceVersion read,

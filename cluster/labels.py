@@ -26,6 +26,9 @@ PRIORITY_VALUES = {"reservoir-low": 1000, "reservoir-normal": 5000, "reservoir-h
 # (reconcile/sync.py). A pod that finishes and is deleted while nobody watches is still there, terminated, at the next
 # list, so its GPU time ends at its own finish time, never at the time the portal happened to look.
 USAGE_FINALIZER = "reservoir.io/usage"
+# Set on a portal Job that Kueue has not taken (no Workload) a while after it was made: the change makes Kueue's Job
+# controller look at it again (reconcile/jobs.py, "Jobs Kueue skipped").
+NUDGED_ANNOTATION = "reservoir.io/nudged-at"
 # The port of a gang's rendezvous (torchrun's TCPStore on pod 0), and the per-job token its pods are given.
 RENDEZVOUS_PORT = 29500
 RENDEZVOUS_TOKEN_ENV = "RESERVOIR_RENDEZVOUS_TOKEN"

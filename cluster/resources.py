@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from . import client, live
 from .errors import ClusterError, with_retries
 from .facts import JobFacts, NodeFacts, job_facts, node_facts
-from .labels import LABEL_MANAGED_BY, MANAGED_BY, USAGE_FINALIZER
+from .labels import LABEL_MANAGED_BY, MANAGED_BY, NUDGED_ANNOTATION, USAGE_FINALIZER
 from .namespaces import render_priority_classes
 from .watch import iter_pages, list_pages
 
@@ -374,6 +374,18 @@ def release_pod(namespace: str, name: str) -> bool:
 def patch_job(namespace: str, name: str, patch: dict):
     batch = client.batch()
     return with_retries(lambda: batch.patch_namespaced_job(name, namespace, patch))
+
+
+def nudge_job(namespace: str, name: str, *, at: str) -> bool:
+    """Touch the Job (its `NUDGED_ANNOTATION`, set to `at`) so that every controller watching Jobs looks at it again;
+    nothing else of it changes. False when the Job is gone."""
+    try:
+        patch_job(namespace, name, {"metadata": {"annotations": {NUDGED_ANNOTATION: at}}})
+    except Exception as error:
+        if _is(404, error):
+            return False
+        raise
+    return True
 
 
 def pod_log_tail(namespace: str, pod_name: str, *, lines: int = live.LOG_MAX_LINES) -> str:

@@ -12,7 +12,7 @@ Convergence.
 PostgreSQL is the source of truth; task messages are only the fast path. A message can be lost (Redis restarted
 without it, a worker killed mid-task, a retry whose countdown lived only in Redis) and a Job can outlive its job
 (a cancel whose delete ran before the Job was created, a delete that failed while the apiserver was down). Every
-15 s (beat: `jobs.converge`) two sweeps put that right; both are idempotent.
+15 s (beat: `jobs.converge`) three sweeps put that right; all are idempotent.
 
 1. Missing Jobs. Every job that should have a Job in the cluster (`Job.objects.expected_in_cluster()`) and has
    none recorded (`cluster_created_at` empty) is sent again through the outbox, once nothing has tried to send it
@@ -25,10 +25,14 @@ without it, a worker killed mid-task, a retry whose countdown lived only in Redi
    the Job has not finished although the portal finished the job more than the grace ago. A Job that finished in
    the cluster is otherwise left to its TTL (its logs stay readable). Only the Job named `rsv-<id>` in the
    namespace of job <id>'s team is the portal's: any other Job carrying that label is not the portal's to delete.
+3. Jobs Kueue skipped. A queued job whose Job was made more than the grace ago and of which the sync has recorded no
+   Workload is looked for in one LIST of the cluster's Workloads; a Job that owns none is nudged (see "Jobs Kueue
+   skipped" below).
 """
 
 import contextlib
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -36,6 +40,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_noop
 
 from cluster import kueue_objects, resources
@@ -157,18 +162,46 @@ def _single_run():
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
 
 
+def skipped_jobs(*, now: datetime) -> list[Job]:
+    """Sweep 3's candidates: queued jobs whose Job was made more than the grace ago and of which the sync has seen no
+    Workload (at most SKIPPED_BATCH, oldest first)."""
+    return list(
+        Job.objects.filter(state=JobState.QUEUED, cluster_created_at__lt=now - _grace(), workloads__isnull=True)
+        .select_related("team")
+        .only("pk", "team__slug")
+        .order_by("pk")[:SKIPPED_BATCH]
+    )
+
+
+def nudge_skipped(*, now: datetime) -> list[str]:
+    """Sweep 3; returns the `namespace/name` of the Jobs nudged. One LIST of the cluster's Workloads, only when the
+    database has candidates: a job whose Workload the sync has not recorded yet (the sync away) is left alone."""
+    candidates = skipped_jobs(now=now)
+    if not candidates:
+        return []
+    owners = kueue_objects.workload_owners(kueue_objects.list_workloads())
+    nudged = []
+    for job in candidates:
+        namespace, name = job.team.namespace, job.job_name
+        if (namespace, name) not in owners and resources.nudge_job(namespace, name, at=now.isoformat()):
+            nudged.append(f"{namespace}/{name}")
+    if nudged:
+        log.warning("convergence: nudged %d Job(s) Kueue had made no Workload for: %s", len(nudged), nudged)
+    return nudged
+
+
 def converge(*, now: datetime | None = None) -> dict:
-    """Both sweeps. A cluster that cannot be reached only postpones sweep 2 to the next run."""
+    """The three sweeps. A cluster that cannot be reached only postpones sweeps 2 and 3 to the next run."""
     with _single_run() as got:
         if not got:
             return {"skipped": "another convergence is running"}
         now = now or timezone.now()
-        summary: dict = {"resent": resend_missing(now=now)}
+        summary: dict = {"resent": resend_missing(now=now), "deleted": [], "nudged": []}
         try:
             summary["deleted"] = delete_leftovers(now=now)
+            summary["nudged"] = nudge_skipped(now=now)
         except ClusterError as error:
             log.warning("convergence: could not compare with the cluster: %s", error)
-            summary["deleted"] = []
             summary["cluster_error"] = str(error)
     return summary
 
@@ -189,24 +222,79 @@ def _unsent(job_id: int) -> Job | None:
         )
 
 
-def _ensure_local_queue(job: Job) -> None:
-    """The team's LocalQueue is in the cluster before its Job is: Kueue v0.17.0 skips a Job whose namespace its cache
-    has not seen yet and never looks at it again, so a Job made before its queue (a team created a moment before its
-    first job, its Kueue objects not reconciled yet) stayed suspended without a Workload for good (issue 31). When the
-    queue is missing, the Kueue projection is reconciled first."""
+def _ensure_local_queue(job: Job) -> dict | None:
+    """The team's LocalQueue, in the cluster before its Job is (issue 31: a Job made before its queue, a team created a
+    moment before its first job, stayed suspended without a Workload for good). When the queue is missing, the Kueue
+    projection is reconciled first. Returns the queue as the cluster has it (None: the projection wants none)."""
 
-    def present() -> bool:
-        return kueue_objects.read_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, job.team.namespace) is not None
+    def read() -> dict | None:
+        return kueue_objects.read_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, job.team.namespace)
 
-    if present():
-        return
+    queue = read()
+    if queue is not None:
+        return queue
     try:
         kueue.reconcile()
     except ClusterError as error:
         # Another object of the projection may fail (a foreign object with a name the portal wants): that is the
         # projection's to report, not this job's, once its own queue is there.
-        if error.transient or not present():
+        queue = None if error.transient else read()
+        if queue is None:
             raise
+        return queue
+    return read()
+
+
+# --- Jobs Kueue skipped ------------------------------------------------------------------------------------------
+#
+# Kueue v0.17.0's Job controller first looks the Job's namespace up in its own informer cache, and when the namespace
+# is not there yet it drops the Job and never looks at it again ("Namespace not found; skipping selector check", no
+# requeue; the ManagedJobsNamespaceSelectorAlwaysRespected feature, on by default). A Job made a moment after its
+# namespace, a new team's first job, could so stay suspended without a Workload for good. Any change to the Job makes
+# Kueue look again: the portal touches one annotation (`resources.nudge_job`) while no Workload appears.
+# - The submit task, when the team's LocalQueue is younger than FRESH_QUEUE_SECONDS (a queue is never older than its
+#   namespace, so an older queue proves an older namespace), waits up to TAKE_WAIT_SECONDS for the Workload and
+#   nudges the Job while there is none.
+# - Convergence (sweep 3) nudges every queued job's Job of which no Workload was seen for the grace, in case the
+#   worker died while waiting or Kueue's cache took longer still.
+
+FRESH_QUEUE_SECONDS = 60
+TAKE_WAIT_SECONDS = 20.0
+NUDGE_AFTER_SECONDS = 1.0
+SKIPPED_BATCH = 200
+
+
+def queue_is_fresh(queue: dict | None, *, now: datetime) -> bool:
+    """Whether the LocalQueue was made less than FRESH_QUEUE_SECONDS ago (or is missing, or says nothing of when).
+    Pure."""
+    created = parse_datetime(((queue or {}).get("metadata") or {}).get("creationTimestamp") or "")
+    return created is None or now - created < timedelta(seconds=FRESH_QUEUE_SECONDS)
+
+
+def wait_until_kueue_takes(
+    namespace: str, name: str, *, wait: float = TAKE_WAIT_SECONDS, sleep=time.sleep, clock=time.monotonic
+) -> bool:
+    """Wait until Kueue has made the Job's Workload, nudging the Job each time one is still missing after
+    NUDGE_AFTER_SECONDS; False when none came within `wait` seconds, the Job is gone or the cluster could not be
+    asked (convergence's sweep 3 goes on from there)."""
+    started = clock()
+    pause = 0.25
+    try:
+        while not kueue_objects.job_has_workload(namespace, name):
+            waited = clock() - started
+            if waited + pause > wait:
+                log.warning("Kueue made no Workload for the Job %s/%s in %.0f s", namespace, name, waited)
+                return False
+            if waited >= NUDGE_AFTER_SECONDS and not resources.nudge_job(
+                namespace, name, at=timezone.now().isoformat()
+            ):
+                return False
+            sleep(pause)
+            pause = min(pause * 2, 4.0)
+    except ClusterError as error:
+        log.warning("could not see whether Kueue took the Job %s/%s: %s", namespace, name, error)
+        return False
+    return True
 
 
 def _ensure_gang_service(job: Job) -> None:
@@ -235,7 +323,7 @@ def create_in_cluster(job_id: int, *, attempt: int, attempts: int) -> str:
         return "nothing to do"
     try:
         namespaces.ensure(job.team)
-        _ensure_local_queue(job)
+        queue = _ensure_local_queue(job)
         _ensure_rendezvous_policy(job)
         created = resources.create_job(render(job))
         _ensure_gang_service(job)
@@ -258,6 +346,8 @@ def create_in_cluster(job_id: int, *, attempt: int, attempts: int) -> str:
     if not wanted:
         resources.delete_job(job.team.namespace, job.job_name)
         return "final meanwhile: deleted"
+    if created and queue_is_fresh(queue, now=timezone.now()):
+        wait_until_kueue_takes(job.team.namespace, job.job_name)
     return "created" if created else "already there"
 
 

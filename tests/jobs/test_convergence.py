@@ -217,3 +217,136 @@ def test_an_unreachable_cluster_postpones_the_comparison_without_failing(
     client.reset()
     summary = convergence.converge()
     assert summary["deleted"] == [] and "unreachable" in summary["cluster_error"]
+
+
+# --- Jobs Kueue skipped (sweep 3, and the submit task's wait for a fresh queue) ------------------------------------
+
+
+def test_a_queue_is_fresh_for_a_minute_and_a_missing_or_undated_one_counts_as_fresh():
+    def queue(at):
+        return {"metadata": {"creationTimestamp": at}}
+
+    assert convergence.queue_is_fresh(queue("2026-11-30T11:59:01Z"), now=T0)
+    assert not convergence.queue_is_fresh(queue("2026-11-30T11:59:00Z"), now=T0)
+    assert convergence.queue_is_fresh(None, now=T0)
+    assert convergence.queue_is_fresh({"metadata": {}}, now=T0)
+
+
+def test_workload_owners_are_the_batch_jobs_that_own_workloads():
+    from cluster.kueue_objects import workload_owners
+
+    def workload(namespace, *owners):
+        return {"metadata": {"namespace": namespace, "ownerReferences": list(owners)}}
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "name": "rsv-1"}
+    other = {"apiVersion": "example.com/v1", "kind": "Job", "name": "rsv-2"}  # not a batch Job
+    assert workload_owners([workload("team-a", job), workload("team-b", other), {"metadata": {"namespace": "x"}}]) == {
+        ("team-a", "rsv-1")
+    }
+
+
+class _Kueue:
+    """Stands in for the cluster in the pure tests of the wait: a Workload appears after `appears_after` looks."""
+
+    def __init__(self, monkeypatch, *, appears_after: int, job_there: bool = True):
+        self.looks = 0
+        self.nudges = []
+        self.now = 0.0
+        self.appears_after = appears_after
+        self.job_there = job_there
+        monkeypatch.setattr("cluster.kueue_objects.job_has_workload", self.has_workload)
+        monkeypatch.setattr("cluster.resources.nudge_job", self.nudge)
+
+    def has_workload(self, namespace, name):
+        self.looks += 1
+        return self.looks > self.appears_after
+
+    def nudge(self, namespace, name, *, at):
+        self.nudges.append((self.now, f"{namespace}/{name}"))
+        return self.job_there
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+    def clock(self):
+        return self.now
+
+
+def test_the_wait_nudges_the_job_only_after_a_second_without_a_workload_and_stops_when_one_is_there(monkeypatch):
+    kueue = _Kueue(monkeypatch, appears_after=5)
+    assert convergence.wait_until_kueue_takes("team-a", "rsv-1", sleep=kueue.sleep, clock=kueue.clock)
+    # looks at 0, 0.25, 0.75, 1.75, 3.75 s; the sixth finds the Workload
+    assert kueue.nudges == [(1.75, "team-a/rsv-1"), (3.75, "team-a/rsv-1")]
+    assert kueue.looks == 6
+
+    at_once = _Kueue(monkeypatch, appears_after=0)
+    assert convergence.wait_until_kueue_takes("team-a", "rsv-1", sleep=at_once.sleep, clock=at_once.clock)
+    assert at_once.nudges == [] and at_once.looks == 1
+
+
+def test_the_wait_gives_up_after_its_time_or_when_the_job_is_gone(monkeypatch):
+    never = _Kueue(monkeypatch, appears_after=10**6)
+    assert not convergence.wait_until_kueue_takes("team-a", "rsv-1", wait=20, sleep=never.sleep, clock=never.clock)
+    assert never.now <= 20 and len(never.nudges) >= 4
+
+    gone = _Kueue(monkeypatch, appears_after=10**6, job_there=False)
+    assert not convergence.wait_until_kueue_takes("team-a", "rsv-1", sleep=gone.sleep, clock=gone.clock)
+    assert len(gone.nudges) == 1
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db(transaction=True)
+def test_a_new_teams_first_job_has_its_workload_when_the_submit_task_returns(portal_cluster, cluster_team, monkeypatch):
+    """The team's namespace and queue were made a moment ago: the submit task waits until Kueue has taken the Job
+    (nudging it if Kueue's cache had not seen the namespace yet), so its Workload is there at once. Once the queue is
+    a minute old, the task does not wait."""
+    from cluster.kueue_objects import job_has_workload
+
+    waits = []
+    real_wait = convergence.wait_until_kueue_takes
+
+    def wait(namespace, name, **kwargs):
+        waits.append((name, real_wait(namespace, name, **kwargs)))
+        return waits[-1][1]
+
+    monkeypatch.setattr(convergence, "wait_until_kueue_takes", wait)
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    first = _submit(cluster_team, name="first")  # the task runs eagerly in the tests
+    assert Job.objects.get(pk=first.pk).cluster_created_at is not None
+    assert waits == [(first.job_name, True)]
+    assert job_has_workload(cluster_team.namespace, first.job_name)
+
+    monkeypatch.setattr(convergence, "FRESH_QUEUE_SECONDS", 0)  # as if the queue were older
+    later = _submit(cluster_team, name="later")
+    assert Job.objects.get(pk=later.pk).cluster_created_at is not None
+    assert waits == [(first.job_name, True)]
+
+
+@pytest.mark.cluster
+@pytest.mark.django_db(transaction=True)
+def test_convergence_nudges_the_job_kueue_made_no_workload_for_and_no_other(portal_cluster, cluster_team, monkeypatch):
+    """No sync runs, so the database knows no Workload of either job. One Job has a Workload in the cluster; the
+    other's Kueue ignores (made without its queue label, as a Job Kueue skipped stays): only that one is nudged."""
+    from cluster.kueue_objects import job_has_workload
+    from cluster.labels import KUEUE_QUEUE_LABEL, NUDGED_ANNOTATION
+
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    taken = _submit(cluster_team, name="taken")
+    with monkeypatch.context() as held:
+        held.setattr(submit_job_to_cluster, "delay", lambda *args: None)
+        skipped = _submit(cluster_team, name="skipped")
+    manifest = _render(skipped)
+    del manifest["metadata"]["labels"][KUEUE_QUEUE_LABEL]
+    assert manifest["spec"]["suspend"] is True
+    client.batch().create_namespaced_job(cluster_team.namespace, manifest)
+    observations.mark_created_in_cluster(job_id=skipped.pk, created=True)
+    wait_for(lambda: job_has_workload(cluster_team.namespace, taken.job_name), what="the taken job's Workload")
+
+    assert convergence.converge()["nudged"] == []  # within the grace: Kueue may still be on its way
+    assert convergence.converge(now=_later())["nudged"] == [f"{cluster_team.namespace}/{skipped.job_name}"]
+
+    def annotations(job):
+        return resources.read_job(cluster_team.namespace, job.job_name).metadata.annotations or {}
+
+    assert NUDGED_ANNOTATION in annotations(skipped)
+    assert NUDGED_ANNOTATION not in annotations(taken)
