@@ -8,7 +8,10 @@ the portal, on the same cluster, teams and quotas, so that the portal's figures 
 - `create_all`: each Job created with the Kubernetes client (`cluster.resources.create_job`, the call the submit
   task makes), from as many threads as the portal phase has submitters, round-robin over the teams in the same
   order; a submission's start and end are those of its create call;
-- `wait_finished`: until every floor Job has finished (the floor's Jobs listed every 2 s);
+- `wait_finished`: until every floor Job has finished (the floor's Jobs listed every 2 s); when nothing finished for
+  a minute, the floor Jobs that have no Workload are touched (`nudge_skipped`): Kueue v0.17.0 drops for good a Job
+  whose namespace its cache had not seen yet (reconcile/jobs.py, "Jobs Kueue skipped"), and the floor's first Jobs
+  come a moment after the namespaces. It never happens in a run that does not stall;
 - `drain`: every Job of the team namespaces deleted with its pods and Workloads (the pods' usage finalizer taken
   off: no sync runs to take it), until no pod is left there, no Workload, and no ClusterQueue holds quota — the
   cluster as the other phase found it.
@@ -87,7 +90,7 @@ def wait_finished(submitted: list, run_started: float, timeout: float, log) -> d
     """Until every created floor Job has finished, or nothing finished for five minutes, or `timeout` after the
     start; returns the outcomes last seen."""
     deadline = run_started + timeout
-    last_change, last_finished, last_log = time.time(), -1, time.time()
+    last_change, last_finished, last_log, last_nudge = time.time(), -1, time.time(), time.time()
     outcomes: dict[int, str] = {}
     while time.time() < deadline:
         outcomes = floor_job_outcomes()
@@ -98,12 +101,31 @@ def wait_finished(submitted: list, run_started: float, timeout: float, log) -> d
             log(f"floor: t={time.time() - run_started:5.0f}s {len(outcomes)} Jobs, {finished} finished")
             last_log = time.time()
         if finished != last_finished:
-            last_change, last_finished = time.time(), finished
+            last_change, last_finished, last_nudge = time.time(), finished, time.time()
         elif time.time() - last_change > 300:
             log(f"floor: nothing finished for 300 s ({finished} of {len(submitted)}): stopping")
             return outcomes
+        elif time.time() - last_nudge > 60:
+            nudged = nudge_skipped({job_id for job_id, outcome in outcomes.items() if not outcome})
+            log(f"floor: nothing finished for 60 s; {len(nudged)} Job(s) without a Workload touched: {nudged[:10]}")
+            last_nudge = time.time()
         time.sleep(2)
     return outcomes
+
+
+def nudge_skipped(unfinished: set[int]) -> list[str]:
+    """Touch each unfinished floor Job that has no Workload (one LIST of the Workloads); their names."""
+    from cluster import kueue_objects, resources
+
+    owners = kueue_objects.workload_owners(kueue_objects.list_workloads())
+    nudged = []
+    for page in resources.managed_job_pages():
+        for facts in page:
+            key = (facts.namespace, facts.name)
+            if facts.job_id in unfinished and key not in owners:
+                resources.nudge_job(*key, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+                nudged.append(f"{facts.namespace}/{facts.name}")
+    return nudged
 
 
 def _holding_quota(cluster_queues: set[str]) -> list[str]:

@@ -38,6 +38,19 @@ def wait_for(predicate, *, timeout: float = 40.0, interval: float = 0.2, what: s
         time.sleep(interval)
 
 
+def create_job_for_kueue(namespace: str, manifest: dict):
+    """Create a Job that names a LocalQueue, as kubectl would, and return it once Kueue has made its Workload. Kueue
+    v0.17.0 drops for good a Job whose namespace its cache has not seen yet, and a test's namespace is often a moment
+    old: the Job is touched while it has no Workload, as the portal's submit task does (reconcile/jobs.py, "Jobs
+    Kueue skipped")."""
+    from reconcile.jobs import wait_until_kueue_takes
+
+    job = client.batch().create_namespaced_job(namespace, manifest)
+    name = job.metadata.name
+    assert wait_until_kueue_takes(namespace, name, wait=60), f"Kueue made no Workload for the Job {namespace}/{name}"
+    return job
+
+
 def job_state(job_id: int) -> str:
     return Job.objects.get(pk=job_id).state
 

@@ -24,7 +24,7 @@ from jobs.specs import JobSpec
 from pools import services as pool_services
 from pools.models import Pool
 from reconcile import budget
-from tests.clusterkit import KWOK_DELAY, project_now, set_quota, wait_for, wait_state
+from tests.clusterkit import KWOK_DELAY, create_job_for_kueue, project_now, set_quota, wait_for, wait_state
 from tests.factories import UsageIntervalFactory, UserFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -91,7 +91,7 @@ def raw_elastic_job(namespace: str, name: str) -> None:
             },
         },
     }
-    client.batch().create_namespaced_job(namespace, manifest)
+    create_job_for_kueue(namespace, manifest)
 
 
 def workloads_of(namespace: str) -> list[dict]:

@@ -17,7 +17,7 @@ from jobs.specs import JobSpec
 from pools.models import Node, Pool
 from portal.models import Team
 from reconcile.namespaces import reconcile
-from tests.clusterkit import KWOK_DELAY, delete_team_namespace, job_state, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, create_job_for_kueue, delete_team_namespace, job_state, set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -76,7 +76,7 @@ def test_jobs_and_pods_faking_a_job_id_change_nothing_and_are_metered_to_their_o
     copied = render(victim)
     copied["metadata"]["namespace"] = other_team.namespace
     copied["spec"]["template"]["metadata"]["annotations"][KWOK_DELAY] = "1s"
-    batch.create_namespaced_job(other_team.namespace, copied)
+    create_job_for_kueue(other_team.namespace, copied)
     wait_for(
         lambda: (batch.read_namespaced_job(victim.job_name, other_team.namespace).status.succeeded or 0) == 1,
         timeout=60,

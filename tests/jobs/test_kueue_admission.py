@@ -30,7 +30,16 @@ from jobs.spill import spill_due_jobs
 from pools import services as pool_services
 from pools.models import Pool
 from portal.choices import Role
-from tests.clusterkit import KWOK_DELAY, integration_team, job_state, lend_none, set_quota, wait_for, wait_state
+from tests.clusterkit import (
+    KWOK_DELAY,
+    create_job_for_kueue,
+    integration_team,
+    job_state,
+    lend_none,
+    set_quota,
+    wait_for,
+    wait_state,
+)
 from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
@@ -294,7 +303,7 @@ def test_a_gang_whose_team_has_quota_for_two_of_three_pods_is_not_admitted_at_al
             },
         },
     }
-    client.batch().create_namespaced_job(cluster_team.namespace, gang)
+    create_job_for_kueue(cluster_team.namespace, gang)
 
     def waiting_message():
         for item in workloads(cluster_team.namespace):

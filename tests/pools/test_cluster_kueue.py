@@ -19,7 +19,7 @@ from pools.models import KueueProjection, Pool
 from portal.models import AuditEntry, Team
 from reconcile import kueue, namespaces
 from reconcile.tasks import reconcile_kueue_at_reservation_boundary
-from tests.clusterkit import KWOK_DELAY, delete_team_namespace, lend_none, set_quota, wait_for
+from tests.clusterkit import KWOK_DELAY, create_job_for_kueue, delete_team_namespace, lend_none, set_quota, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -398,11 +398,10 @@ def test_a_borrowing_job_never_preempts_another_teams_job(portal_cluster, cluste
     lend_none(a800)
     set_quota(cluster_team, a800, 8)
     set_quota(other_cluster_team, a800, 8)
-    batch = client.batch()
-    batch.create_namespaced_job(cluster_team.namespace, raw_job("low", gpus=4, priority="reservoir-low"))
+    create_job_for_kueue(cluster_team.namespace, raw_job("low", gpus=4, priority="reservoir-low"))
     wait_for(lambda: (quota_reserved(cluster_team.namespace, "low") or ("",))[0] == "True", what="the low job admitted")
 
-    batch.create_namespaced_job(other_cluster_team.namespace, raw_job("high", gpus=8, priority="reservoir-high"))
+    create_job_for_kueue(other_cluster_team.namespace, raw_job("high", gpus=8, priority="reservoir-high"))
     verdict = wait_for(
         lambda: (quota_reserved(other_cluster_team.namespace, "high") or ("", ""))[1],
         what="Kueue's verdict on the other team's high-priority job",
@@ -411,7 +410,7 @@ def test_a_borrowing_job_never_preempts_another_teams_job(portal_cluster, cluste
     time.sleep(5)  # several scheduling cycles
     assert quota_reserved(cluster_team.namespace, "low")[0] == "True"
     assert quota_reserved(other_cluster_team.namespace, "high")[0] == "False"
-    assert batch.read_namespaced_job("low", cluster_team.namespace).spec.suspend is False
+    assert client.batch().read_namespaced_job("low", cluster_team.namespace).spec.suspend is False
 
 
 def test_a_queue_the_portal_no_longer_wants_lends_nothing_while_kueue_holds_it(portal_cluster):
