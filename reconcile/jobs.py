@@ -258,7 +258,7 @@ def _ensure_local_queue(job: Job) -> dict | None:
 # - Convergence (sweep 3) nudges every queued job's Job of which no Workload was seen for the grace, in case the
 #   worker died while waiting or Kueue's cache took longer still.
 
-FRESH_QUEUE_SECONDS = 60
+FRESH_QUEUE_SECONDS = 15
 TAKE_WAIT_SECONDS = 20.0
 NUDGE_AFTER_SECONDS = 1.0
 SKIPPED_BATCH = 200
@@ -278,7 +278,7 @@ def wait_until_kueue_takes(
     NUDGE_AFTER_SECONDS; False when none came within `wait` seconds, the Job is gone or the cluster could not be
     asked (convergence's sweep 3 goes on from there)."""
     started = clock()
-    pause = 0.25
+    pause = 0.05
     try:
         while not kueue_objects.job_has_workload(namespace, name):
             waited = clock() - started

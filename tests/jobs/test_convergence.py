@@ -222,12 +222,12 @@ def test_an_unreachable_cluster_postpones_the_comparison_without_failing(
 # --- Jobs Kueue skipped (sweep 3, and the submit task's wait for a fresh queue) ------------------------------------
 
 
-def test_a_queue_is_fresh_for_a_minute_and_a_missing_or_undated_one_counts_as_fresh():
+def test_a_queue_is_fresh_for_15_seconds_and_a_missing_or_undated_one_counts_as_fresh():
     def queue(at):
         return {"metadata": {"creationTimestamp": at}}
 
-    assert convergence.queue_is_fresh(queue("2026-11-30T11:59:01Z"), now=T0)
-    assert not convergence.queue_is_fresh(queue("2026-11-30T11:59:00Z"), now=T0)
+    assert convergence.queue_is_fresh(queue("2026-11-30T11:59:46Z"), now=T0)
+    assert not convergence.queue_is_fresh(queue("2026-11-30T11:59:45Z"), now=T0)
     assert convergence.queue_is_fresh(None, now=T0)
     assert convergence.queue_is_fresh({"metadata": {}}, now=T0)
 
@@ -273,11 +273,11 @@ class _Kueue:
 
 
 def test_the_wait_nudges_the_job_only_after_a_second_without_a_workload_and_stops_when_one_is_there(monkeypatch):
-    kueue = _Kueue(monkeypatch, appears_after=5)
+    kueue = _Kueue(monkeypatch, appears_after=7)
     assert convergence.wait_until_kueue_takes("team-a", "rsv-1", sleep=kueue.sleep, clock=kueue.clock)
-    # looks at 0, 0.25, 0.75, 1.75, 3.75 s; the sixth finds the Workload
-    assert kueue.nudges == [(1.75, "team-a/rsv-1"), (3.75, "team-a/rsv-1")]
-    assert kueue.looks == 6
+    # looks at 0, 0.05, 0.15, 0.35, 0.75, 1.55 and 3.15 s; the eighth finds the Workload
+    assert [(pytest.approx(at), job) for at, job in kueue.nudges] == [(1.55, "team-a/rsv-1"), (3.15, "team-a/rsv-1")]
+    assert kueue.looks == 8
 
     at_once = _Kueue(monkeypatch, appears_after=0)
     assert convergence.wait_until_kueue_takes("team-a", "rsv-1", sleep=at_once.sleep, clock=at_once.clock)
@@ -299,7 +299,7 @@ def test_the_wait_gives_up_after_its_time_or_when_the_job_is_gone(monkeypatch):
 def test_a_new_teams_first_job_has_its_workload_when_the_submit_task_returns(portal_cluster, cluster_team, monkeypatch):
     """The team's namespace and queue were made a moment ago: the submit task waits until Kueue has taken the Job
     (nudging it if Kueue's cache had not seen the namespace yet), so its Workload is there at once. Once the queue is
-    a minute old, the task does not wait."""
+    15 s old, the task does not wait."""
     from cluster.kueue_objects import job_has_workload
 
     waits = []
