@@ -117,15 +117,8 @@ def nudge_skipped(unfinished: set[int]) -> list[str]:
     """Touch each unfinished floor Job that has no Workload (one LIST of the Workloads); their names."""
     from cluster import kueue_objects, resources
 
-    owners = kueue_objects.workload_owners(kueue_objects.list_workloads())
-    nudged = []
-    for page in resources.managed_job_pages():
-        for facts in page:
-            key = (facts.namespace, facts.name)
-            if facts.job_id in unfinished and key not in owners:
-                resources.nudge_job(*key, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-                nudged.append(f"{facts.namespace}/{facts.name}")
-    return nudged
+    jobs = [(f.namespace, f.name) for page in resources.managed_job_pages() for f in page if f.job_id in unfinished]
+    return kueue_objects.nudge_jobs_without_workload(jobs, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
 def _holding_quota(cluster_queues: set[str]) -> list[str]:

@@ -9,7 +9,7 @@ from . import client
 from .errors import TransientClusterError, with_retries
 from .kueue import KINDS, KUEUE_GROUP, KUEUE_VERSION
 from .labels import LABEL_MANAGED_BY, MANAGED_BY
-from .resources import ApplyResult, _is
+from .resources import ApplyResult, _is, nudge_job
 
 # --- Kueue's custom objects (kueue.x-k8s.io/v1beta2) -------------------------------------------------------------
 
@@ -264,6 +264,15 @@ def workload_owners(workloads: list[dict]) -> set[tuple[str, str]]:
         for owner in workload["metadata"].get("ownerReferences") or []
         if owner.get("kind") == "Job" and owner.get("apiVersion", "").startswith("batch/")
     }
+
+
+def nudge_jobs_without_workload(jobs: list[tuple[str, str]], *, at: str) -> list[str]:
+    """Touch (`resources.nudge_job`) each Job of `jobs`, `(namespace, name)`, that owns no Workload, with one LIST of
+    the cluster's Workloads (none when `jobs` is empty); the `namespace/name` of those touched (not one gone since)."""
+    if not jobs:
+        return []
+    owners = workload_owners(list_workloads())
+    return [f"{ns}/{name}" for ns, name in jobs if (ns, name) not in owners and nudge_job(ns, name, at=at)]
 
 
 def job_has_workload(namespace: str, job_name: str) -> bool:

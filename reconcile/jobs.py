@@ -176,15 +176,8 @@ def skipped_jobs(*, now: datetime) -> list[Job]:
 def nudge_skipped(*, now: datetime) -> list[str]:
     """Sweep 3; returns the `namespace/name` of the Jobs nudged. One LIST of the cluster's Workloads, only when the
     database has candidates: a job whose Workload the sync has not recorded yet (the sync away) is left alone."""
-    candidates = skipped_jobs(now=now)
-    if not candidates:
-        return []
-    owners = kueue_objects.workload_owners(kueue_objects.list_workloads())
-    nudged = []
-    for job in candidates:
-        namespace, name = job.team.namespace, job.job_name
-        if (namespace, name) not in owners and resources.nudge_job(namespace, name, at=now.isoformat()):
-            nudged.append(f"{namespace}/{name}")
+    candidates = [(job.team.namespace, job.job_name) for job in skipped_jobs(now=now)]
+    nudged = kueue_objects.nudge_jobs_without_workload(candidates, at=now.isoformat())
     if nudged:
         log.warning("convergence: nudged %d Job(s) Kueue had made no Workload for: %s", len(nudged), nudged)
     return nudged
