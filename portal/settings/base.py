@@ -51,7 +51,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # gzip, after every middleware that reads or writes the body; see portal/compression.py for BREACH.
     "portal.compression.CompressionMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "portal.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -94,8 +94,11 @@ DATABASES = {
 DATABASES["default"]["ATOMIC_REQUESTS"] = False
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=60)
 # A kept connection is checked before a request uses it: after a PostgreSQL restart the first request gets a new
-# one instead of an error.
+# one instead of an error. The check makes a round trip only when the server has written something on the idle
+# connection (portal/database/base.py: Django's PostgreSQL backend otherwise).
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["ENGINE"] = "portal.database"
 # While PostgreSQL cannot be reached, pages and the API answer 503 with this Retry-After (portal/outage.py).
 DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("RESERVOIR_DB_RETRY_AFTER_SECONDS", default=10)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -156,6 +159,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "portal.api.base.Pagination",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "portal.api.negotiation.ContentNegotiation",
     "EXCEPTION_HANDLER": "portal.api.base.exception_handler",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [

@@ -52,7 +52,7 @@ def test_a_connection_that_broke_between_two_tasks_is_replaced_before_the_next_o
     other = psycopg2.connect(**params)
     try:
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [first])
+            cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [first])  # until it is gone
     finally:
         other.close()
     second = run_task(fixup, backend_pid)
