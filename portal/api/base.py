@@ -5,10 +5,12 @@ queryset, so it answers 404 like something that does not exist. What a caller se
 answers 403. Admin-only resources (tokens, the audit log) do not exist for anyone else: 404.
 """
 
+import copy
 import functools
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
+from django_filters.filters import AllValuesFilter, AllValuesMultipleFilter, QuerySetRequestMixin
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.utils import translate_validation
 from rest_framework import exceptions, pagination, permissions, serializers
@@ -222,10 +224,47 @@ def named_filters(filterset_class, keys):
     return _filterset_of(filterset_class, names)
 
 
+# Filters whose form field is made from the request (a queryset per user) or from the database (all values).
+_FIELDS_PER_REQUEST = (QuerySetRequestMixin, AllValuesFilter, AllValuesMultipleFilter)
+
+
 @functools.lru_cache(maxsize=512)
 def _filterset_of(filterset_class, names: frozenset):
+    """A subclass of `filterset_class` with the filters `names` names.
+
+    When none of them makes its field per request (`_FIELDS_PER_REQUEST`) or filters with a method of its FilterSet
+    (the method is bound to the filter it was set on, which a shallow copy would share), each FilterSet copies the
+    filters shallowly, and its form class is made once, on first use, and copies its fields shallowly: django-filter
+    deep-copies every filter and makes the form class anew on each request, and the form deep-copies its fields
+    (most of the CPU of validating one filter), although such filters and fields hold nothing a request changes
+    (validating reads a field, never writes it)."""
     if names == frozenset(filterset_class.base_filters):
         return filterset_class
-    subclass = type(filterset_class.__name__, (filterset_class,), {"__module__": filterset_class.__module__})
-    subclass.base_filters = {name: f for name, f in filterset_class.base_filters.items() if name in names}
+    attributes = {"__module__": filterset_class.__module__}
+    base_filters = {name: f for name, f in filterset_class.base_filters.items() if name in names}
+    if not any(isinstance(f, _FIELDS_PER_REQUEST) or f.method is not None for f in base_filters.values()):
+        attributes["get_form_class"] = _form_class_made_once
+        base_filters = _CopiedShallowly(base_filters)
+    subclass = type(filterset_class.__name__, (filterset_class,), attributes)
+    subclass.base_filters = base_filters
     return subclass
+
+
+class _CopiedShallowly(dict):
+    """A FilterSet's `base_filters` or its form's `base_fields` that depend on nothing per request: the copy each
+    FilterSet (which sets its own `parent` and `model` on each filter) or form takes is a shallow copy of each."""
+
+    def __deepcopy__(self, memo):
+        return {name: copy.copy(item) for name, item in self.items()}
+
+
+def _form_class_made_once(filterset):
+    """The form class of `filterset`'s class, made from its first instance's filters and kept on the class: their
+    fields depend on the filters and the model only."""
+    owner = type(filterset)
+    form_class = owner.__dict__.get("_form_class")
+    if form_class is None:
+        form_class = super(owner, filterset).get_form_class()
+        form_class.base_fields = _CopiedShallowly(form_class.base_fields)
+        owner._form_class = form_class
+    return form_class

@@ -4,12 +4,16 @@ links, errors and 404s."""
 
 import pytest
 import time_machine
-from django.utils import timezone
+from django.http import QueryDict
+from django.utils import timezone, translation
 from rest_framework.test import APIClient
 
 from jobs.filters import JobFilterSet
+from jobs.models import Job
 from portal.api import base
 from portal.api.base import named_filters
+from portal.api.filters import TeamFilterSet
+from portal.models import Team
 from tests.factories import JobFactory, PoolFactory, UserFactory
 
 # Query strings covering pages (in range, past the end, the last, malformed), page sizes, filters alone and
@@ -95,6 +99,36 @@ def test_only_the_named_filters_are_built(db):
     # One class per set of names, made once; the form keeps the FilterSet's name (its errors and schema read it).
     assert named_filters(JobFilterSet, ["pool"]) is named_filters(JobFilterSet, ["pool", "page"])
     assert named_filters(JobFilterSet, ["pool"]).__name__ == "JobFilterSet"
+
+
+def test_filters_of_no_request_share_their_form_class_and_nothing_a_request_sets(team, other_team):
+    """A FilterSet of filters whose fields depend on no request makes its form class once and copies its filters
+    and fields shallowly (bench/api.py): each request still has its own filters, data, errors and language."""
+    static = named_filters(JobFilterSet, ["state"])
+    good = static(data=QueryDict("state=running&state=queued"), queryset=Job.objects.all())
+    bad = static(data=QueryDict("state=exploded"), queryset=Job.objects.all())
+    assert good.get_form_class() is bad.get_form_class()
+    assert good.filters["state"] is not bad.filters["state"] and good.filters["state"].parent is good
+    assert good.form.fields["state"] is not bad.form.fields["state"]
+    assert good.is_valid() and good.form.cleaned_data == {"state": ["running", "queued"]}
+    assert not bad.is_valid()
+    with translation.override("zh-hans"):
+        chinese = static(data=QueryDict("state=exploded"), queryset=Job.objects.all())
+        assert not chinese.is_valid()
+        chinese_error = str(chinese.errors["state"][0])
+    english_error = str(bad.errors["state"][0])
+    assert "exploded" in chinese_error and "exploded" in english_error and chinese_error != english_error
+    assert good.is_valid() and not good.errors  # validating the others changed nothing of the first
+    # A filter whose choices are the requester's (the visible teams) makes its field, and its form, per request; a
+    # filter by a method of the FilterSet is copied whole, so that its method is its own FilterSet's.
+    per_request = named_filters(JobFilterSet, ["team", "state"])
+    first = per_request(data=QueryDict("team=alpha"), queryset=Job.objects.all())
+    second = per_request(data=QueryDict("team=alpha"), queryset=Job.objects.all())
+    assert first.get_form_class() is not second.get_form_class()
+    by_method = named_filters(TeamFilterSet, ["q"])
+    searched = by_method(data=QueryDict("q=alp"), queryset=Team.objects.all())
+    assert searched.filters["q"].filter.f is searched.filters["q"] and searched.is_valid()
+    assert list(searched.qs) == [team]
 
 
 def test_a_member_filter_still_sees_only_visible_teams(jobs, researcher, other_team):
