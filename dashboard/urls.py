@@ -40,6 +40,8 @@ portal_patterns = (
 )
 
 urlpatterns = [
+    # The REST API first: its requests are the most frequent, and none of the pages' routes starts with api/v1/.
+    path("api/v1/", include("dashboard.api.urls")),
     path("", include(portal_patterns)),
     # Sign-in through the OpenID Connect provider: identity's stricter views first, then allauth's own pages.
     path("", include("identity.urls")),
@@ -51,13 +53,6 @@ urlpatterns = [
     path("alerts/", include("monitoring.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include("dashboard.api.urls")),
-    path("api/v1/", include("pools.api.urls")),
-    path("api/v1/", include("jobs.api.urls")),
-    path("api/v1/", include("billing.api.urls")),
-    path("api/v1/", include("monitoring.api.urls")),
-    path("api/v1/", include("teamdata.api.urls")),
-    path("api/v1/", include("identity.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Signed-in users only (a browser is sent to the log-in page); the split view serves its start-up script as a
     # file, so the Content-Security-Policy needs no inline script.

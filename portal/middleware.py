@@ -1,5 +1,12 @@
-"""Each signed-in user sees the portal in their own language (`User.language`), whatever the browser asks for."""
+"""Each signed-in user sees the portal in their own language (`User.language`), whatever the browser asks for; the
+Content-Security-Policy header written once per policy rather than on each response."""
 
+from http import HTTPStatus
+
+from csp.constants import HEADER
+from csp.middleware import CheckableLazyObject, CSPMiddleware
+from csp.utils import build_policy
+from django.conf import settings
 from django.utils import translation
 
 
@@ -16,3 +23,41 @@ class UserLanguageMiddleware:
             translation.activate(user.language)
             request.LANGUAGE_CODE = translation.get_language()
         return self.get_response(request)
+
+
+class ContentSecurityPolicyMiddleware(CSPMiddleware):
+    """django-csp's middleware, which builds the policy's header anew for every response (two policies, about a
+    fortieth of an API list request's CPU, bench/api.py). A response that changes nothing of the policy — no nonce
+    asked for, no view's own policy, no report-only policy, not an excluded path nor a debug error page — gets the
+    header built once from CONTENT_SECURITY_POLICY (again when the setting is replaced, as tests do); every other
+    response goes through django-csp as before."""
+
+    _built: tuple[object, str] | None = None
+
+    def process_response(self, request, response):
+        policy = getattr(settings, "CONTENT_SECURITY_POLICY", None)
+        if not policy or not self._unchanged(request, response, policy):
+            return super().process_response(request, response)
+        built = ContentSecurityPolicyMiddleware._built
+        if built is None or built[0] is not policy:
+            built = ContentSecurityPolicyMiddleware._built = (policy, build_policy())
+        if HEADER not in response:
+            response[HEADER] = built[1]
+        # As django-csp does: a nonce asked for after the header is written is an error, not a silent gap.
+        request.csp_nonce = CheckableLazyObject(self._csp_nonce_post_response)
+        return response
+
+    @staticmethod
+    def _unchanged(request, response, policy) -> bool:
+        if getattr(request, "_csp_nonce", None) is not None:
+            return False
+        if getattr(settings, "CONTENT_SECURITY_POLICY_REPORT_ONLY", None):
+            return False
+        if settings.DEBUG and response.status_code in (HTTPStatus.NOT_FOUND, HTTPStatus.INTERNAL_SERVER_ERROR):
+            return False
+        if request.path_info.startswith(tuple(policy.get("EXCLUDE_URL_PREFIXES") or ())):
+            return False
+        overrides = ("_csp_exempt", "_csp_config", "_csp_update", "_csp_replace")
+        return not any(getattr(response, name, None) for name in overrides) and not any(
+            getattr(response, f"{name}_ro", None) for name in overrides
+        )

@@ -1,7 +1,8 @@
-from rest_framework.routers import DefaultRouter
+"""The identity app's API resources, registered only: dashboard/api/urls.py serves every app's under `/api/v1/`."""
+
+from rest_framework.routers import SimpleRouter
 
 from .views import GroupRuleViewSet
 
-router = DefaultRouter()
+router = SimpleRouter()
 router.register("group-rules", GroupRuleViewSet, basename="grouprule")
-urlpatterns = router.urls

@@ -1,4 +1,6 @@
-from rest_framework.routers import DefaultRouter
+"""The pools app's API resources, registered only: dashboard/api/urls.py serves every app's under `/api/v1/`."""
+
+from rest_framework.routers import SimpleRouter
 
 from .views import (
     NamespaceLimitsViewSet,
@@ -9,11 +11,10 @@ from .views import (
     ReservationViewSet,
 )
 
-router = DefaultRouter()
+router = SimpleRouter()
 router.register("pools", PoolViewSet, basename="pool")
 router.register("nodes", NodeViewSet, basename="node")
 router.register("reservations", ReservationViewSet, basename="reservation")
 router.register("quotas", QuotaViewSet, basename="quota")
 router.register("namespace-limits", NamespaceLimitsViewSet, basename="namespace-limits")
 router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
-urlpatterns = router.urls

@@ -1,8 +1,9 @@
-from rest_framework.routers import DefaultRouter
+"""The teamdata app's API resources, registered only: dashboard/api/urls.py serves every app's under `/api/v1/`."""
+
+from rest_framework.routers import SimpleRouter
 
 from .views import TeamSecretViewSet, TeamVolumeViewSet
 
-router = DefaultRouter()
+router = SimpleRouter()
 router.register("volumes", TeamVolumeViewSet, basename="team-volume")
 router.register("secrets", TeamSecretViewSet, basename="team-secret")
-urlpatterns = router.urls
