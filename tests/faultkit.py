@@ -1,5 +1,6 @@
 """Helpers for tests of failures: a Redis of the test's own that can be stopped and started again, Celery pointed at
-a real broker (instead of running tasks eagerly), and PostgreSQL made unreachable for this process."""
+a real broker (instead of running tasks eagerly), PostgreSQL made unreachable for this process, and this process's
+PostgreSQL backend ended as a restart or an administrator would."""
 
 import contextlib
 import shutil
@@ -8,6 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import psycopg2
 import pytest
 import redis
 from django.db import connection
@@ -115,3 +117,21 @@ def database_down():
     finally:
         connection.close()
         connection.settings_dict.update(saved)
+
+
+def backend_pid() -> int:
+    """The PostgreSQL backend serving this process's connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def end_backend(pid: int) -> None:
+    """What a restart or an administrator does to an idle connection, from another one (waiting until it is gone)."""
+    other = psycopg2.connect(**connection.get_connection_params())
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
+            assert cursor.fetchone()[0] is True
+    finally:
+        other.close()

@@ -2,31 +2,14 @@
 without a round trip while the server has said nothing on it, and with Django's `SELECT 1` otherwise — a connection
 the server ended is still replaced before a request uses it."""
 
-import psycopg2
 import pytest
 from django.db import connection, connections, transaction
 from django.db.backends.postgresql import base as postgresql
 
 from portal.database.base import DatabaseWrapper
+from tests.faultkit import backend_pid, end_backend
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def backend_pid() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        return cursor.fetchone()[0]
-
-
-def end_backend(pid: int) -> None:
-    """What a restart or an administrator does to an idle connection, from another one (waiting until it is gone)."""
-    other = psycopg2.connect(**connection.get_connection_params())
-    try:
-        with other.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
-            assert cursor.fetchone()[0] is True
-    finally:
-        other.close()
 
 
 @pytest.fixture

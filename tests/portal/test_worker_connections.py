@@ -4,21 +4,14 @@ Django request does (portal/celery.py)."""
 
 import types
 
-import psycopg2
 import pytest
 from celery.fixups.django import DjangoWorkerFixup
 from celery.signals import task_postrun, task_prerun
-from django.db import connection
 
 from portal.celery import app
+from tests.faultkit import backend_pid, end_backend
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def backend_pid() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        return cursor.fetchone()[0]
 
 
 class Task:
@@ -48,12 +41,6 @@ def test_a_connection_that_broke_between_two_tasks_is_replaced_before_the_next_o
     fixup = DjangoWorkerFixup(app)
     first = run_task(fixup, backend_pid)
     # PostgreSQL drops that backend between two tasks (a restart, an idle timeout, an admin).
-    params = connection.get_connection_params()
-    other = psycopg2.connect(**params)
-    try:
-        with other.cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [first])  # until it is gone
-    finally:
-        other.close()
+    end_backend(first)
     second = run_task(fixup, backend_pid)
     assert second != first
