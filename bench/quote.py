@@ -72,7 +72,7 @@ def parse_args():
 def fill(args, now):
     """The install: teams, pools, quotas, reservations, running, finished and queued jobs (bulk inserts)."""
     from jobs.choices import JobState, Placement
-    from jobs.models import Job
+    from jobs.models import Job, JobEvent, Workload
     from pools.choices import PoolKind
     from pools.models import Pool, Quota, Reservation
     from portal.models import Team, User
@@ -138,6 +138,7 @@ def fill(args, now):
             i,
             i % args.teams,
             state=JobState.RUNNING,
+            created_at=now - timedelta(minutes=5 + i % 300, seconds=2),
             started_at=now - timedelta(minutes=5 + i % 300),
             running_seen_at=now - timedelta(minutes=5 + i % 300),
         )
@@ -166,6 +167,32 @@ def fill(args, now):
         for i in range(args.pending)
     ]
     Job.objects.bulk_create(jobs, batch_size=2000)
+    # The running jobs' first Workloads (made a second after the submission, admitted half a second later), and for
+    # one start in five a running job of its pool that went back to the queue on its way (a start that preempted):
+    # what the path's delay is read off (`jobs.quote_selectors.start_delays`).
+    running = jobs[: args.running]
+    Workload.objects.bulk_create(
+        Workload(
+            uid=f"bench-{each.pk}",
+            namespace="bench",
+            name=f"job-rsv-{each.pk}",
+            job=each,
+            created_at=each.created_at + timedelta(seconds=1),
+            admitted=True,
+            admitted_at=each.created_at + timedelta(seconds=1.5),
+        )
+        for each in running
+    )
+    JobEvent.objects.bulk_create(
+        JobEvent(
+            job=running[(index + len(pools)) % len(running)],  # another team's job of the same pool
+            from_state=JobState.RUNNING,
+            to_state=JobState.QUEUED,
+            at=each.created_at + timedelta(seconds=1),
+        )
+        for index, each in enumerate(running)
+        if index % 5 == 0
+    )
     return teams, pools
 
 

@@ -17,9 +17,10 @@ fits starts first. Level 0.5 is the estimate, 0.1 and 0.9 bound the 80 % interva
 its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job Kueue admits at
 once at every level "starts now". Between Kueue's admission and a Running pod lies the path's own latency (the
 Job's creation, the Workload's admission, the pods' binding and start, the portal seeing it Running): its q-quantile,
-read off the platform's recent starts, every team's (`StartDelay`), is added to each start at level q (to a job
-already submitted that Kueue may admit now, from its submission: it has been on the path since), and each job
-admitted on the way runs from then.
+read off the platform's recent starts, every team's (`StartDelay`; a start that stops other jobs first, by
+preemption or reclaim, from such starts alone: Kueue takes a cycle more for it), is added to each start at level q
+(to a job already submitted that Kueue may admit now, from its submission: it has been on the path since), and each
+job admitted on the way runs from then.
 
 A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue: LowerPriority`):
 the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits within the team's
@@ -102,20 +103,28 @@ class StartDelay:
     creating the Job, Kueue making and admitting its Workload, the pods created, bound and started, the portal seeing
     it Running), read off the platform's most recent starts, without the time they waited for room (an empirical
     distribution, like the run times; the path is the platform's, not a team's). With fewer than `MIN_DELAYS` starts
-    measured, none is assumed."""
+    measured, none is assumed.
 
-    def __init__(self, seconds=()):
+    Two paths, two distributions: a start that stops other jobs first (Kueue's preemption within the team, or its
+    reclaim of lent GPUs) takes Kueue a scheduling cycle more (it evicts, waits for the victims' quota, then admits:
+    a second or two where a start on free room takes a fraction of one), so those starts (`stopping`) are read
+    apart. With fewer than `MIN_DELAYS` of them, such a start is given the other starts' delay."""
+
+    def __init__(self, seconds=(), stopping=()):
         self.seconds = sorted(max(float(value), 0.0) for value in seconds)
+        self.stopping = sorted(max(float(value), 0.0) for value in stopping)
 
     @classmethod
-    def fitted(cls, seconds) -> "StartDelay":
-        seconds = list(seconds)
-        return cls(seconds) if len(seconds) >= MIN_DELAYS else cls()
+    def fitted(cls, seconds, stopping=()) -> "StartDelay":
+        seconds, stopping = list(seconds), list(stopping)
+        return cls(seconds if len(seconds) >= MIN_DELAYS else (), stopping if len(stopping) >= MIN_DELAYS else ())
 
-    def quantile(self, level: float) -> float:
-        if not self.seconds:
+    def quantile(self, level: float, *, stopping: bool = False) -> float:
+        """The `level`-quantile of the delay of a start on free room, or of one that stops others first."""
+        values = self.stopping if stopping and self.stopping else self.seconds
+        if not values:
             return 0.0
-        return self.seconds[min(int(level * len(self.seconds)), len(self.seconds) - 1)]
+        return values[min(int(level * len(values)), len(values) - 1)]
 
 
 class StopTimes:
@@ -223,6 +232,7 @@ class _Run:
     admitted: dict[int, datetime] = field(default_factory=dict)  # index -> when Kueue admits it (its start - delay)
     freed_by_running: dict[int, int] = field(default_factory=dict)  # index -> GPUs running jobs gave back before it
     reclaimed: dict[int, int] = field(default_factory=dict)  # index -> GPUs reclaimed before it
+    preempted: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (jobs, GPUs) it stops to start
 
 
 @dataclass(slots=True)
@@ -379,19 +389,23 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tupl
     moment = now
     run_fraction = queue.history.quantile(level)
     delay = timedelta(seconds=queue.delay.quantile(level))
+    # A start that stops others first (preemption, or a reclaim at once) takes Kueue a cycle more (`StartDelay`).
+    stopping_delay = timedelta(seconds=queue.delay.quantile(level, stopping=True))
     while left:
         still, reorder = [], False
         for position, (order, index, job) in enumerate(left):
             pool, stopped = next((p for p in job.pools if free.get(p, 0) >= job.gpus), None), []
+            stops_others = False
             if pool is None and moment == now:
                 at_once = _reclaim_at_once(job, free=free, reclaims=reclaims, free_blocks=free_blocks)
                 if at_once is not None:
                     pool, taken = at_once
                     reclaimed += taken
+                    stops_others = True
             for candidate in job.pools if pool is None and can_preempt else ():
                 chosen = _preempt(queue, job, candidate, free=free, held=held)
                 if chosen is not None:
-                    pool, stopped = candidate, chosen
+                    pool, stopped, stops_others = candidate, chosen, bool(chosen)
                     break
             if pool is None:
                 if not queue.best_effort:  # StrictFIFO: nobody passes a waiting head
@@ -402,6 +416,8 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tupl
             # Stopped pods exit between at once and their grace period (`StopTimes`, of the longest); a job admitted
             # now that fits on a node's free GPUs does not wait for them.
             longest = max((held[key].grace_seconds for key in stopped), default=0)
+            if index is not None and stopped:
+                run.preempted[index] = (len(stopped), sum(held[key].gpus for key in stopped))
             stopping = timedelta(seconds=queue.stops.quantile(level) * longest)
             if moment == now and free_blocks.get(pool, 0) >= job.gpus:
                 stopping = timedelta(0)
@@ -417,11 +433,12 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tupl
                 still.append(((-victim.priority, sequence), None, again))  # to run again from its start
                 reorder = True
             free[pool] -= job.gpus
+            path = stopping_delay if stops_others else delay
             if moment + stopping <= now and job.submitted_at is not None:
                 # Submitted already, and admissible now: its path (the delay) began at its submission.
-                start = max(job.submitted_at + delay, now)
+                start = max(job.submitted_at + path, now)
             else:
-                start = moment + stopping + delay
+                start = moment + stopping + path
             if index is not None:
                 run.starts[index], run.admitted[index] = (start, pool), moment
                 run.freed_by_running[index], run.reclaimed[index] = freed, reclaimed
@@ -490,6 +507,10 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
             # Its room is lent out: Kueue reclaims it and the job runs on a node's free GPUs meanwhile.
             seconds = queue.reclaim.get(pool_id, (0, 0))[1]
             basis.append({"say": "reclaim", "gpus": runs[ESTIMATE].reclaimed[index], "seconds": seconds})
+        elif index in runs[ESTIMATE].preempted:
+            # No room: Kueue stops lower-priority jobs of the team for it.
+            jobs, gpus = runs[ESTIMATE].preempted[index]
+            basis.append({"say": "preempts", "jobs": jobs, "gpus": gpus})
         else:
             basis.append({"say": "room", "gpus": room, "pool": queue.pool_names.get(pool_id, "")})
     else:

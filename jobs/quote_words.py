@@ -33,6 +33,15 @@ def _basis_item(item: dict, now: datetime) -> str:
         )
     if say == "room":
         return _("your team has room for %(gpus)d more GPUs in %(pool)s now") % item
+    if say == "preempts":
+        return (
+            ngettext(
+                "Kueue stops %(jobs)d lower-priority job of your team for it, %(gpus)d GPUs",
+                "Kueue stops %(jobs)d lower-priority jobs of your team for it, %(gpus)d GPUs",
+                item["jobs"],
+            )
+            % item
+        )
     if say == "freed":
         latest = moment_in_words(datetime.fromisoformat(item["latest"]), now=now)
         return _("your team's running jobs free %(gpus)d GPUs by %(latest)s at the latest") % {

@@ -354,3 +354,37 @@ def test_a_higher_priority_submission_foreseen_passes_a_waiting_job_but_not_the_
     assert quote_queue(_queue(holding=holding, waiting=waiting, history=history, arrivals=same), now=NOW)[
         1
     ].estimate == NOW + timedelta(hours=1)
+
+
+def test_a_start_that_stops_others_first_takes_the_delay_of_such_starts():
+    # Starts on free room took 0.2 s, starts that preempted or reclaimed 1.2 s (Kueue evicts, waits, then admits).
+    delay = StartDelay.fitted([0.2] * 10, [1.2] * 10)
+    assert delay.quantile(0.5) == 0.2 and delay.quantile(0.5, stopping=True) == 1.2
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=60)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,), priority=100), Waiting(2, 8, HOUR, (POOL,), priority=100)]
+    queue = _queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 16}, delay=delay)
+    queue.room = {POOL: 8}
+    queue.free_blocks = {POOL: 16}  # room on the nodes for both now
+    quotes = quote_queue(queue, now=NOW)
+    # The first fits in the team's room: the path of a start on free room.
+    assert quotes[1].starts_now and quotes[1].estimate == NOW + timedelta(milliseconds=200)
+    # The second preempts the low job: Kueue's cycle more.
+    assert quotes[2].starts_now and quotes[2].estimate == NOW + timedelta(milliseconds=1200)
+    with translation.override("en"):
+        words = basis_in_words(quotes[2].basis, now=NOW)
+    assert "Kueue stops 1 lower-priority job of your team for it, 8 GPUs" in words
+    assert "room" not in words  # it has none: it starts by preempting
+    with translation.override("zh-hans"):
+        assert "Kueue 为它停下你团队中 1 个优先级更低的作业，共 8 个 GPU" in basis_in_words(quotes[2].basis, now=NOW)
+    # A job on reclaimed GPUs stops the borrowers first: the same.
+    reclaiming = _queue(room={POOL: 4}, reclaim={POOL: (8, 60)}, waiting=[Waiting(3, 8, HOUR, (POOL,))], delay=delay)
+    reclaiming.free_blocks = {POOL: 8}
+    quote = quote_queue(reclaiming, now=NOW)[3]
+    assert quote.starts_now and quote.estimate == NOW + timedelta(milliseconds=1200)
+
+
+def test_with_few_starts_that_stopped_others_such_a_start_takes_the_other_starts_delay():
+    delay = StartDelay.fitted([0.2] * 10, [1.2] * 9)
+    assert delay.stopping == [] and delay.quantile(0.5, stopping=True) == 0.2
+    assert StartDelay.fitted([0.2] * 9, [1.2] * 10).quantile(0.5) == 0.0  # none on free room measured: none assumed

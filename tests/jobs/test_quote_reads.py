@@ -230,7 +230,8 @@ def test_the_start_delay_is_the_path_without_the_wait_for_room_on_the_platform_s
         team, home, submitted=base, workload_made=base, admitted=base, seen=base + second, state=JobState.RUNNING
     )
     Job.objects.filter(pk=unseen.pk).update(running_seen_at=None)
-    assert sorted(start_delays(now=now)) == [1.0, 2.0, 2.5, 3.0]
+    clean, stopping = start_delays(now=now)
+    assert sorted(clean) == [1.0, 2.0, 2.5, 3.0] and stopping == []  # none stopped another job to start
     assert team_queues([team.pk], now=now)[team.pk].delay.seconds == []  # fewer than ten: none assumed
 
 
@@ -242,8 +243,58 @@ def test_the_start_delay_is_read_off_the_platform_s_most_recent_starts_alone(cas
         seen = base + timedelta(minutes=index)
         delay = timedelta(seconds=DELAY_SIZE + 5 - index)
         _started(team, home, submitted=seen - delay, workload_made=seen - delay, admitted=seen - delay, seen=seen)
-    assert sorted(start_delays(now=now)) == [float(seconds) for seconds in range(1, DELAY_SIZE + 1)]
+    assert sorted(start_delays(now=now)[0]) == [float(seconds) for seconds in range(1, DELAY_SIZE + 1)]
     assert team_queues([team.pk], now=now)[team.pk].delay.quantile(0.5) == 26.0
+
+
+def test_starts_that_stopped_other_jobs_first_are_read_apart(case, team):
+    home, elastic, now = case
+    second = timedelta(seconds=1)
+    base = now.replace(microsecond=0) - timedelta(minutes=30)
+    other = TeamFactory()
+
+    def evicted(pool, at):
+        victim = JobFactory(team=other, pool=pool, state=JobState.QUEUED, preemptions=1)
+        JobEvent.objects.create(job=victim, from_state=JobState.RUNNING, to_state=JobState.QUEUED, at=at)
+
+    # Preempted for: a job of its pool went back to the queue 0.4 s after its submission; Kueue admitted it two
+    # (truncated) seconds after its Workload was made: its preemption cycle, the path's, not a wait for room (a start
+    # on free room with that gap would count 0 s).
+    submitted = base + 0.5 * second
+    _started(team, home, submitted=submitted, workload_made=base, admitted=base + 2 * second, seen=base + 2.5 * second)
+    evicted(home, submitted + 0.4 * second)
+    # The same with a wait of 40 s before it (its Workload admitted 40 s after it was made): the wait is left out.
+    later = base + timedelta(minutes=1)
+    _started(team, home, submitted=later, workload_made=later, admitted=later + 40 * second, seen=later + 41 * second)
+    evicted(home, later + 39 * second)
+    # On free room: an eviction in another pool, one before its submission, and its own (a preempted job that ran
+    # again counts by its first start) tell nothing of it.
+    third = base + timedelta(minutes=2)
+    own = _started(team, home, submitted=third, workload_made=third, admitted=third, seen=third + 0.25 * second)
+    evicted(elastic, third + 0.1 * second)
+    evicted(home, third - second)
+    JobEvent.objects.create(job=own, from_state=JobState.RUNNING, to_state=JobState.QUEUED, at=third + 0.2 * second)
+    clean, stopping = start_delays(now=now)
+    assert clean == [0.25] and sorted(stopping) == [1.0, 2.0]
+
+
+def test_up_to_as_many_starts_that_stopped_others_are_read_as_of_the_others(case, team):
+    home, _elastic, now = case
+    base = now - timedelta(hours=3)
+    victim = JobFactory(team=TeamFactory(), pool=home, state=JobState.QUEUED, preemptions=1)
+    for index in range(12):  # the oldest twelve stopped a job of their pool: 2 s each
+        at = base + timedelta(minutes=index)
+        _started(team, home, submitted=at, workload_made=at, admitted=at, seen=at + timedelta(seconds=2))
+        JobEvent.objects.create(
+            job=victim, from_state=JobState.RUNNING, to_state=JobState.QUEUED, at=at + timedelta(seconds=1)
+        )
+    for index in range(DELAY_SIZE + 5):  # then more starts on free room than are read: 0.5 s each
+        at = base + timedelta(hours=1, minutes=index)
+        _started(team, home, submitted=at, workload_made=at, admitted=at, seen=at + timedelta(milliseconds=500))
+    clean, stopping = start_delays(now=now)
+    assert clean == [0.5] * DELAY_SIZE and stopping == [2.0] * 12
+    delay = team_queues([team.pk], now=now)[team.pk].delay
+    assert delay.quantile(0.5) == 0.5 and delay.quantile(0.5, stopping=True) == 2.0
 
 
 def _evicted(team, pool, *, at, grace, ended, from_state=JobState.RUNNING, started=None):
