@@ -109,8 +109,9 @@ def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
 # starts at once waits for it too). Kueue requeues a preempted job's Workload and stamps its new admission on it: a
 # Workload admitted after the first start tells nothing of it, and is passed over.
 #
-# A start that stopped other jobs first (`stopping`: a running job of its pool went back to the queue between its
-# submission and its start, the index jobs_event_evicted) is Kueue's preemption or reclaim: it evicts, waits for the
+# A start that stopped other jobs first (`stopping`: an admitted job of its pool, its pods running or not yet, went
+# back to the queue between its submission and its start, the index jobs_event_requeued) is Kueue's preemption or
+# reclaim: it evicts, waits for the
 # victims' quota and admits in a later cycle, a second or two after the Workload's creation (three in the cluster's
 # truncated seconds), so only a longer gap is its wait for room. Such starts are read apart (`StartDelay`): in the
 # priority replay they took 1.0-2.0 s where the others took 0.1-0.3 s, and one distribution of both put the estimate
@@ -130,7 +131,7 @@ FROM (
                EXISTS (
                    SELECT 1 FROM jobs_jobevent AS event
                    JOIN jobs_job AS victim ON victim.id = event.job_id
-                   WHERE event.from_state = %(running)s AND event.to_state = %(queued)s
+                   WHERE event.from_state IN ('admitted', 'pending', 'running') AND event.to_state = 'queued'
                      AND event.at >= job.created_at AND event.at <= job.running_seen_at AND victim.id <> job.id
                      AND COALESCE(job.admitted_pool_id, job.pool_id) IN (victim.pool_id, victim.admitted_pool_id)
                ) AS stopping
@@ -158,8 +159,6 @@ def start_delays(*, now: datetime) -> tuple[list[float], list[float]]:
         "now": now,
         "limit": DELAY_SIZE,
         "scan": DELAY_SCAN,
-        "running": JobState.RUNNING,
-        "queued": JobState.QUEUED,
         "stopping_cycle": STOPPING_CYCLE,
     }
     with connection.cursor() as cursor:

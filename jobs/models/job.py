@@ -338,6 +338,13 @@ class JobEvent(models.Model):
             models.Index(
                 fields=["-at"], name="jobs_event_evicted", condition=Q(from_state="running", to_state="queued")
             ),
+            # Admitted jobs Kueue took back (preempted, or their borrowed GPUs reclaimed), pods running or not: which
+            # starts stopped others first (jobs/quote_selectors.py `start_delays`).
+            models.Index(
+                fields=["-at"],
+                name="jobs_event_requeued",
+                condition=Q(from_state__in=["admitted", "pending", "running"], to_state="queued"),
+            ),
         ]
 
     def __str__(self) -> str:

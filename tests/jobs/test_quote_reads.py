@@ -253,9 +253,9 @@ def test_starts_that_stopped_other_jobs_first_are_read_apart(case, team):
     base = now.replace(microsecond=0) - timedelta(minutes=30)
     other = TeamFactory()
 
-    def evicted(pool, at):
+    def evicted(pool, at, from_state=JobState.RUNNING):
         victim = JobFactory(team=other, pool=pool, state=JobState.QUEUED, preemptions=1)
-        JobEvent.objects.create(job=victim, from_state=JobState.RUNNING, to_state=JobState.QUEUED, at=at)
+        JobEvent.objects.create(job=victim, from_state=from_state, to_state=JobState.QUEUED, at=at)
 
     # Preempted for: a job of its pool went back to the queue 0.4 s after its submission; Kueue admitted it two
     # (truncated) seconds after its Workload was made: its preemption cycle, the path's, not a wait for room (a start
@@ -264,9 +264,10 @@ def test_starts_that_stopped_other_jobs_first_are_read_apart(case, team):
     _started(team, home, submitted=submitted, workload_made=base, admitted=base + 2 * second, seen=base + 2.5 * second)
     evicted(home, submitted + 0.4 * second)
     # The same with a wait of 40 s before it (its Workload admitted 40 s after it was made): the wait is left out.
+    # Its victim was admitted, its pods not running yet (waiting for a node): Kueue took its quota back all the same.
     later = base + timedelta(minutes=1)
     _started(team, home, submitted=later, workload_made=later, admitted=later + 40 * second, seen=later + 41 * second)
-    evicted(home, later + 39 * second)
+    evicted(home, later + 39 * second, from_state=JobState.PENDING)
     # On free room: an eviction in another pool, one before its submission, and its own (a preempted job that ran
     # again counts by its first start) tell nothing of it.
     third = base + timedelta(minutes=2)
