@@ -26,7 +26,7 @@ from portal.choices import QueueingStrategy
 from portal.models import Team
 from portal.snapshot import one_snapshot
 
-from .choices import ACTIVE_STATES, FINAL_STATES, NOT_STARTED_STATES, JobState, Placement
+from .choices import ACTIVE_STATES, ADMITTED_STATES, FINAL_STATES, NOT_STARTED_STATES, JobState, Placement
 from .quote import (
     ARRIVALS,
     DELAY_SIZE,
@@ -111,11 +111,10 @@ def run_fractions(team_ids, *, now: datetime) -> dict[int, list[float]]:
 #
 # A start that stopped other jobs first (`stopping`: an admitted job of its pool, its pods running or not yet, went
 # back to the queue between its submission and its start, the index jobs_event_requeued) is Kueue's preemption or
-# reclaim: it evicts, waits for the
-# victims' quota and admits in a later cycle, a second or two after the Workload's creation (three in the cluster's
-# truncated seconds), so only a longer gap is its wait for room. Such starts are read apart (`StartDelay`): in the
-# priority replay they took 1.0-2.0 s where the others took 0.1-0.3 s, and one distribution of both put the estimate
-# between them, wrong for either.
+# reclaim: it evicts, waits for the victims' quota and admits in a later cycle, a second or two after the Workload's
+# creation (three in the cluster's truncated seconds), so only a longer gap is its wait for room. Such starts are
+# read apart (`StartDelay`): in the priority replay they took 1.0-2.0 s where the others took 0.1-0.3 s, and one
+# distribution of both put the estimate between them, wrong for either.
 _START_DELAYS = """
 SELECT EXTRACT(
            EPOCH FROM recent.running_seen_at - recent.created_at
@@ -131,7 +130,7 @@ FROM (
                EXISTS (
                    SELECT 1 FROM jobs_jobevent AS event
                    JOIN jobs_job AS victim ON victim.id = event.job_id
-                   WHERE event.from_state IN ('admitted', 'pending', 'running') AND event.to_state = 'queued'
+                   WHERE event.from_state IN %(admitted)s AND event.to_state = %(queued)s
                      AND event.at >= job.created_at AND event.at <= job.running_seen_at AND victim.id <> job.id
                      AND COALESCE(job.admitted_pool_id, job.pool_id) IN (victim.pool_id, victim.admitted_pool_id)
                ) AS stopping
@@ -160,6 +159,9 @@ def start_delays(*, now: datetime) -> tuple[list[float], list[float]]:
         "limit": DELAY_SIZE,
         "scan": DELAY_SCAN,
         "stopping_cycle": STOPPING_CYCLE,
+        # The index jobs_event_requeued's condition, the same states in the same order.
+        "admitted": tuple(sorted(ADMITTED_STATES)),
+        "queued": JobState.QUEUED,
     }
     with connection.cursor() as cursor:
         cursor.execute(_START_DELAYS, parameters)

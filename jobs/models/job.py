@@ -343,7 +343,7 @@ class JobEvent(models.Model):
             models.Index(
                 fields=["-at"],
                 name="jobs_event_requeued",
-                condition=Q(from_state__in=["admitted", "pending", "running"], to_state="queued"),
+                condition=Q(from_state__in=sorted(ADMITTED_STATES), to_state=JobState.QUEUED),
             ),
         ]
 
