@@ -31,7 +31,7 @@ from portal.models import Team
 
 from .. import selectors
 from ..models import Job
-from .serializers import job_list_values
+from .serializers import LIST_ID, job_list_values
 
 # A filter's lookup as SQL: the column's operator and how the value is given.
 _OPERATORS = {"exact": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
@@ -41,22 +41,21 @@ _ID = connection.ops.quote_name(Job._meta.pk.column)
 
 @dataclass(frozen=True)
 class JobsPage:
-    rows: list[dict]  # `job_list_values` rows, in the page's order
+    rows: list[tuple]  # `job_list_values` rows, in the page's order
     count: int | None  # jobs the filters keep; None when the page read no row (past the last page, or none at all)
     borrowed_gpus: dict[int, int]  # `selectors.borrowed_gpus` of the page's jobs, read in the same statement
 
 
 @functools.cache
-def _page_select() -> tuple[str, list[str]]:
-    """SELECT ... FROM ... of `job_list_values` (its columns, its joins for the related slugs, no condition), and the
-    rows' keys in the order of its columns."""
+def _page_select() -> str:
+    """SELECT ... FROM ... of `job_list_values` (its columns, its joins for the related slugs, no condition)."""
     queryset = job_list_values(Job.objects.order_by())
     compiler = queryset.query.get_compiler(connection.alias)
     sql, params = compiler.as_sql()
     if params or compiler.get_converters([column for column, _sql, _alias in compiler.select]):
         # The rows are read as the database answers them: a column that wanted converting would be read wrong.
         raise RuntimeError("the jobs page's columns changed: a parameter or a converter appeared")
-    return sql, list(queryset.query.values_select)
+    return sql
 
 
 _TABLE = connection.ops.quote_name(Job._meta.db_table)
@@ -116,7 +115,7 @@ def jobs_page(user, *, conditions: list[str], params: list, ordering: list[str],
     """Page `number` (from 1) of `size` jobs among those `user` may see that meet `conditions` (`filter_conditions`),
     in `ordering` (field names, `-` for descending, from the view's `ordering_fields`), with the count of all of
     them and the GPUs each borrows (`selectors.borrowed_gpus`), in one statement."""
-    select, keys = _page_select()
+    select = _page_select()
     teams = Team.objects.visible_to(user)
     where, where_params = list(conditions), list(params)
     if teams.query.has_filters():
@@ -142,7 +141,7 @@ def jobs_page(user, *, conditions: list[str], params: list, ordering: list[str],
     if not fetched:
         return JobsPage(rows=[], count=None, borrowed_gpus={})
     return JobsPage(
-        rows=[dict(zip(keys, row[1:-1], strict=True)) for row in fetched],
+        rows=[row[1:-1] for row in fetched],
         count=fetched[0][0],
-        borrowed_gpus={row[1]: row[-1] for row in fetched if row[-1]},
+        borrowed_gpus={row[1 + LIST_ID]: row[-1] for row in fetched if row[-1]},
     )

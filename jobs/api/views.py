@@ -23,6 +23,8 @@ from ..models import Job, JobEvent
 from ..quote_selectors import worded_quotes
 from . import listing
 from .serializers import (
+    LIST_ID,
+    LIST_STATE,
     JobDetailSerializer,
     JobNotifySerializer,
     JobSerializer,
@@ -113,8 +115,8 @@ class JobViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def _rows(self, rows, borrowed=None):
         if borrowed is None:
-            borrowed = selectors.borrowed_gpus([row["id"] for row in rows])
-        quotes = worded_quotes(row["id"] for row in rows if row["state"] in NOT_STARTED_STATES)
+            borrowed = selectors.borrowed_gpus([row[LIST_ID] for row in rows])
+        quotes = worded_quotes(row[LIST_ID] for row in rows if row[LIST_STATE] in NOT_STARTED_STATES)
         return job_list_rows(rows, borrowed, quotes)
 
     def retrieve(self, request, *args, **kwargs):
