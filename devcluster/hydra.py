@@ -349,8 +349,17 @@ def dev_env(state_dir: Path) -> str:
     )
 
 
-def dev_up(state_dir: Path, *, database_base_url: str, portal_url: str) -> str:
-    """Start hydra and the login/consent app for `make dev` (unless running), register the portal; print env."""
+DEV_DATABASE = "reservoir_hydra"
+
+
+def dev_up(state_dir: Path, *, database_base_url: str, portal_url: str, database: str = DEV_DATABASE) -> str:
+    """Start hydra and the login/consent app for `make dev` (unless running), register the portal; print env.
+
+    The demo provider's database is made anew on each start: hydra encrypts its signing keys with SECRETS_SYSTEM,
+    a new secret each start (`Hydra.environment`), and would refuse the keys a start before made (its discovery
+    answering 500: "Could not ensure that signing keys ... exist"); the database outlives a checkout, which
+    `make stop` and a fresh clone both leave behind. Nothing in it is kept on purpose: the portal's client is
+    registered again below, and the demo users live in the login/consent app."""
     state_dir.mkdir(parents=True, exist_ok=True)
     state_file = _state_file(state_dir)
     if state_file.exists():
@@ -358,8 +367,7 @@ def dev_up(state_dir: Path, *, database_base_url: str, portal_url: str) -> str:
         if all(_alive(pid) for pid in state["pids"]):
             return dev_env(state_dir)
         dev_down(state_dir)
-    database = "reservoir_hydra"
-    create_database(database_base_url, database)
+    create_database(database_base_url, database, drop_first=True)
     login_port = free_port()
     hydra = Hydra(
         dsn=database_url(database_base_url, database),
