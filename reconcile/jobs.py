@@ -215,11 +215,35 @@ def _unsent(job_id: int) -> Job | None:
         )
 
 
-def _ensure_local_queue(job: Job) -> dict | None:
+# A team's LocalQueue seen in the cluster, old enough that Kueue has its namespace (not `queue_is_fresh`), is taken as
+# there for QUEUE_MEMO_SECONDS without asking the API server again: a burst of submissions makes one read of it per team
+# and period instead of one per Job (issue 30: the read was half of the submit task's calls). Kept per worker process,
+# keyed by team and namespace (a team made again with the same namespace is another team). A queue deleted behind the
+# portal's back within that time costs no Job: it is made with the queue's label, Kueue makes its Workload (its
+# namespace is old) and admits it when the queue is back, at the next projection reconcile (beat, every 60 s: Kueue
+# takes a new queue's waiting Workloads), tests/jobs/test_cluster_jobs.py.
+QUEUE_MEMO_SECONDS = 10.0
+_queues_seen: dict[tuple[int, str], tuple[float, dict]] = {}
+
+
+def _ensure_local_queue(job: Job, *, clock=time.monotonic) -> dict | None:
     """The team's LocalQueue, in the cluster before its Job is (issue 31: a Job made before its queue, a team created a
     moment before its first job, stayed suspended without a Workload for good). When the queue is missing, the Kueue
-    projection is reconciled first. Returns the queue as the cluster has it (None: the projection wants none)."""
+    projection is reconciled first. Returns the queue as the cluster has it (None: the projection wants none), or as
+    it was seen less than QUEUE_MEMO_SECONDS ago when it was old enough then."""
+    key = (job.team_id, job.team.namespace)
+    seen = _queues_seen.get(key)
+    if seen is not None and clock() - seen[0] < QUEUE_MEMO_SECONDS:
+        return seen[1]
+    queue = _read_or_make_local_queue(job)
+    if queue is not None and not queue_is_fresh(queue, now=timezone.now()):
+        _queues_seen[key] = (clock(), queue)
+    else:
+        _queues_seen.pop(key, None)
+    return queue
 
+
+def _read_or_make_local_queue(job: Job) -> dict | None:
     def read() -> dict | None:
         return kueue_objects.read_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, job.team.namespace)
 

@@ -106,6 +106,47 @@ def test_a_job_whose_team_queue_is_missing_gets_the_queue_before_its_job(cluster
     assert kueue_objects.read_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, cluster_team.namespace) is not None
 
 
+def test_a_queue_deleted_while_the_worker_remembers_it_costs_no_job(cluster_sync, cluster_team, monkeypatch):
+    """The submit task takes a team's queue seen a moment ago (old enough that Kueue knows its namespace) as there,
+    without reading it again. When it was deleted meanwhile, the Job is made with its label all the same: Kueue makes
+    its Workload, which waits, and admits it once the projection's reconcile (the beat's, every 60 s; here called)
+    has made the queue again."""
+    from cluster import kueue_objects
+    from cluster.labels import LOCAL_QUEUE_NAME
+    from reconcile import jobs as reconcile_jobs
+    from tests.clusterkit import project_now
+
+    # Kueue has seen the namespace once the queue is older than this (15 s in production; shortened to keep the test
+    # short, the queue is waited for until it is that old).
+    monkeypatch.setattr(reconcile_jobs, "FRESH_QUEUE_SECONDS", 3)
+    monkeypatch.setattr(reconcile_jobs, "QUEUE_MEMO_SECONDS", 600.0)
+    set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
+    time.sleep(3.5)
+    reads = []
+    real_read = kueue_objects.read_kueue_object
+    monkeypatch.setattr(
+        kueue_objects, "read_kueue_object", lambda kind, *args: reads.append(kind) or real_read(kind, *args)
+    )
+    wait_state(submit(cluster_team, "reserved-a800", gpus=2, runs_for="1s", name="first"), JobState.SUCCEEDED)
+    assert reads.count("LocalQueue") == 1
+
+    kueue_objects.delete_kueue_object("LocalQueue", LOCAL_QUEUE_NAME, cluster_team.namespace)
+    wait_for(
+        lambda: real_read("LocalQueue", LOCAL_QUEUE_NAME, cluster_team.namespace) is None,
+        what="the LocalQueue to be gone",
+    )
+    job = submit(cluster_team, "reserved-a800", gpus=2, runs_for="1s", name="second")
+    assert reads.count("LocalQueue") == 1  # remembered: not read again
+    job.refresh_from_db()
+    assert job.cluster_created_at is not None
+    wait_for(lambda: kueue_objects.job_has_workload(cluster_team.namespace, job.job_name), what="the Job's Workload")
+    time.sleep(2)
+    assert job_state(job.pk) == JobState.QUEUED  # its queue is missing: Kueue holds it
+
+    project_now()
+    wait_state(job, JobState.SUCCEEDED)
+
+
 def test_an_admitted_job_on_full_nodes_stays_pending_with_the_schedulers_reason(
     cluster_sync, cluster_team, kube_namespace
 ):

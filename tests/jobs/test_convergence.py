@@ -232,6 +232,48 @@ def test_a_queue_is_fresh_for_15_seconds_and_a_missing_or_undated_one_counts_as_
     assert convergence.queue_is_fresh({"metadata": {}}, now=T0)
 
 
+def test_an_old_queue_is_remembered_for_a_while_per_team_and_a_fresh_or_missing_one_is_read_each_time(monkeypatch):
+    from types import SimpleNamespace
+
+    now = timezone.now()
+    old = {"metadata": {"creationTimestamp": (now - timedelta(minutes=5)).isoformat()}}
+    fresh = {"metadata": {"creationTimestamp": now.isoformat()}}
+    answers = {"team-a": old, "team-b": fresh, "team-c": None}
+    reads = []
+
+    def read(job):
+        reads.append(job.team.namespace)
+        return answers[job.team.namespace]
+
+    monkeypatch.setattr(convergence, "_read_or_make_local_queue", read)
+    monkeypatch.setattr(convergence, "_queues_seen", {})
+    clock = [100.0]
+
+    def ensure(team_id, namespace):
+        job = SimpleNamespace(team_id=team_id, team=SimpleNamespace(namespace=namespace))
+        return convergence._ensure_local_queue(job, clock=lambda: clock[0])
+
+    assert ensure(1, "team-a") is old and ensure(1, "team-a") is old
+    assert ensure(2, "team-b") is fresh and ensure(2, "team-b") is fresh
+    assert ensure(3, "team-c") is None and ensure(3, "team-c") is None
+    assert reads == ["team-a", "team-b", "team-b", "team-c", "team-c"]
+    # another team with the same namespace (a team made again) is read, not taken from the first one's memory
+    ensure(4, "team-a")
+    assert reads[-1] == "team-a" and len(reads) == 6
+    clock[0] += convergence.QUEUE_MEMO_SECONDS - 0.1
+    ensure(1, "team-a")
+    assert len(reads) == 6
+    clock[0] += 0.2
+    ensure(1, "team-a")
+    assert len(reads) == 7
+    # a queue that is fresh again (made anew) is forgotten, and read again next time
+    answers["team-a"] = fresh
+    clock[0] += convergence.QUEUE_MEMO_SECONDS
+    ensure(1, "team-a")
+    ensure(1, "team-a")
+    assert len(reads) == 9
+
+
 def test_workload_owners_are_the_batch_jobs_that_own_workloads():
     from cluster.kueue_objects import workload_owners
 
