@@ -221,7 +221,8 @@ def _unsent(job_id: int) -> Job | None:
 # keyed by team and namespace (a team made again with the same namespace is another team). A queue deleted behind the
 # portal's back within that time costs no Job: it is made with the queue's label, Kueue makes its Workload (its
 # namespace is old) and admits it when the queue is back, at the next projection reconcile (beat, every 60 s: Kueue
-# takes a new queue's waiting Workloads), tests/jobs/test_cluster_jobs.py.
+# takes a new queue's waiting Workloads), tests/jobs/test_cluster_jobs.py. (A whole namespace deleted and made again
+# within that time: a Job Kueue then skips is nudged by convergence's sweep 3, below.)
 QUEUE_MEMO_SECONDS = 10.0
 _queues_seen: dict[tuple[int, str], tuple[float, dict]] = {}
 
