@@ -21,10 +21,15 @@ LABEL = "Hydra"
 TEST_SERVER = "http://testserver"
 
 
+def database_server_url() -> str:
+    """The tests' PostgreSQL server as a URL (its database part a placeholder): hydra's databases are made there."""
+    base = settings.DATABASES["default"]
+    return f"postgres://{base['USER']}:{base['PASSWORD']}@{base['HOST'] or '127.0.0.1'}:{base['PORT'] or 5432}/x"
+
+
 @pytest.fixture(scope="session")
 def hydra(tmp_path_factory):
-    base = settings.DATABASES["default"]
-    base_url = f"postgres://{base['USER']}:{base['PASSWORD']}@{base['HOST'] or '127.0.0.1'}:{base['PORT'] or 5432}/x"
+    base_url = database_server_url()
     database = f"rsv_hydra_{os.getpid()}_{secrets.token_hex(3)}"
     hydra_module.create_database(base_url, database, drop_first=True)
     app = hydra_module.LoginConsentApp(admin_url="").start()

@@ -9,9 +9,8 @@ import secrets
 import time
 import urllib.request
 
-from django.conf import settings
-
 from devcluster import hydra as hydra_module
+from tests.identity.conftest import database_server_url
 
 
 def _wait_gone(pids: list[int], timeout: float = 15.0) -> None:
@@ -28,8 +27,7 @@ def _wait_gone(pids: list[int], timeout: float = 15.0) -> None:
 
 
 def test_the_demo_provider_starts_again_on_the_database_a_start_before_left(tmp_path):
-    base = settings.DATABASES["default"]
-    base_url = f"postgres://{base['USER']}:{base['PASSWORD']}@{base['HOST'] or '127.0.0.1'}:{base['PORT'] or 5432}/x"
+    base_url = database_server_url()
     database = f"rsv_hydra_dev_{os.getpid()}_{secrets.token_hex(3)}"
     issuers = []
     try:
