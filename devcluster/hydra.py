@@ -179,7 +179,22 @@ def database_url(base_url: str, name: str) -> str:
     return urllib.parse.urlunsplit(("postgres", parts.netloc, f"/{name}", "sslmode=disable", ""))
 
 
-def create_database(base_url: str, name: str, *, drop_first: bool = False) -> None:
+def _force_drop(cursor, name: str, *, attempts: int = 40) -> None:
+    """DROP DATABASE ... WITH (FORCE), again while it is refused: FORCE may not end an autovacuum worker that is at
+    work in the database (hydra's migrations just filled it) unless the role is a superuser; the worker ends soon."""
+    import psycopg2
+
+    for attempt in range(attempts):
+        try:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            return
+        except psycopg2.errors.InsufficientPrivilege:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
+
+
+def _server(base_url: str):
     import psycopg2
 
     parts = urllib.parse.urlsplit(base_url)
@@ -187,9 +202,14 @@ def create_database(base_url: str, name: str, *, drop_first: bool = False) -> No
         host=parts.hostname, port=parts.port or 5432, user=parts.username, password=parts.password, dbname="postgres"
     )
     connection.autocommit = True
+    return connection
+
+
+def create_database(base_url: str, name: str, *, drop_first: bool = False) -> None:
+    connection = _server(base_url)
     with connection.cursor() as cursor:
         if drop_first:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            _force_drop(cursor, name)
         cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
         if cursor.fetchone() is None:
             cursor.execute(f'CREATE DATABASE "{name}"')
@@ -197,15 +217,9 @@ def create_database(base_url: str, name: str, *, drop_first: bool = False) -> No
 
 
 def drop_database(base_url: str, name: str) -> None:
-    import psycopg2
-
-    parts = urllib.parse.urlsplit(base_url)
-    connection = psycopg2.connect(
-        host=parts.hostname, port=parts.port or 5432, user=parts.username, password=parts.password, dbname="postgres"
-    )
-    connection.autocommit = True
+    connection = _server(base_url)
     with connection.cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _force_drop(cursor, name)
     connection.close()
 
 
