@@ -32,7 +32,7 @@ class JobAdmin(admin.ModelAdmin):
 class JobNotificationAdmin(admin.ModelAdmin):
     """Read-only: the e-mails about jobs, sent or not (with the mail server's last error); jobs/notifications.py."""
 
-    list_display = ["id", "job", "kind", "created_at", "sent_at", "attempts", "last_error"]
+    list_display = ["id", "job", "kind", "created_at", "sent_at", "dropped_at", "attempts", "last_error"]
     list_filter = ["kind", ("sent_at", admin.EmptyFieldListFilter)]
     search_fields = ["job__name", "job__submitted_by__username"]
     list_select_related = ["job"]

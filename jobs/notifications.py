@@ -6,7 +6,8 @@ in the transaction of the service that writes it), a `JobNotification` row (job,
 only when this insert made it is `jobs.send_job_mail` asked for through the outbox, in the same transaction: a
 rolled-back transition leaves neither, a committed one both (the outbox publishes it even if Redis is down then). A
 replayed transition (the sync seeing the same events again after a restart or a lease takeover; a preempted job
-that runs again) finds the row and asks for nothing more: the first start is the one mailed.
+that runs again) finds the row and asks for nothing more: the first start is the one mailed, and a start asked for
+only once the job had run (the box ticked while it ran, or an address added since) is not mailed at its restart.
 
 The task (`send`) claims the row with SELECT ... FOR UPDATE in its own transaction, sends, and marks the row sent in
 that same transaction. A second delivery (a retried task, a message the outbox published twice, Redis handing it to
@@ -18,6 +19,11 @@ server took the mail and the commit after it failed; the retry then sends it aga
 A mail server down for longer than the task's retries, or retries lost with Redis, leave rows unsent: the beat task
 `jobs.resend_job_mails` (every minute) sends again each unsent row nobody has tried for `RESEND_AFTER`, for a day
 (`GIVE_UP_AFTER`); the claim makes that safe whatever else is still trying.
+
+Who gets it is decided again when it is sent: a submitter with no address then, or no longer in the job's team (their
+group gone at the identity provider: they may no longer see the job, nor change what it asks for), gets nothing, and
+the row is dropped (`dropped_at`, why in `last_error`) rather than tried again: an address added hours later does not
+bring a stale "is running" after the "succeeded", and a former member is not told of the team's jobs.
 """
 
 from datetime import timedelta
@@ -34,7 +40,7 @@ from portal import outbox
 from portal.choices import JobMail
 from portal.mail import MAIL_ERRORS, can_be_mailed, mail_user
 
-from .choices import MAIL_FOR_STATE
+from .choices import MAIL_FOR_STATE, JobState
 from .models import Job, JobEvent, JobNotification
 
 
@@ -44,6 +50,9 @@ def transition_written(job: Job, event: JobEvent) -> JobNotification | None:
     kind = MAIL_FOR_STATE.get(event.to_state)
     if kind is None or kind not in job.notify or not can_be_mailed(job.submitted_by):
         return None
+    earlier_runs = job.events.filter(to_state=JobState.RUNNING).exclude(pk=event.pk)
+    if event.to_state == JobState.RUNNING and earlier_runs.exists():
+        return None  # it ran before (the first start is the one mailed): a restart after a preemption
     notification, created = JobNotification.objects.get_or_create(job=job, kind=kind, defaults={"event": event})
     if created:
         outbox.send("jobs.send_job_mail", notification.pk)
@@ -51,9 +60,9 @@ def transition_written(job: Job, event: JobEvent) -> JobNotification | None:
 
 
 def send(notification_id: int) -> str:
-    """Send one job e-mail, at most once (module docstring): "sent", "sent already", "no address" (the submitter
-    has none now: nothing is sent, the row stays unsent) or "gone". Raises one of `MAIL_ERRORS` when the mail server
-    failed: the row stays unsent and the attempt is noted."""
+    """Send one job e-mail, at most once (module docstring): "sent", "sent already", "dropped" (nothing is sent, ever:
+    the submitter has no address now, or is no longer in the job's team) or "gone". Raises one of `MAIL_ERRORS` when
+    the mail server failed: the row stays unsent and the attempt is noted."""
     try:
         with transaction.atomic():
             notification = (
@@ -66,11 +75,14 @@ def send(notification_id: int) -> str:
                 return "gone"
             if notification.sent_at is not None:
                 return "sent already"
+            if notification.dropped_at is not None:
+                return "dropped"
             notification.tried_at = timezone.now()
-            if not mail_user(notification.job.submitted_by, lambda: compose(notification)):
-                notification.last_error = "no e-mail address"
-                notification.save(update_fields=["tried_at", "last_error"])
-                return "no address"
+            job, submitter = notification.job, notification.job.submitted_by
+            if not Job.objects.visible_to(submitter).filter(pk=job.pk).exists():
+                return _drop(notification, "no longer in the job's team")
+            if not mail_user(submitter, lambda: compose(notification)):
+                return _drop(notification, "no e-mail address")
             notification.sent_at = timezone.now()
             notification.attempts += 1
             notification.last_error = ""
@@ -83,6 +95,13 @@ def send(notification_id: int) -> str:
         raise
 
 
+def _drop(notification: JobNotification, why: str) -> str:
+    notification.dropped_at = notification.tried_at
+    notification.last_error = why
+    notification.save(update_fields=["tried_at", "dropped_at", "last_error"])
+    return "dropped"
+
+
 # Longer than one task's retries take (jobs.tasks.MAIL_ATTEMPTS), so the sweep does not start a second round beside
 # a task that is still retrying (and if it did, the claim would keep the mail single).
 RESEND_AFTER = timedelta(minutes=10)
@@ -92,12 +111,13 @@ RESEND_BATCH = 500
 
 def due_again(*, now=None) -> list[int]:
     """Unsent e-mails whose sending stopped: made between `GIVE_UP_AFTER` and `RESEND_AFTER` ago and not tried for
-    `RESEND_AFTER` (their task gave up, was lost with Redis, or found no address), oldest first."""
+    `RESEND_AFTER` (their task gave up or was lost with Redis; not dropped), oldest first."""
     now = now or timezone.now()
     quiet = now - RESEND_AFTER
     due = JobNotification.objects.filter(
         Q(tried_at__isnull=True) | Q(tried_at__lt=quiet),
         sent_at__isnull=True,
+        dropped_at__isnull=True,
         created_at__gte=now - GIVE_UP_AFTER,
         created_at__lt=quiet,
     )

@@ -195,7 +195,8 @@ def resubmit_job(*, job: Job, user) -> Job:
 @transaction.atomic
 def set_job_notify(*, job: Job, user, notify: list[str]) -> Job:
     """Choose anew when the job's submitter is e-mailed about it (`JobMail` values): the submitter only, while the
-    job is not finished. It counts for the transitions still to come; one already written is not mailed afterwards."""
+    job is not finished. It counts for the transitions still to come; one already written is not mailed afterwards,
+    nor a start once the job has run (its restart after a preemption: jobs/notifications.py)."""
     job = _locked(job.pk)
     if job.submitted_by_id != user.pk:
         raise PermissionDenied(_("Only the job's submitter chooses the e-mails about it."))

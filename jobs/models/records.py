@@ -108,6 +108,9 @@ class JobNotification(models.Model):
         _("attempts"), default=0, help_text=_("Sends tried, the one that worked too.")
     )
     last_error = models.TextField(_("last error"), blank=True)
+    # Set when the mail will never be sent, why in `last_error`: its submitter had no address when it was to be sent,
+    # or was no longer in the job's team (jobs/notifications.py `send`). The sweep passes it over.
+    dropped_at = models.DateTimeField(_("dropped at"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("job e-mail")
@@ -123,4 +126,5 @@ class JobNotification(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.job_id} {self.kind}: {'sent' if self.sent_at else 'not sent'}"
+        state = "sent" if self.sent_at else "dropped" if self.dropped_at else "not sent"
+        return f"{self.job_id} {self.kind}: {state}"

@@ -24,7 +24,7 @@ from jobs.specs import JobSpec
 from jobs.tasks import MAIL_ATTEMPTS, resend_job_mails, send_job_mail
 from pools import services as pool_services
 from portal import outbox
-from portal.models import OutboxMessage
+from portal.models import Membership, OutboxMessage
 from reconcile.sync import ClusterSync
 from tests.factories import JobFactory, PoolFactory
 from tests.jobs.test_submission import workload
@@ -197,6 +197,55 @@ def test_a_user_without_an_address_gets_no_mail(world, submitted, committed, res
         lead.save()
     notification = JobNotification.objects.get(job=lead_job)
     assert mailoutbox == [] and notification.sent_at is None and notification.last_error == "no e-mail address"
+    assert notification.dropped_at is not None
+
+    # The address back hours later: the dropped mail is not sent late (a stale "is running" after the job ended).
+    lead.email = "leo@example.com"
+    lead.save()
+    with time_machine.travel(timezone.now() + timedelta(hours=3)):
+        assert resend_job_mails.apply().get() == 0
+        assert send_job_mail.apply(args=[notification.pk]).get() == "dropped"
+    assert mailoutbox == []
+
+
+def test_a_submitter_no_longer_in_the_team_gets_no_mail_about_its_jobs(world, submitted, committed, team, mailoutbox):
+    """Their group gone at the identity provider between the transition and the send: the job is no longer theirs to
+    see (its page answers 404), so no mail tells them of it, now or later."""
+    sync, _pool = world
+    job = submitted()
+    with committed():  # the task runs once this block is over, as after a commit
+        sync.pod_event("ADDED", running(job))
+        Membership.objects.filter(team=team, user=job.submitted_by).delete()
+    notification = JobNotification.objects.get(job=job)
+    assert mailoutbox == [] and notification.sent_at is None
+    assert notification.dropped_at is not None and notification.last_error == "no longer in the job's team"
+    with committed():
+        sync.job_event("MODIFIED", finished(job))
+    assert mailoutbox == [] and JobNotification.objects.get(job=job, kind="end").dropped_at is not None
+    with time_machine.travel(timezone.now() + timedelta(minutes=11)):
+        assert resend_job_mails.apply().get() == 0
+    assert mailoutbox == []
+
+
+def test_a_start_asked_for_once_the_job_ran_is_not_mailed_at_its_restart(
+    world, submitted, committed, researcher, mailoutbox
+):
+    """The first start is the one mailed: ticking "start" while the job runs asks for no mail when Kueue preempts it
+    and it runs again (the job's page says it counts for the transitions still to come; its start has been)."""
+    sync, _pool = world
+    job = submitted(notify=[])
+    with committed():
+        sync.pod_event("ADDED", running(job))
+        services.set_job_notify(job=job, user=researcher, notify=["start", "end"])
+        preempted = {"reason": "Preempted", "message": "Preempted to accommodate a workload", "status": "True"}
+        sync.workload_event("MODIFIED", admitted(job, admitted=False, evicted=preempted))
+        sync.workload_event("MODIFIED", admitted(job))
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.preemptions == 1
+    assert mailoutbox == [] and not JobNotification.objects.filter(job=job).exists()
+    with committed():
+        sync.job_event("MODIFIED", finished(job))
+    assert [m.subject for m in mails_about(job)] == [f"Reservoir: job {job.name} (#{job.pk}) succeeded"]
 
 
 def test_a_rolled_back_transition_leaves_no_mail_and_no_message(world, submitted, committed, mailoutbox):
