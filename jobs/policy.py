@@ -33,20 +33,28 @@ def waiting_jobs(team: Team) -> int:
     return Job.objects.filter(team=team).exclude(state__in=NOT_WAITING_STATES).count()
 
 
-def check_submission(*, team: Team, user, spec: JobSpec) -> None:
-    """Refuse a submission the submitter's role or the team's waiting work does not allow (ValidationError)."""
+def submission_errors(*, team: Team, user, spec: JobSpec) -> dict[str, str]:
+    """What the submitter's role or the team's waiting work does not allow of `spec`, by field; none: {}. Read
+    without a lock: the submit preview says it before anything is submitted (`check_submission` decides)."""
     errors = {}
     if spec.priority >= Priority.HIGH and not may_use_high_priority(user=user, team=team):
         errors["priority"] = _(
             "High priority can preempt other work: only team leads, and members of teams a platform admin allows, "
             "may use it in %(team)s."
         ) % {"team": team.name}
-    Team.objects.select_for_update().filter(pk=team.pk).values_list("pk", flat=True).first()
     limit = settings.MAX_WAITING_JOBS_PER_TEAM
     waiting = waiting_jobs(team)
     if waiting >= limit:
         errors["team"] = _(
             "%(team)s already has %(n)d jobs waiting to run (at most %(max)d): wait for some to start, or cancel some."
         ) % {"team": team.name, "n": waiting, "max": limit}
+    return errors
+
+
+def check_submission(*, team: Team, user, spec: JobSpec) -> None:
+    """Refuse a submission the submitter's role or the team's waiting work does not allow (ValidationError). The
+    team's row is locked first, so that concurrent submissions count each other's waiting jobs."""
+    Team.objects.select_for_update().filter(pk=team.pk).values_list("pk", flat=True).first()
+    errors = submission_errors(team=team, user=user, spec=spec)
     if errors:
         raise ValidationError(errors)

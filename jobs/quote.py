@@ -15,12 +15,12 @@ already, and every job admitted on the way runs for the q-quantile of its maximu
 starts at each moment: in a `StrictFIFO` queue no job passes the head; in a `BestEffortFIFO` one a later job that
 fits starts first. Level 0.5 is the estimate, 0.1 and 0.9 bound the 80 % interval, and level 1 (every job runs to
 its maximum) is the latest start the team's own jobs can cause ("by 14:05 at the latest"). A job Kueue admits at
-once at every level "starts now". Between Kueue's admission and a Running pod lies the path's own latency (the
-Job's creation, the Workload's admission, the pods' binding and start, the portal seeing it Running): its q-quantile,
-read off the platform's recent starts, every team's (`StartDelay`; a start that stops other jobs first, by
-preemption or reclaim, from such starts alone: Kueue takes a cycle more for it), is added to each start at level q
-(to a job already submitted that Kueue may admit now, from its submission: it has been on the path since), and each
-job admitted on the way runs from then.
+once at every level, Running within a minute at level 0.9, "starts now". Between Kueue's admission and a Running
+pod lies the path's own latency (the Job's creation, the Workload's admission, the pods' binding and start, the
+portal seeing it Running): its q-quantile, read off the platform's recent starts, every team's (`StartDelay`; a
+start that stops other jobs first, by preemption or reclaim, from such starts alone: Kueue takes a cycle more for
+it), is added to each start at level q (to a job already submitted that Kueue may admit now, from its submission:
+it has been on the path since), and each job admitted on the way runs from then.
 
 A job that does not fit may start at once by Kueue's preemption within its team (`withinClusterQueue: LowerPriority`):
 the team's lower-priority jobs in its pool stop, lowest priority and newest first, when it then fits within the team's
@@ -57,6 +57,7 @@ MIN_STOPS = 10  # fewer measured stops than this: a stop ends anywhere in its gr
 STOP_SIZE = 50  # the platform's most recent evictions the stop times are read off
 ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen from
 ARRIVAL_REPEATS = 5  # how many stretches as long as theirs are foreseen
+STARTS_NOW_WITHIN = timedelta(seconds=60)  # "starts now": Running within this at level 0.9 (issue 28's measure)
 
 
 def _clamped(ordered: list[float]) -> list[float]:
@@ -499,9 +500,13 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
     low, estimate, high = times
     latest, pool_id = runs[LATEST].starts[index]
     latest = max(latest, high)
-    # Starts now: Kueue admits it at once at every level (its pods then take the path's delay to run).
-    starts_now = all(runs[level].admitted.get(index, latest) <= now for level in (LOW, ESTIMATE, HIGH))
-    if starts_now:
+    # Kueue admits it at once at every level (its pods then take the path's delay to run, and, when it stops other
+    # jobs and no node has its GPUs free now, the stopped pods' time to exit). It "starts now" when it is Running
+    # within `STARTS_NOW_WITHIN` at level 0.9 too; a start further off (long grace periods to wait out) is quoted as
+    # any other, with the same basis.
+    admitted_now = all(runs[level].admitted.get(index, latest) <= now for level in (LOW, ESTIMATE, HIGH))
+    starts_now = admitted_now and high <= now + STARTS_NOW_WITHIN
+    if admitted_now:
         room = queue.room.get(pool_id, 0)
         if room < job.gpus and runs[ESTIMATE].reclaimed.get(index):
             # Its room is lent out: Kueue reclaims it and the job runs on a node's free GPUs meanwhile.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.db.models import Max
 from django.utils import timezone
@@ -20,7 +21,7 @@ from django.utils.translation import gettext as _
 from billing.money import format_money, hourly_cost
 from pools.choices import PoolKind
 from pools.lending import pool_lending, team_uses
-from pools.models import Pool, Quota
+from pools.models import Node, Pool, Quota
 from pools.occupancy import pool_occupancy
 from portal.choices import QueueingStrategy
 from portal.models import Team
@@ -44,7 +45,8 @@ from .quote import (
 )
 from .quote_words import QuoteWords, worded
 from .selectors import quota_room
-from .specs import JobSpec, max_grace_seconds
+from .services import check_fits_limits
+from .specs import JobSpec, max_grace_seconds, validate_spec
 
 MAX_ALTERNATIVES = 3
 
@@ -459,6 +461,13 @@ def _price_per_hour(*, pool: Pool, gpus: int, uses: dict, team_id: int) -> Decim
     return hourly_cost(Decimal(gpus * 3600), pool.hourly_price_per_gpu)
 
 
+def _nodes_can_hold(pool: Pool, *, gpus: int, nodes: int) -> bool:
+    """Whether `nodes` nodes of `pool` have `gpus` GPUs or more each (a pool with no node recorded yet: yes, as
+    `services.check_fits_limits` says)."""
+    recorded = Node.objects.filter(pool=pool)
+    return not recorded.exists() or recorded.filter(gpu_allocatable__gte=gpus).count() >= nodes
+
+
 def _meaningfully(base: Quote, *, now: datetime) -> timedelta:
     """How much sooner an alternative must start to be offered: 5 minutes, or a tenth of the wait if longer."""
     if base.never:
@@ -510,25 +519,45 @@ def _preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime) -> P
 
     def offer(label: str, changes: dict, quote: Quote, *, gpus: int) -> None:
         where = pools.get(quote.pool_id) if quote.pool_id else None
+        per_node = gpus // spec.nodes
+        if where is not None and not _nodes_can_hold(where, gpus=per_node, nodes=spec.nodes):
+            return  # its quota has room there, but no node of it could ever hold the job (a spill pool's small nodes)
         price = _price_per_hour(pool=where, gpus=gpus, uses=uses, team_id=team.pk) if where else Decimal(0)
         candidates.append(Alternative(label, changes, quote, price, format_money(price)))
 
-    gpus = spec.gpus // 2
-    while gpus >= 1:
+    def submittable(target: Pool, changed: JobSpec) -> bool:
+        """Whether the submit would take the changed job as the form sends it (its checks, `check_fits_limits`): an
+        alternative it would refuse (a node too small in another pool, no pool to spill into) is not offered."""
+        try:
+            validate_spec(changed)
+            check_fits_limits(team=team, pool=target, spec=changed)
+        except ValidationError:
+            return False
+        return True
+
+    # Fewer GPUs per node, the most first: as many as the team has room for now (and, on one node, a node has free
+    # now), then halves of the request; the first that starts meaningfully sooner is offered.
+    fit_now = queue.room.get(pool.pk, 0) // spec.nodes
+    if spec.nodes == 1:
+        fit_now = min(fit_now, queue.free_blocks.get(pool.pk, 0))
+    counts = {spec.gpus >> shift for shift in range(1, spec.gpus.bit_length())} | {fit_now}
+    for gpus in sorted((each for each in counts if 1 <= each < spec.gpus), reverse=True):
+        if not submittable(pool, replace(spec, gpus=gpus)):
+            continue
         quote = quoted(
             pool_id=pool.pk, gpus_per_node=gpus, placement=spec.placement, max_run_minutes=spec.max_run_minutes
         )
         if quote.sooner_than(base, by=_meaningfully(base, now=now)):
             offer(_("with %(n)d GPUs per node") % {"n": gpus}, {"gpus": gpus}, quote, gpus=gpus * spec.nodes)
             break
-        gpus //= 2
-    if spec.placement != Placement.SOFT and spill.get(pool.pk) and spec.nodes == 1:
+    soft = replace(spec, placement=Placement.SOFT)
+    if spec.placement != Placement.SOFT and spill.get(pool.pk) and spec.nodes == 1 and submittable(pool, soft):
         quote = quoted(
             pool_id=pool.pk, gpus_per_node=spec.gpus, placement=Placement.SOFT, max_run_minutes=spec.max_run_minutes
         )
         offer(_("with soft placement"), {"placement": Placement.SOFT}, quote, gpus=spec.total_gpus)
     for other in sorted(quota_pools - {pool.pk}, key=lambda pk: pools[pk].name if pk in pools else ""):
-        if other not in pools:
+        if other not in pools or not submittable(pools[other], spec):
             continue
         quote = quoted(
             pool_id=other, gpus_per_node=spec.gpus, placement=spec.placement, max_run_minutes=spec.max_run_minutes

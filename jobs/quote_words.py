@@ -44,9 +44,10 @@ def _basis_item(item: dict, now: datetime) -> str:
         )
     if say == "freed":
         latest = moment_in_words(datetime.fromisoformat(item["latest"]), now=now)
-        return _("your team's running jobs free %(gpus)d GPUs by %(latest)s at the latest") % {
+        return _("your team's running jobs free %(gpus)d GPUs by %(latest)s %(zone)s at the latest") % {
             "gpus": item["gpus"],
             "latest": latest,
+            "zone": timezone.get_current_timezone_name(),
         }
     if say == "reclaim":
         return _("%(gpus)d borrowed GPUs of your reservation return within %(seconds)d s") % item
@@ -77,14 +78,16 @@ def basis_in_words(basis: list[dict], *, now: datetime | None = None) -> str:
 
 
 def quote_in_words(quote: Quote, *, now: datetime | None = None) -> str:
-    """ "Starts now", "likely 14:20 (80 %: 13:55–15:10)", or that it cannot start with the team's quota."""
+    """ "Starts now", "likely 14:20 UTC (80 %: 13:55–15:10)" (times in the portal's zone, named once), or that it
+    cannot start with the team's quota."""
     now = now or timezone.now()
     if quote.never:
         return _("cannot start with your team's quota")
     if quote.starts_now:
         return _("starts now")
-    return _("likely %(estimate)s (80 %%: %(low)s–%(high)s)") % {
+    return _("likely %(estimate)s %(zone)s (80 %%: %(low)s–%(high)s)") % {
         "estimate": moment_in_words(quote.estimate, now=now),
+        "zone": timezone.get_current_timezone_name(),
         "low": moment_in_words(quote.low, now=now),
         "high": moment_in_words(quote.high, now=now),
     }

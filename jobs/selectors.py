@@ -26,7 +26,7 @@ from pools.models import Node, Pool, Quota
 from pools.occupancy import GangFit, Occupancy, gang_fit, pool_occupancy
 from portal.models import Membership, Team, User
 
-from . import reasons
+from . import policy, reasons
 from .choices import JobState, Placement
 from .manifests import render, render_service
 from .models import Job, JobEvent, JobTemplate, Pod, Workload
@@ -406,7 +406,10 @@ def borrowable_gpus(pool: Pool, *, now=None) -> int:
     return pool_lending([pool.pk], now=now)[pool.pk].borrowable
 
 
-def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
+def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec, user=None) -> Outlook:
+    """What the submit preview says of `spec`: when it starts, the quota after it, its manifest; "never" (and why)
+    when it can never fit, or when `user` may not submit it as it is (`policy.submission_errors`: what the submit
+    would refuse is not quoted as if it were taken)."""
     try:
         validate_spec(spec)
         check_fits_limits(team=team, pool=pool, spec=spec)
@@ -414,6 +417,10 @@ def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec) -> Outlook:
         messages = [str(m) for m in error.messages]
         return Outlook(
             start="never", start_text=_("Cannot fit: %(why)s") % {"why": " ".join(messages)}, problems=messages
+        )
+    if user is not None and (refused := list(policy.submission_errors(team=team, user=user, spec=spec).values())):
+        return Outlook(
+            start="never", start_text=_("Cannot submit: %(why)s") % {"why": " ".join(refused)}, problems=refused
         )
     quota = Quota.objects.filter(team=team, pool=pool).values_list("max_gpus", flat=True).first() or 0
     in_use = gpus_in_use(team=team, pool=pool)

@@ -13,7 +13,7 @@ import logging
 from dataclasses import replace
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -478,15 +478,21 @@ def note_spill_problem(*, job_id: int, error: str) -> None:
 # --- start-time quotes: kept when the queue moves ----------------------------------------------------------------
 
 QUOTE_MOVED = timezone.timedelta(minutes=5)
+# The most quotes kept per job: its first and the most recent others. A job that waits for days behind a queue that
+# keeps moving would otherwise add a row every few minutes for as long as it waits.
+QUOTES_KEPT = 50
 
 
 def _quote_moved(kept, quote) -> bool:
     """Whether `quote` says something new against the last kept one: starts now or never where it did not, a job
-    more or fewer ahead, or a bound that moved by `QUOTE_MOVED` or more."""
+    more or fewer ahead, or a bound that moved by `QUOTE_MOVED` or more. A job still quoted "starts now" says
+    nothing new (its times follow the clock while Kueue has not admitted it)."""
     if kept is None:
         return True
     if (kept.starts_now, kept.estimate is None) != (quote.starts_now, quote.estimate is None):
         return True
+    if quote.starts_now:
+        return False
     ahead = [item for item in kept.basis if item.get("say") == "ahead"]
     if ahead != [item for item in quote.basis if item.get("say") == "ahead"]:
         return True
@@ -529,4 +535,25 @@ def record_quotes(*, now=None) -> int:
         if _quote_moved(kept.get(job_id), quote)
     ]
     JobQuote.objects.bulk_create(new)
+    if new:
+        _trim_quotes([each.job_id for each in new])
     return len(new)
+
+
+_TRIM_QUOTES = """
+DELETE FROM jobs_jobquote WHERE id IN (
+    SELECT id FROM (
+        SELECT id,
+               row_number() OVER (PARTITION BY job_id ORDER BY at, id) AS first,
+               row_number() OVER (PARTITION BY job_id ORDER BY at DESC, id DESC) AS latest
+        FROM jobs_jobquote WHERE job_id = ANY(%s)
+    ) AS kept
+    WHERE first > 1 AND latest >= %s
+)
+"""
+
+
+def _trim_quotes(job_ids: list[int]) -> None:
+    """Keep `QUOTES_KEPT` quotes of each of `job_ids`: its first and the most recent others."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TRIM_QUOTES, [job_ids, QUOTES_KEPT])

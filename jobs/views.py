@@ -262,10 +262,11 @@ def _initial(request) -> dict:
     return {"team": teams[0].slug} if len(teams) == 1 else {}
 
 
-def _outlook(form: JobSubmitForm):
+def _outlook(form: JobSubmitForm, user):
     if not form.is_valid():
         return None
-    return selectors.submit_outlook(team=form.cleaned_data["team"], pool=form.cleaned_data["pool"], spec=form.spec())
+    data = form.cleaned_data
+    return selectors.submit_outlook(team=data["team"], pool=data["pool"], spec=form.spec(), user=user)
 
 
 def _preview_quote(form: JobSubmitForm, outlook) -> dict | None:
@@ -352,7 +353,7 @@ def job_submit_preview(request):
     """The manifest, the quota after submission and the expected start, for what is typed so far."""
     form = JobSubmitForm(request.POST, user=request.user)
     to_fill, problems = _preview_notes(form)
-    outlook = _outlook(form)
+    outlook = _outlook(form, request.user)
     context = {
         "form": form,
         "outlook": outlook,

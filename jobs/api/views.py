@@ -2,6 +2,8 @@
 cancel (202: the cluster's Job and pods are deleted by a task), resubmit, and the submitter's choice of e-mails
 (PATCH `notify`). Members act on their teams' jobs; platform admins on all; anything else is 404."""
 
+import logging
+
 from django.db import DatabaseError
 from django.db.models import Prefetch
 from django.utils.translation import gettext as _
@@ -33,6 +35,8 @@ from .serializers import (
     job_list_values,
 )
 
+logger = logging.getLogger(__name__)
+
 
 def _detail(job: Job) -> dict:
     job = (
@@ -49,13 +53,13 @@ def _detail(job: Job) -> dict:
 
 def _committed(job: Job, status_code: int) -> Response:
     """The answer to a submit, cancel or resubmit that has committed. Should the database fail while the details are
-    read back, the write has still succeeded: answer so, with what is known, rather than an error that would make
-    the caller try again and submit twice."""
+    read back, or anything else while they are put together (the quote, say), the write has still succeeded: answer
+    so, with what is known, rather than an error that would make the caller try again and submit twice."""
     try:
         return Response(_detail(job), status=status_code)
-    except DatabaseError as error:
-        if not outage.is_database_unavailable(error):
-            raise
+    except Exception as error:  # noqa: BLE001 - whatever failed, the write stands: a 500 would be submitted again
+        if not (isinstance(error, DatabaseError) and outage.is_database_unavailable(error)):
+            logger.exception("job %s: the write committed, reading its details back failed", job.pk)
         return Response(
             {"id": job.pk, "state": job.state, "detail": _("Saved; details are unavailable for a moment.")},
             status=status_code,

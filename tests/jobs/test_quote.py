@@ -76,7 +76,7 @@ def test_a_job_waiting_for_running_jobs_gets_an_interval_from_the_history_and_th
     assert quote.estimate == started + timedelta(hours=6)  # the median of runs longer than 10 %: 60 %
     with translation.override("en"):
         words = basis_in_words(quote.basis, now=NOW)
-    assert "your team's running jobs free 16 GPUs by 21:00 at the latest" in words
+    assert "your team's running jobs free 16 GPUs by 21:00 UTC at the latest" in words
     assert "run times fitted on your team's 18 finished jobs" in words
 
 
@@ -173,7 +173,7 @@ def test_an_interval_reads_as_likely_with_its_bounds_in_english_and_chinese(comp
         now=NOW,
     )[1]
     with translation.override("en"):
-        assert quote_in_words(quote, now=NOW) == "likely 14:00 (80 %: 13:00–14:00)"
+        assert quote_in_words(quote, now=NOW) == "likely 14:00 UTC (80 %: 13:00–14:00)"
     with translation.override("zh-hans"):
         words = quote_in_words(quote, now=NOW)
     assert "14:00" in words and "likely" not in words
@@ -388,3 +388,17 @@ def test_with_few_starts_that_stopped_others_such_a_start_takes_the_other_starts
     delay = StartDelay.fitted([0.2] * 10, [1.2] * 9)
     assert delay.stopping == [] and delay.quantile(0.5, stopping=True) == 0.2
     assert StartDelay.fitted([0.2] * 9, [1.2] * 10).quantile(0.5) == 0.0  # none on free room measured: none assumed
+
+
+def test_a_job_that_preempts_jobs_with_long_grace_periods_does_not_start_now():
+    """Kueue admits it at once, but its pods wait for the stopped ones to exit, up to ten minutes: "starts now" would
+    promise a Running pod within the minute. It is quoted as any other start, and says why."""
+    history = _history(*[1.0] * 10)
+    holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=600)]
+    waiting = [Waiting(1, 8, HOUR, (POOL,), priority=100)]
+    quote = quote_queue(_queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 8}), now=NOW)[1]
+    assert not quote.starts_now
+    assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (60, 300, 540))
+    with translation.override("en"):
+        assert quote_in_words(quote, now=NOW) == "likely 12:05 UTC (80 %: 12:01–12:09)"
+        assert "Kueue stops 1 lower-priority job of your team for it, 8 GPUs" in basis_in_words(quote.basis, now=NOW)

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from jobs import services
 from jobs.choices import JobState, Placement
+from jobs.models import Job
 from tests.factories import JobFactory, NodeFactory, PoolFactory, QuotaFactory, ReservationFactory
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -105,10 +106,37 @@ def test_the_api_gives_expected_start_with_its_interval_and_basis(client, resear
     assert [value for key, value in listed.items() if key != full.pk] == [None]  # the running job
 
 
+def test_a_quote_that_fails_after_a_submit_committed_answers_201_not_a_500(client, researcher, full, monkeypatch):
+    """The job is saved when its details are put together: a 500 then would have the caller submit it twice."""
+
+    def broken(*args, **kwargs):
+        raise ValueError("the quote broke")
+
+    monkeypatch.setattr("jobs.api.views.worded_quotes", broken)
+    client.force_login(researcher)
+    body = {"team": "alpha", "pool": "train", "name": "saved-anyway", "image": "registry.example.com/t/a:1", "gpus": 1}
+    response = client.post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 201
+    job = Job.objects.get(name="saved-anyway")
+    saved = "Saved; details are unavailable for a moment."
+    assert response.json() == {"id": job.pk, "state": job.state, "detail": saved}
+
+
 def test_the_preview_quotes_the_job_before_it_is_submitted(client, researcher, full):
     client.force_login(researcher)
     html = client.post(reverse("jobs:job_submit_preview"), _form(), **HTMX).content.decode()
     assert "Likely start" in html and "1 job ahead of you in your team&#x27;s queue, 4 GPUs" in html
+
+
+def test_the_preview_says_what_the_submit_would_refuse_rather_than_quote_it(client, researcher, lead, full):
+    """High priority is for leads here: a researcher's preview says so instead of "starts now, Kueue stops 1
+    lower-priority job"; the lead's preview quotes it."""
+    client.force_login(researcher)
+    html = client.post(reverse("jobs:job_submit_preview"), _form(priority="100"), **HTMX).content.decode()
+    assert "Cannot submit: High priority can preempt other work" in html and "Likely start" not in html
+    client.force_login(lead)
+    html = client.post(reverse("jobs:job_submit_preview"), _form(priority="100"), **HTMX).content.decode()
+    assert "Cannot submit" not in html and "Likely start" in html
 
 
 @pytest.fixture

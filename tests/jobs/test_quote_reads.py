@@ -24,6 +24,7 @@ from jobs.specs import JobSpec
 from pools.choices import Lending, PoolKind
 from tests.factories import (
     JobFactory,
+    NodeFactory,
     PoolFactory,
     QuotaFactory,
     ReservationFactory,
@@ -116,6 +117,34 @@ def test_quotes_are_kept_once_and_again_only_when_the_queue_moves(case, team):
     assert [item["say"] for item in kept[0].basis][0] == "ahead"
 
 
+def test_a_job_still_quoted_starts_now_adds_no_quote_as_the_clock_moves(case, team):
+    """Its quote follows the clock while Kueue has not admitted it: the first says it all (not one row per beat for
+    as long as it waits)."""
+    _home, elastic, now = case
+    waiting = JobFactory(team=team, pool=elastic, state=JobState.QUEUED, gpus=1)  # room for it there now
+    assert services.record_quotes(now=now) == 1
+    assert JobQuote.objects.get(job=waiting).starts_now
+    for hours in range(1, 25):
+        assert services.record_quotes(now=now + timedelta(hours=hours)) == 0
+    assert JobQuote.objects.filter(job=waiting).count() == 1
+
+
+def test_the_quotes_kept_of_a_job_are_its_first_and_the_most_recent(case, team):
+    home, _elastic, now = case
+    queued = JobFactory(team=team, pool=home, state=JobState.QUEUED, gpus=8)
+    old = [
+        JobQuote(job=queued, at=now - timedelta(hours=60 - step), starts_now=False, estimate=now, low=now, high=now)
+        for step in range(services.QUOTES_KEPT + 10)
+    ]
+    JobQuote.objects.bulk_create(old)
+    first = JobQuote.objects.filter(job=queued).order_by("at").first()
+    assert services.record_quotes(now=now) == 1  # an hour later than the last kept: it moved
+    kept = list(JobQuote.objects.filter(job=queued).order_by("at", "id"))
+    assert len(kept) == services.QUOTES_KEPT
+    assert kept[0].pk == first.pk and kept[-1].at == now
+    assert kept[1].at == now - timedelta(hours=48)  # the eleven after the first are the ones let go
+
+
 def test_the_preview_offers_sooner_alternatives_with_their_price(case, team):
     home, elastic, now = case
     spec = JobSpec(name="train", image="registry.example.com/t:1", gpus=8, max_run_minutes=60)
@@ -129,6 +158,32 @@ def test_the_preview_offers_sooner_alternatives_with_their_price(case, team):
     assert all(alternative.quote.estimate < preview.quote.estimate for alternative in preview.alternatives)
     # A shorter maximum run time never starts sooner (Kueue admits by quota and order): never offered.
     assert not any("max_run_minutes" in alternative.changes for alternative in preview.alternatives)
+
+
+def test_fewer_gpus_offers_the_most_that_start_now(team):
+    """6 GPUs with room for 4 now: halving tries 3 and 1, but 4 is what starts now, and the most."""
+    now = timezone.now()
+    pool = PoolFactory(slug="roomy")
+    NodeFactory(pool=pool, gpu_allocatable=8)
+    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    ReservationFactory(team=team, pool=pool, gpus=8)
+    JobFactory(team=team, pool=pool, state=JobState.RUNNING, gpus=4, admitted_pool=pool, started_at=now)
+    spec = JobSpec(name="a", image="r.example.com/a:1", gpus=6, max_run_minutes=60)
+    preview = preview_quote(team=team, pool=pool, spec=spec, now=now)
+    assert not preview.quote.starts_now
+    fewer = [each for each in preview.alternatives if "gpus" in each.changes]
+    assert [each.changes for each in fewer] == [{"gpus": 4}] and fewer[0].quote.starts_now
+
+
+def test_an_alternative_the_submit_would_refuse_is_not_offered(case, team):
+    """The elastic pool's nodes have 4 GPUs: an 8-GPU job can never fit there, so "in Elastic" is not offered
+    (its "Take this" would end in a refused form), nor soft placement into it."""
+    home, elastic, now = case
+    NodeFactory(pool=elastic, gpu_allocatable=4, gpu_capacity=4)
+    spec = JobSpec(name="train", image="registry.example.com/t:1", gpus=8, max_run_minutes=60)
+    preview = preview_quote(team=team, pool=home, spec=spec, now=now)
+    assert not preview.quote.starts_now
+    assert not any("pool" in each.changes or "placement" in each.changes for each in preview.alternatives)
 
 
 def test_a_job_that_fits_has_no_alternatives(team):
