@@ -174,6 +174,16 @@ class Waiting(NamedTuple):
     priority: int = 0
     grace_seconds: int = 0
     submitted_at: datetime | None = None  # None: not submitted yet (the preview's, or one foreseen or requeued)
+    # GPUs of each of its pods, one per node; 0: one pod of `gpus` (a job requeued in the replay: its shape unknown).
+    per_node: int = 0
+
+    def fits_a_free_node(self, free_blocks: dict[int, int], pool_id: int) -> bool:
+        """Whether its pods run at once on the free GPUs `free_blocks` says a node of `pool_id` has now: one pod that
+        fits the largest free block. A job on several nodes needs several such blocks, which one number does not
+        tell: never at once."""
+        if self.per_node and self.per_node < self.gpus:
+            return False
+        return free_blocks.get(pool_id, 0) >= self.gpus
 
 
 @dataclass
@@ -275,7 +285,7 @@ def _reclaim_at_once(job: Waiting, *, free: dict, reclaims: dict, free_blocks: d
     borrowers' pods still stop. The pool and the GPUs it takes back (out of `reclaims`, into `free`), or None."""
     for pool_id in job.pools:
         lent = sum(gpus for each, gpus in reclaims.values() if each == pool_id)
-        if free_blocks.get(pool_id, 0) < job.gpus or free.get(pool_id, 0) + lent < job.gpus:
+        if not job.fits_a_free_node(free_blocks, pool_id) or free.get(pool_id, 0) + lent < job.gpus:
             continue
         needed = taken = job.gpus - free.get(pool_id, 0)
         for key, (each, gpus) in list(reclaims.items()):
@@ -420,7 +430,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tupl
             if index is not None and stopped:
                 run.preempted[index] = (len(stopped), sum(held[key].gpus for key in stopped))
             stopping = timedelta(seconds=queue.stops.quantile(level) * longest)
-            if moment == now and free_blocks.get(pool, 0) >= job.gpus:
+            if moment == now and job.fits_a_free_node(free_blocks, pool):
                 stopping = timedelta(0)
             if moment == now:
                 free_blocks[pool] = max(free_blocks.get(pool, 0) - job.gpus, 0)

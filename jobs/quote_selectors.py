@@ -295,6 +295,7 @@ def _team_queues(team_ids, *, now: datetime | None, extra_pools: dict | None) ->
             "priority",
             "termination_grace_seconds",
             "created_at",
+            "gpus",
         )
     )
     holding = list(
@@ -314,9 +315,11 @@ def _team_queues(team_ids, *, now: datetime | None, extra_pools: dict | None) ->
     waiting: dict[int, list[Waiting]] = {team_id: [] for team_id in team_ids}
     pairs = {(team_id, pool_id) for team_id, pools in (extra_pools or {}).items() for pool_id in pools}
     cap = max_grace_seconds()
-    for job_id, team_id, pool_id, gpus, max_run, placement, spilled, priority, grace, created_at in queued:
+    for job_id, team_id, pool_id, gpus, max_run, placement, spilled, priority, grace, created_at, per_node in queued:
         where = _where(pool_id=pool_id, placement=placement, spilled=spilled, spill=spill)
-        waiting[team_id].append(Waiting(job_id, gpus, max_run * 60, where, priority, min(grace, cap), created_at))
+        waiting[team_id].append(
+            Waiting(job_id, gpus, max_run * 60, where, priority, min(grace, cap), created_at, per_node)
+        )
         pairs.update((team_id, each) for each in where)
     pairs.update((team_id, pool_id) for team_id, pool_id, *_rest in holding)
     quotas = {
@@ -504,6 +507,7 @@ def _preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime) -> P
             where,
             spec.priority,
             min(spec.termination_grace_seconds, max_grace_seconds()),
+            per_node=gpus_per_node,
         )
         return quote_queue(_queue_with(queue, waiting=waiting, priority=spec.priority, priorities=priorities), now=now)[
             None

@@ -402,3 +402,17 @@ def test_a_job_that_preempts_jobs_with_long_grace_periods_does_not_start_now():
     with translation.override("en"):
         assert quote_in_words(quote, now=NOW) == "likely 12:05 UTC (80 %: 12:01–12:09)"
         assert "Kueue stops 1 lower-priority job of your team for it, 8 GPUs" in basis_in_words(quote.basis, now=NOW)
+
+
+def test_a_job_on_several_nodes_is_not_judged_by_one_node_s_free_gpus():
+    """Two pods of 2 GPUs need two nodes: a node with 4 GPUs free says nothing of a second one, so reclaiming lent
+    GPUs for it is not taken to start it at once; one pod of 4 GPUs fits that node and is."""
+
+    def quote(job):
+        queue = _queue(room={POOL: 0}, reclaim={POOL: (8, 60)}, waiting=[job])
+        queue.free_blocks = {POOL: 4}
+        return quote_queue(queue, now=NOW)[1]
+
+    assert quote(Waiting(1, 4, HOUR, (POOL,), per_node=4)).starts_now
+    gang = quote(Waiting(1, 4, HOUR, (POOL,), per_node=2))
+    assert not gang.starts_now and gang.high > NOW  # it waits for the borrowers' pods to stop
