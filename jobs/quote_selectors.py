@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import connection
-from django.db.models import Max
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -467,8 +467,10 @@ def _price_per_hour(*, pool: Pool, gpus: int, uses: dict, team_id: int) -> Decim
 def _nodes_can_hold(pool: Pool, *, gpus: int, nodes: int) -> bool:
     """Whether `nodes` nodes of `pool` have `gpus` GPUs or more each (a pool with no node recorded yet: yes, as
     `services.check_fits_limits` says)."""
-    recorded = Node.objects.filter(pool=pool)
-    return not recorded.exists() or recorded.filter(gpu_allocatable__gte=gpus).count() >= nodes
+    counted = Node.objects.filter(pool=pool).aggregate(
+        recorded=Count("pk"), big_enough=Count("pk", filter=Q(gpu_allocatable__gte=gpus))
+    )
+    return not counted["recorded"] or counted["big_enough"] >= nodes
 
 
 def _meaningfully(base: Quote, *, now: datetime) -> timedelta:
@@ -521,22 +523,26 @@ def _preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime) -> P
         return result
     candidates: list[Alternative] = []
 
-    def offer(label: str, changes: dict, quote: Quote, *, gpus: int) -> None:
-        where = pools.get(quote.pool_id) if quote.pool_id else None
-        per_node = gpus // spec.nodes
-        if where is not None and not _nodes_can_hold(where, gpus=per_node, nodes=spec.nodes):
-            return  # its quota has room there, but no node of it could ever hold the job (a spill pool's small nodes)
-        price = _price_per_hour(pool=where, gpus=gpus, uses=uses, team_id=team.pk) if where else Decimal(0)
-        candidates.append(Alternative(label, changes, quote, price, format_money(price)))
+    by = _meaningfully(base, now=now)
 
-    def submittable(target: Pool, changed: JobSpec) -> bool:
-        """Whether the submit would take the changed job as the form sends it (its checks, `check_fits_limits`): an
-        alternative it would refuse (a node too small in another pool, no pool to spill into) is not offered."""
+    def offer(label: str, changes: dict, quote: Quote, *, target: Pool, changed: JobSpec) -> bool:
+        """Offer the changed job when it starts meaningfully sooner and the submit would take it (its checks,
+        `check_fits_limits`, only then: a node too small in another pool, no pool to spill into), in a pool whose
+        nodes could hold it (its quota may have room in a spill pool of small nodes). Whether it was offered."""
+        if not quote.sooner_than(base, by=by):
+            return False
         try:
             validate_spec(changed)
             check_fits_limits(team=team, pool=target, spec=changed)
         except ValidationError:
             return False
+        where = pools.get(quote.pool_id) if quote.pool_id else None
+        if where is not None and not _nodes_can_hold(where, gpus=changed.gpus, nodes=changed.nodes):
+            return False
+        price = Decimal(0)
+        if where is not None:
+            price = _price_per_hour(pool=where, gpus=changed.total_gpus, uses=uses, team_id=team.pk)
+        candidates.append(Alternative(label, changes, quote, price, format_money(price)))
         return True
 
     # Fewer GPUs per node, the most first: as many as the team has room for now (and, on one node, a node has free
@@ -546,39 +552,34 @@ def _preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime) -> P
         fit_now = min(fit_now, queue.free_blocks.get(pool.pk, 0))
     counts = {spec.gpus >> shift for shift in range(1, spec.gpus.bit_length())} | {fit_now}
     for gpus in sorted((each for each in counts if 1 <= each < spec.gpus), reverse=True):
-        if not submittable(pool, replace(spec, gpus=gpus)):
-            continue
         quote = quoted(
             pool_id=pool.pk, gpus_per_node=gpus, placement=spec.placement, max_run_minutes=spec.max_run_minutes
         )
-        if quote.sooner_than(base, by=_meaningfully(base, now=now)):
-            offer(_("with %(n)d GPUs per node") % {"n": gpus}, {"gpus": gpus}, quote, gpus=gpus * spec.nodes)
+        label = _("with %(n)d GPUs per node") % {"n": gpus}
+        if offer(label, {"gpus": gpus}, quote, target=pool, changed=replace(spec, gpus=gpus)):
             break
-    soft = replace(spec, placement=Placement.SOFT)
-    if spec.placement != Placement.SOFT and spill.get(pool.pk) and spec.nodes == 1 and submittable(pool, soft):
+    if spec.placement != Placement.SOFT and spill.get(pool.pk) and spec.nodes == 1:
         quote = quoted(
             pool_id=pool.pk, gpus_per_node=spec.gpus, placement=Placement.SOFT, max_run_minutes=spec.max_run_minutes
         )
-        offer(_("with soft placement"), {"placement": Placement.SOFT}, quote, gpus=spec.total_gpus)
+        soft = replace(spec, placement=Placement.SOFT)
+        offer(_("with soft placement"), {"placement": Placement.SOFT}, quote, target=pool, changed=soft)
     for other in sorted(quota_pools - {pool.pk}, key=lambda pk: pools[pk].name if pk in pools else ""):
-        if other not in pools or not submittable(pools[other], spec):
+        if other not in pools:
             continue
         quote = quoted(
             pool_id=other, gpus_per_node=spec.gpus, placement=spec.placement, max_run_minutes=spec.max_run_minutes
         )
-        offer(_("in %(pool)s") % {"pool": pools[other].name}, {"pool": pools[other].slug}, quote, gpus=spec.total_gpus)
+        label = _("in %(pool)s") % {"pool": pools[other].name}
+        offer(label, {"pool": pools[other].slug}, quote, target=pools[other], changed=spec)
     shorter = max(spec.max_run_minutes // 2, 1)
     if shorter < spec.max_run_minutes:
         quote = quoted(pool_id=pool.pk, gpus_per_node=spec.gpus, placement=spec.placement, max_run_minutes=shorter)
-        offer(
-            _("with a maximum run time of %(n)d minutes") % {"n": shorter},
-            {"max_run_minutes": shorter},
-            quote,
-            gpus=spec.total_gpus,
-        )
-    sooner = [each for each in candidates if each.quote.sooner_than(base, by=_meaningfully(base, now=now))]
-    sooner.sort(key=lambda each: (each.quote.estimate, each.price_per_hour))
-    result.alternatives = sooner[:MAX_ALTERNATIVES]
+        label = _("with a maximum run time of %(n)d minutes") % {"n": shorter}
+        changed = replace(spec, max_run_minutes=shorter)
+        offer(label, {"max_run_minutes": shorter}, quote, target=pool, changed=changed)
+    candidates.sort(key=lambda each: (each.quote.estimate, each.price_per_hour))
+    result.alternatives = candidates[:MAX_ALTERNATIVES]
     return result
 
 
