@@ -69,7 +69,10 @@ def apply_groups(*, member: User, groups: list[str], provider: str) -> GrantedAc
         portal_services.add_member(
             team=team, member=member, role=access.roles[team_id], source=MembershipSource.PROVIDER, actor_name=provider
         )
-    if member.is_platform_admin != access.platform_admin and not member.is_break_glass:
+    # All three flags, not only platform admin: one left set by hand in Django admin (superuser ticked, platform admin
+    # not) would keep `User.is_admin` true whatever the groups say.
+    flags = (member.is_platform_admin, member.is_staff, member.is_superuser)
+    if flags != (access.platform_admin,) * 3 and not member.is_break_glass:
         before = audit.snapshot(member)
         # Platform admins use Django admin too (staff); a provider user loses both with the group.
         member.is_platform_admin = member.is_staff = member.is_superuser = access.platform_admin

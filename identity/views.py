@@ -6,6 +6,7 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth import logout
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
@@ -45,3 +46,15 @@ def logout_view(request):
     separator = "&" if "?" in endpoint else "?"
     context = {"provider": app["name"], "provider_logout_url": f"{endpoint}{separator}{urlencode(query)}"}
     return render(request, "identity/signed_out.html", context)
+
+
+def not_here(request, *args, **kwargs):
+    """allauth's account-management pages (identity/urls.py says why none is the portal's)."""
+    raise Http404
+
+
+def provider_signup_refused(request):
+    """Where allauth would ask a new provider user to sign up by hand: another account already has their e-mail
+    address, and linking the two by it would hand that account to whoever controls the address at the provider."""
+    context = {"provider": oidc.provider_label(), "reason": "email-in-use"}
+    return render(request, "socialaccount/authentication_error.html", context, status=403)

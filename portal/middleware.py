@@ -1,13 +1,45 @@
-"""Each signed-in user sees the portal in their own language (`User.language`), whatever the browser asks for; the
-Content-Security-Policy header written once per policy rather than on each response."""
+"""Each signed-in user sees the portal in their own language (`User.language`), whatever the browser asks for; a
+session ends `SESSION_COOKIE_AGE` after its sign-in, however it is used; the Content-Security-Policy header written
+once per policy rather than on each response."""
 
+import time
 from http import HTTPStatus
 
 from csp.constants import HEADER
 from csp.middleware import CheckableLazyObject, CSPMiddleware
 from csp.utils import build_policy
 from django.conf import settings
+from django.contrib.auth import logout
 from django.utils import translation
+
+SIGNED_IN_AT = "_reservoir_signed_in_at"  # the session's sign-in, seconds since the epoch
+
+
+def note_sign_in(sender, request, user, **kwargs):
+    """`user_logged_in`: the session's lifetime counts from now (a new sign-in in the same session too)."""
+    request.session[SIGNED_IN_AT] = time.time()
+
+
+class SessionLifetimeMiddleware:
+    """Runs after AuthenticationMiddleware: a session signed in longer ago than `SESSION_COOKIE_AGE` is signed out.
+    Django's own expiry slides: it is set anew each time the session is saved, and a signed-in user who opens the
+    provider's sign-in URL has allauth save a state into it, so a user disabled at the provider could otherwise keep a
+    session (and the memberships it was signed in with) for ever. A session from before this rule is counted from
+    the first request that sees it."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            signed_in_at = request.session.get(SIGNED_IN_AT)
+            now = time.time()
+            if signed_in_at is None:
+                request.session[SIGNED_IN_AT] = now
+            elif now - signed_in_at > settings.SESSION_COOKIE_AGE:
+                logout(request)
+        return self.get_response(request)
 
 
 class UserLanguageMiddleware:

@@ -38,6 +38,10 @@ def test_with_local_passwords_off_only_a_break_glass_account_signs_in_with_a_pas
     assert not client.get("/").wsgi_request.user.is_authenticated
     assert log_in(client, "ada").status_code == 302
     assert client.get("/").wsgi_request.user.username == "ada"
+    # The one way in that skips the provider is in the audit log, with where from.
+    entry = AuditEntry.objects.get(action="user.break_glass_sign_in")
+    assert entry.actor_username == "ada" and entry.after == {"address": "10.0.0.9"}
+    assert not AuditEntry.objects.filter(action="user.break_glass_sign_in", actor_username="rita").exists()
 
 
 def test_the_login_throttle_stays_on_break_glass_accounts(client, passwords_off):

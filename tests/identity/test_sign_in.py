@@ -152,3 +152,51 @@ def test_a_local_user_signing_out_goes_back_to_the_login_page(sso, client):
     client.force_login(UserFactory(username="local"))
     answer = client.post("/logout/")
     assert answer.status_code == 302 and answer["Location"] == "/login/"
+
+
+def test_a_provider_user_cannot_set_a_password_nor_disconnect_the_provider(sso, client):
+    """allauth's account pages would let a provider user set a local password (no old one asked), then disconnect the
+    provider: the group rules would never apply to them again. None is served."""
+    sign_in(client, "bob")
+    assert signed_in_user(client).is_authenticated
+    for path in (
+        "/accounts/password/set/",
+        "/accounts/password/change/",
+        "/accounts/password/reset/",
+        "/accounts/email/",
+        "/accounts/3rdparty/",
+        "/accounts/social/connections/",
+        "/accounts/reauthenticate/",
+    ):
+        assert client.get(path).status_code == 404, path
+        assert client.post(path, {"password1": "x-Strong-42!", "password2": "x-Strong-42!"}).status_code == 404, path
+    bob = User.objects.get(username="bob")
+    assert not bob.has_usable_password() and bob.socialaccount_set.count() == 1
+
+
+def test_a_provider_user_whose_address_another_account_has_is_not_signed_in_nor_linked(sso, client):
+    """The portal never joins two accounts by an e-mail address, nor lets the newcomer pick another one on allauth's
+    sign-up form: a page says so, and an admin resolves it."""
+    local = UserFactory(username="alice-local", email="alice@sso.example.com")
+
+    answer = sign_in(client, "alice")
+    if answer.status_code == 302:  # allauth sends the newcomer to its sign-up form
+        answer = client.get(answer["Location"])
+
+    assert answer.status_code == 403 and "already has the e-mail address" in answer.content.decode()
+    assert not signed_in_user(client).is_authenticated
+    assert not User.objects.filter(username="alice").exists() and not local.socialaccount_set.exists()
+
+
+def test_superuser_left_ticked_by_hand_goes_with_the_admin_group(sso, client):
+    sign_in(client, "root")
+    client.post("/logout/")
+    root = User.objects.get(username="root")
+    root.is_platform_admin = False  # unticked in Django admin, superuser left ticked
+    root.save(update_fields=["is_platform_admin"])
+    sso.login_app.users["root"] = ["gpu-llm"]
+
+    sign_in(client, "root")
+
+    root.refresh_from_db()
+    assert not root.is_admin and not root.is_superuser and not root.is_staff
