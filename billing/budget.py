@@ -18,7 +18,7 @@ from django.conf import settings
 from pools.models import Pool
 
 from .models import Budget, BudgetLift, DailyUsage
-from .money import format_money, hourly_cost
+from .money import as_text, format_money, hourly_cost
 from .periods import month_of
 
 WARNING_PERCENT = Decimal(80)
@@ -93,6 +93,21 @@ def team_budget(*, team, now: datetime) -> BudgetStatus | None:
 def lifted_job_ids(*, now: datetime) -> set[int]:
     """The jobs an admin let pass their team's budget this month."""
     return set(BudgetLift.objects.filter(month=month_of(now)).values_list("job_id", flat=True))
+
+
+def as_data(status: BudgetStatus | None) -> dict | None:
+    """A budget's status for the API: money as strings to the cent and the percentage as a string to one place,
+    never floats (a Decimal in a plain DRF `Response` would be written as one)."""
+    if status is None:
+        return None
+    return {
+        "month": f"{status.month:%Y-%m}",
+        "cap": as_text(status.cap),
+        "spent": as_text(status.spent),
+        "used_percent": as_text(status.used_percent, 1),
+        "warning": status.warning,
+        "reached": status.reached,
+    }
 
 
 def describe(status: BudgetStatus) -> dict:

@@ -106,7 +106,25 @@ class DailyUsageQuerySet(models.QuerySet):
         return rows.values(*by).annotate(**FIGURE_SUMS).order_by(*by)
 
 
-class DailyUsage(models.Model):
+class UsageFigures(models.Model):
+    """A team's GPU-seconds in a pool on a day, by kind (PRODUCT.md's R, U, O, S, and lending's split of O): the
+    figures `DailyUsage` meters and `InvoicedUsage` keeps as a month was invoiced."""
+
+    reserved_gpu_seconds = models.DecimalField(_("reserved GPU-seconds (R)"), **GPU_SECONDS)
+    in_reservation_gpu_seconds = models.DecimalField(_("used in reservation GPU-seconds (U)"), **GPU_SECONDS)
+    overage_gpu_seconds = models.DecimalField(_("overage GPU-seconds (O)"), **GPU_SECONDS)
+    spill_gpu_seconds = models.DecimalField(_("spill GPU-seconds (S)"), **GPU_SECONDS)
+    # Lending (reserved pools): the overage O is split into what the pool's unreserved GPUs served and what was
+    # borrowed from other teams' idle reserved GPUs; `lent` is what this team's idle GPUs served to borrowers.
+    lent_gpu_seconds = models.DecimalField(_("lent GPU-seconds"), default=0, **GPU_SECONDS)
+    borrowed_gpu_seconds = models.DecimalField(_("borrowed GPU-seconds"), default=0, **GPU_SECONDS)
+    unreserved_gpu_seconds = models.DecimalField(_("GPU-seconds served by unreserved GPUs"), default=0, **GPU_SECONDS)
+
+    class Meta:
+        abstract = True
+
+
+class DailyUsage(UsageFigures):
     """Metered GPU-seconds of one team in one pool over one UTC day (a rollup of `UsageInterval`s).
 
     Guarantees: the figures are exact (microsecond timestamps make every GPU-second count a Decimal with at
@@ -118,15 +136,6 @@ class DailyUsage(models.Model):
     team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="daily_usage")
     pool = models.ForeignKey(Pool, verbose_name=_("pool"), on_delete=models.CASCADE, related_name="daily_usage")
     day = models.DateField(_("day"))
-    reserved_gpu_seconds = models.DecimalField(_("reserved GPU-seconds (R)"), **GPU_SECONDS)
-    in_reservation_gpu_seconds = models.DecimalField(_("used in reservation GPU-seconds (U)"), **GPU_SECONDS)
-    overage_gpu_seconds = models.DecimalField(_("overage GPU-seconds (O)"), **GPU_SECONDS)
-    spill_gpu_seconds = models.DecimalField(_("spill GPU-seconds (S)"), **GPU_SECONDS)
-    # Lending (reserved pools): the overage O is split into what the pool's unreserved GPUs served and what was
-    # borrowed from other teams' idle reserved GPUs; `lent` is what this team's idle GPUs served to borrowers.
-    lent_gpu_seconds = models.DecimalField(_("lent GPU-seconds"), default=0, **GPU_SECONDS)
-    borrowed_gpu_seconds = models.DecimalField(_("borrowed GPU-seconds"), default=0, **GPU_SECONDS)
-    unreserved_gpu_seconds = models.DecimalField(_("GPU-seconds served by unreserved GPUs"), default=0, **GPU_SECONDS)
     computed_at = models.DateTimeField(_("computed at"))
 
     objects = DailyUsageQuerySet.as_manager()
@@ -223,6 +232,9 @@ class ClosedMonth(models.Model):
         related_name="+",
     )
     needs_reconciling = models.BooleanField(_("needs reconciling"), default=False)
+    # Months closed before the portal kept the figures each invoice was made from have none (`InvoicedUsage`): their
+    # pages and exports show the rollups as metered now, and say so.
+    figures_kept = models.BooleanField(_("figures kept"), default=False)
 
     class Meta:
         verbose_name = _("closed month")
@@ -234,6 +246,38 @@ class ClosedMonth(models.Model):
 
     def __str__(self) -> str:
         return f"{self.month:%Y-%m}"
+
+
+class InvoicedUsage(UsageFigures):
+    """The daily rollups a closed month's invoices were made from, as they were at its close.
+
+    Late usage meters the month's days again (`DailyUsage` changes) and reaches the money as adjustment lines on a
+    later invoice; the closed month's page, exports and usage API keep showing these figures, which its invoices'
+    quantities match. Written once, by `billing.services.close_month`, in the transaction that closes the month;
+    nothing changes them after.
+    """
+
+    # Deleted with their team or pool, as the rollups are; a team or pool that was invoiced cannot be deleted
+    # anyway (invoices and their lines protect them).
+    team = models.ForeignKey(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="+")
+    pool = models.ForeignKey(Pool, verbose_name=_("pool"), on_delete=models.CASCADE, related_name="+")
+    day = models.DateField(_("day"))
+
+    objects = DailyUsageQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("invoiced usage")
+        verbose_name_plural = _("invoiced usage")
+        ordering = ["day", "team", "pool"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "pool", "day"], name="%(app_label)s_%(class)s_unique_team_pool_day"
+            ),
+        ]
+        indexes = [models.Index(fields=["day", "pool"], name="billing_invoiced_day_pool")]
+
+    def __str__(self) -> str:
+        return f"{self.team} · {self.pool} · {self.day} (invoiced)"
 
 
 class InvoiceQuerySet(TeamScopedQuerySet):

@@ -15,6 +15,7 @@ from .periods import SECONDS_PER_HOUR
 
 CENT_PLACES = 2
 QUANTITY_PLACES = 6
+UNIT_PRICE_PLACES = 4  # an hourly price, a lending price: as invoice lines keep them
 
 
 def round_half_up(value: Fraction | Decimal | int, places: int) -> Decimal:
@@ -46,6 +47,14 @@ def ratio(numerator: Decimal, denominator: Decimal, places: int = 4) -> Decimal 
     if not denominator:
         return None
     return round_half_up(Fraction(numerator) / Fraction(denominator), places)
+
+
+def as_text(value: Fraction | Decimal | int | None, places: int = CENT_PLACES) -> str | None:
+    """`value` as a plain decimal string to `places` places (half up), for JSON: "39200.00". What the API's
+    DecimalFields give; a Decimal handed to a plain DRF `Response` would become a float, which money never is."""
+    if value is None:
+        return None
+    return f"{round_half_up(value, places):f}"
 
 
 def format_money(value: Decimal | None, places: int | None = CENT_PLACES) -> str:

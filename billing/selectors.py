@@ -20,7 +20,7 @@ from portal.models import Team
 
 from . import services
 from .choices import InvoiceStatus, LineKind
-from .models import FIGURE_SUMS, DailyUsage, Invoice, InvoiceLine, MeteredDay
+from .models import FIGURE_SUMS, ClosedMonth, DailyUsage, Invoice, InvoicedUsage, InvoiceLine, MeteredDay
 from .money import hourly_cost, hours, ratio, round_half_up, to_cents
 from .periods import month_bounds, month_of, next_month, seconds
 
@@ -88,6 +88,25 @@ def metered_until(month: date) -> datetime | None:
     return incomplete or latest
 
 
+# Where a month's GPU-hours come from (`month_rollups`), as exports name it.
+AS_METERED = "as_metered"  # an open month: the rollups, kept current by every refresh
+AS_INVOICED = "as_invoiced"  # a closed month: the rollups its invoices were made from, kept at its close
+AS_METERED_NOW = "as_metered_now"  # a month closed before those were kept: the rollups as metered now
+
+
+def month_rollups(month: date):
+    """The daily rollups a month's figures are read from, and which they are (`AS_*`). A closed month reads those
+    its invoices were made from (`InvoicedUsage`), so that its page, exports and usage API keep matching its
+    invoices while late usage meters its days again (that usage reaches the money as adjustment lines on a later
+    invoice, and the month's own figures as those of the invoice that carries them)."""
+    closed = ClosedMonth.objects.filter(month=month).values_list("figures_kept", flat=True).first()
+    if closed is None:
+        return DailyUsage.objects.all(), AS_METERED
+    if closed:
+        return InvoicedUsage.objects.all(), AS_INVOICED
+    return DailyUsage.objects.all(), AS_METERED_NOW
+
+
 @dataclass
 class TeamMonth:
     team: Team
@@ -100,6 +119,7 @@ class TeamMonth:
     invoice: Invoice | None
     metered_until: datetime | None
     chart: dict = field(default_factory=dict)
+    figures: str = AS_METERED  # where the GPU-hours come from (`month_rollups`)
 
     @property
     def is_closed(self) -> bool:
@@ -112,8 +132,10 @@ class TeamMonth:
 
 
 def team_month(*, team: Team, month: date, now: datetime) -> TeamMonth:
-    """Everything the team billing page and exports show for one team and month, from rollups and invoices."""
-    rows = DailyUsage.objects.filter(team=team)
+    """Everything the team billing page and exports show for one team and month, from rollups and invoices (a
+    closed month: those its invoices were made from, `month_rollups`)."""
+    rollups, figures_from = month_rollups(month)
+    rows = rollups.filter(team=team)
     per_pool = rows.month_sums(month, by=("pool_id",))
     pools = Pool.objects.in_bulk([row["pool_id"] for row in per_pool])
     totals = Figures()
@@ -150,6 +172,7 @@ def team_month(*, team: Team, month: date, now: datetime) -> TeamMonth:
         invoice=invoice,
         metered_until=invoice.metered_until if invoice and invoice.is_closed else metered_until(month),
         chart=daily_chart(daily),
+        figures=figures_from,
     )
 
 
@@ -243,9 +266,11 @@ def closed_invoices(team: Team):
 
 def usage_rows(*, teams, month: date) -> list[dict]:
     """Month figures per team and pool for the API: one dict per (team, pool) with rollups in the month. The
-    lending credit is the one invoiced (a closed month's never changes), else lent × the pool's lending price."""
+    lending credit is the one invoiced (a closed month's never changes), else lent × the pool's lending price. A
+    closed month's figures are those its invoices were made from (`month_rollups`)."""
+    rollups, _figures_from = month_rollups(month)
     rows = (
-        DailyUsage.objects.filter(team__in=teams)
+        rollups.filter(team__in=teams)
         .month_sums(month, by=("team_id", "team__slug", "pool_id", "pool__slug", "pool__kind"))
         .order_by("team__slug", "pool__slug")
     )
@@ -276,12 +301,12 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
     """The admin's pool view: per pool, contracted GPU-hours against GPU-hours used across teams (utilisation),
     idle contracted GPU-hours and what they cost, GPU-hours lent and borrowed from lenders and the credits lenders
     earn (per team, as on their invoices: lent × the pool's lending price, to the cent); and per team R, U, O, S,
-    idle, spill ratio, lent and borrowed."""
+    idle, spill ratio, lent and borrowed. A closed month's figures are those its invoices were made from."""
     start, end = month_bounds(month)
     until = min(end, now)
     elapsed = seconds(until - start) if until > start else ZERO
     month_seconds = seconds(end - start)
-    per_team_pool = DailyUsage.objects.month_sums(month)
+    per_team_pool = month_rollups(month)[0].month_sums(month)
     by_pool: dict[int, list] = defaultdict(list)
     team_usage: dict[int, Figures] = defaultdict(Figures)
     for row in per_team_pool:

@@ -1,15 +1,17 @@
 """Writes of billing: daily rollups, draft invoices kept current, month close and adjustments.
 
-Usage intervals are recorded by `billing.usage` (the cluster sync calls it), which takes no lock: its writes only
-mark days stale. Every write here takes one PostgreSQL advisory lock (`_lock`) for its transaction, so a
+Usage intervals are recorded by `billing.usage` (the cluster sync calls it), which takes no billing lock: its
+writes only mark days stale (and hold those marks' row locks until they commit, which the refresh skips: see
+`_take_marks`). Every write here takes one PostgreSQL advisory lock (`_lock`) for its transaction, so a
 periodic refresh and a month close never interleave. The flow:
 
 - `recompute_days` meters whole UTC days again from the raw intervals (delete and insert in one transaction).
 - `refresh_usage` — the periodic task — meters the days the writers of usage and reservations marked stale
   (`billing.usage.mark_days_stale`) and the days not yet complete, then `refresh_invoices` rebuilds the drafts of
   the open months and turns late changes to closed months into adjustment lines on each team's next invoice.
-- `close_month` meters the month once more from scratch, rebuilds its drafts and closes them; a closed month is
-  recorded once (`ClosedMonth.month` is unique) so closing twice does nothing.
+- `close_month` meters the month once more from scratch, rebuilds its drafts, closes them and keeps the rollups
+  they were made from (`InvoicedUsage`); a closed month is recorded once (`ClosedMonth.month` is unique) so closing
+  twice does nothing.
 """
 
 import logging
@@ -37,6 +39,7 @@ from .models import (
     ClosedMonth,
     DailyUsage,
     Invoice,
+    InvoicedUsage,
     InvoiceLine,
     MeteredDay,
     StaleDay,
@@ -124,6 +127,19 @@ def first_open_month(*, now: datetime) -> date:
     return min([*oldest, current])
 
 
+def _take_marks(days: list[date]) -> None:
+    """Delete the stale marks of `days` that no writer holds, before those days are metered.
+
+    A writer of usage marks a day and holds the mark's row lock until it commits (`billing.usage.mark_days_stale`),
+    and under READ COMMITTED the metering that follows cannot see that writer's rows yet. So a held mark is left
+    where it is (`SKIP LOCKED`: the refresh never waits for the sync) and the next refresh meters the day again,
+    once the writer has committed; a day of a closed month then becomes an adjustment. A writer that comes to a
+    mark after this has locked it waits for this transaction and marks the day anew. Either way the day is metered
+    after the writer's rows are visible, and the marks are taken without waiting on anyone."""
+    taken = list(StaleDay.objects.select_for_update(skip_locked=True).filter(day__in=days).values_list("pk", flat=True))
+    StaleDay.objects.filter(pk__in=taken).delete()
+
+
 @dataclass
 class RefreshResult:
     days: list[date] = field(default_factory=list)
@@ -147,7 +163,7 @@ def refresh_usage(*, now: datetime, max_days: int = DEFAULT_MAX_DAYS_PER_REFRESH
     stale = set(StaleDay.objects.filter(day__lte=today).values_list("day", flat=True))
     todo = sorted(pending | stale)
     batch = todo[:max_days]
-    StaleDay.objects.filter(day__in=batch).delete()
+    _take_marks(batch)
     result = RefreshResult(days=recompute_days(days=batch, now=now), more_days_pending=len(todo) > len(batch))
     result.invoices = refresh_invoices(now=now)
     return result
@@ -464,7 +480,8 @@ class CloseResult:
 
 
 def close_month(*, month: date, now: datetime, user=None) -> CloseResult:
-    """Close `month`: meter it once more from the raw intervals, rebuild its drafts and freeze them.
+    """Close `month`: meter it once more from the raw intervals, rebuild its drafts and freeze them, keeping the
+    rollups they were made from (`InvoicedUsage`: what the closed month's page and exports show from then on).
 
     Idempotent: a month already closed is left as it is (`closed_now` is False). Refuses a month that has not
     ended by `now`, and a month while an earlier month still has draft invoices (months close in order).
@@ -490,7 +507,7 @@ def _close_month(*, month: date, now: datetime, user) -> CloseResult:
             _("Close %(earlier)s before %(month)s.") % {"earlier": format_month(earlier), "month": format_month(month)}
         )
     days = days_of(month, next_month(month) - timedelta(days=1))
-    StaleDay.objects.filter(day__in=days).delete()
+    _take_marks(days)
     recompute_days(days=days, now=now)
     # Reconciled adjustments go onto this month's drafts: it is the oldest open month from now on.
     for pending in ClosedMonth.objects.filter(needs_reconciling=True).order_by("month"):
@@ -500,7 +517,8 @@ def _close_month(*, month: date, now: datetime, user) -> CloseResult:
     count = Invoice.objects.filter(month=month, status=InvoiceStatus.DRAFT).update(
         status=InvoiceStatus.CLOSED, closed_at=now
     )
-    closed = ClosedMonth.objects.create(month=month, closed_at=now, closed_by=_actor(user))
+    _keep_invoiced_figures(month)
+    closed = ClosedMonth.objects.create(month=month, closed_at=now, closed_by=_actor(user), figures_kept=True)
     audit.record(
         actor=user,
         action="billing.close_month",
@@ -510,6 +528,25 @@ def _close_month(*, month: date, now: datetime, user) -> CloseResult:
     )
     logger.info("closed %s: %d invoices", format_month(month), count)
     return CloseResult(month=month, closed_now=True, invoices=count)
+
+
+_KEEP_FIGURES = """
+INSERT INTO {invoiced} (team_id, pool_id, day, reserved_gpu_seconds, in_reservation_gpu_seconds,
+                        overage_gpu_seconds, spill_gpu_seconds, lent_gpu_seconds, borrowed_gpu_seconds,
+                        unreserved_gpu_seconds)
+SELECT team_id, pool_id, day, reserved_gpu_seconds, in_reservation_gpu_seconds, overage_gpu_seconds,
+       spill_gpu_seconds, lent_gpu_seconds, borrowed_gpu_seconds, unreserved_gpu_seconds
+FROM {daily} WHERE day >= %(first)s AND day < %(after)s
+"""
+
+
+def _keep_invoiced_figures(month: date) -> None:
+    """Copy the month's rollups, just metered and invoiced, into `InvoicedUsage`: what the closed month shows from
+    now on, whatever late usage does to `DailyUsage` (in the close's transaction, under the billing lock, so no
+    refresh meters a day in between)."""
+    sql = _KEEP_FIGURES.format(invoiced=InvoicedUsage._meta.db_table, daily=DailyUsage._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"first": month, "after": next_month(month)})
 
 
 def _earlier_month_to_close(*, month: date, now: datetime) -> date | None:

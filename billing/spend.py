@@ -1,8 +1,9 @@
 """Reads for a lead steering spend: the month's forecast bill, the cheapest reservation size, and their chart.
 
 The arithmetic is pure and lives beside this (`billing.forecast`, `billing.advice`); this module feeds it from the
-database: the variable cost of each day from the daily rollups (overage and spill at each pool's hourly price, less
-lent GPU-hours at its lending price, each pool-day to the cent as invoiced), the month's reservation fees in full
+database: the variable cost of each day since the team's first metered day or creation (`history_start`) from the
+daily rollups (overage and spill at each pool's hourly price, less lent GPU-hours at its lending price, each
+pool-day to the cent as invoiced), the month's reservation fees in full
 (`services.reservation_fee`), what the team's queued jobs would cost above its idle reserved GPUs, and how long the
 team spent at each level of GPUs in use over the last whole months (from the usage intervals, in one query).
 """
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
 from django.db import connection
+from django.db.models import Min
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
@@ -29,7 +31,7 @@ from . import services
 from .advice import Advice, advise
 from .forecast import Forecast, forecast_month
 from .models import DailyUsage
-from .money import format_money, hourly_cost, round_half_up
+from .money import QUANTITY_PLACES, UNIT_PRICE_PLACES, as_text, format_money, hourly_cost, round_half_up
 from .periods import month_bounds, month_of, next_month, previous_month
 
 HISTORY_DAYS = 180  # the daily costs the forecast calibrates on
@@ -83,6 +85,19 @@ def queued_cost(*, team: Team, now: datetime, month_end: datetime) -> Decimal:
     return cost
 
 
+def history_start(*, team: Team, today: date) -> date:
+    """The first day of the history the forecast calibrates on: the team's first metered day or its creation,
+    whichever is earlier, but no more than HISTORY_DAYS ago. Days before the team existed are no history: filled
+    with zeros, a young team had a hundred "quiet" windows that were never quiet, only absent, and an interval of
+    width zero; from its own days it has too few windows and gets the normal approximation, as documented. The
+    month's own days are always there (the forecast counts the month so far from them): those before the team
+    existed cost nothing."""
+    first_metered = DailyUsage.objects.filter(team=team).aggregate(day=Min("day"))["day"]
+    created = team.created_at.astimezone(UTC).date()
+    first = min(created, first_metered) if first_metered is not None else created
+    return max(today - timedelta(days=HISTORY_DAYS), min(first, month_of(today)))
+
+
 @dataclass
 class TeamForecast:
     forecast: Forecast
@@ -98,7 +113,7 @@ def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
     today = now.date()
     days_elapsed = (today - month).days
     last_whole_day = today - timedelta(days=1)
-    costs = daily_variable_costs(team=team, first=today - timedelta(days=HISTORY_DAYS), last=last_whole_day)
+    costs = daily_variable_costs(team=team, first=history_start(team=team, today=today), last=last_whole_day)
     daily = list(costs.values())
     forecast = forecast_month(
         days_in_month=days_in_month,
@@ -239,7 +254,9 @@ def team_advice(*, team: Team, now: datetime) -> TeamAdvice | None:
 
 
 def as_data(forecast: TeamForecast | None, advice: TeamAdvice | None) -> dict:
-    """The forecast and the advice for the API and exports (money as Decimal strings, hours to six places)."""
+    """The forecast and the advice for the API and exports: money as strings to the cent (unit prices to their own
+    four places, as invoice lines give them), hours as strings to six places. Strings, because a Decimal in a plain
+    DRF `Response` would be written as a float."""
     data: dict = {"forecast": None, "advice": None}
     if forecast is not None:
         f = forecast.forecast
@@ -247,12 +264,12 @@ def as_data(forecast: TeamForecast | None, advice: TeamAdvice | None) -> dict:
             "month": f"{forecast.month:%Y-%m}",
             "days_elapsed": f.days_elapsed,
             "days_in_month": f.days_in_month,
-            "fixed": f.fixed,
-            "variable_so_far": f.variable_so_far,
-            "queued": f.queued,
-            "expected": f.expected,
-            "low": f.low,
-            "high": f.high,
+            "fixed": as_text(f.fixed),
+            "variable_so_far": as_text(f.variable_so_far),
+            "queued": as_text(f.queued),
+            "expected": as_text(f.expected),
+            "low": as_text(f.low),
+            "high": as_text(f.high),
             "interval": "80 %",
             "basis": f.basis,
         }
@@ -262,12 +279,12 @@ def as_data(forecast: TeamForecast | None, advice: TeamAdvice | None) -> dict:
         def size(cost) -> dict:
             return {
                 "reserved_gpus": cost.reserved_gpus,
-                "reservation_fee": cost.reservation_fee,
-                "elastic_cost": cost.elastic_cost,
-                "total": cost.total,
+                "reservation_fee": as_text(cost.reservation_fee),
+                "elastic_cost": as_text(cost.elastic_cost),
+                "total": as_text(cost.total),
                 "elastic_peak_gpus": cost.elastic_peak_gpus,
-                "elastic_gpu_hours": cost.elastic_gpu_hours,
-                "hours_above_reservation": cost.hours_above_reservation,
+                "elastic_gpu_hours": as_text(cost.elastic_gpu_hours, QUANTITY_PLACES),
+                "hours_above_reservation": as_text(cost.hours_above_reservation, QUANTITY_PLACES),
             }
 
         data["advice"] = {
@@ -275,9 +292,9 @@ def as_data(forecast: TeamForecast | None, advice: TeamAdvice | None) -> dict:
             "months": [f"{advice.first_month:%Y-%m}", f"{advice.last_month:%Y-%m}"],
             "advised": size(a.advised),
             "current": size(a.current),
-            "saving": a.saving,
-            "monthly_price_per_gpu": advice.pool.monthly_price_per_gpu,
-            "hourly_price_per_gpu": advice.pool.hourly_price_per_gpu,
+            "saving": as_text(a.saving),
+            "monthly_price_per_gpu": as_text(advice.pool.monthly_price_per_gpu),
+            "hourly_price_per_gpu": as_text(advice.pool.hourly_price_per_gpu, UNIT_PRICE_PLACES),
         }
     return data
 

@@ -10,7 +10,8 @@ Every write of what metering reads marks its days here: intervals (`record_usage
 `delete_usage`), reservations and their lending changes (`pools.services` calls `mark_reservation_days_stale` and
 `mark_lending_days_stale`). No other code writes `UsageInterval` rows (tests/billing/test_usage_writers.py checks).
 These writes take no billing lock (`billing.services._lock`): what they do to billing is add stale days, which the
-next refresh meters.
+next refresh meters. They hold the row locks of the marks they write until they commit, and the refresh and the
+month close leave held marks alone, so a day is never taken off the list before what made it stale is visible.
 """
 
 from datetime import datetime
@@ -173,10 +174,27 @@ def transaction_now() -> datetime:
         return cursor.fetchone()[0]
 
 
+# Marks a day, or locks its mark when it is there already. `DO NOTHING` would leave an existing mark unlocked, and a
+# refresh could then take it and meter the day before this transaction's rows are visible to it (READ COMMITTED:
+# each statement sees what was committed when it began), losing them from billing for good. `DO UPDATE` locks
+# the existing row until this transaction ends, even though `WHERE false` writes nothing, and waits for the
+# refresh instead if the refresh holds the mark: once the refresh commits its delete, the insert goes ahead and
+# marks the day anew. The refresh and the close skip the marks a writer holds (`billing.services._take_marks`).
+# The days come in order, so two writers marking the same days lock them in the same order.
+_MARK_DAYS = f"""
+INSERT INTO {StaleDay._meta.db_table} (day) SELECT unnest(%s::date[]) AS day ORDER BY day
+ON CONFLICT (day) DO UPDATE SET day = EXCLUDED.day WHERE false
+"""
+
+
 def mark_days_stale(*, ranges: list[stale_days.DayRange]) -> None:
-    """Mark every day of `ranges` stale (`StaleDay`, once per day) in the caller's transaction."""
+    """Mark every day of `ranges` stale (`StaleDay`, once per day) in the caller's transaction, holding each mark's
+    row lock until that transaction ends (see `_MARK_DAYS`)."""
     days = stale_days.expand(ranges)
-    StaleDay.objects.bulk_create([StaleDay(day=day) for day in days], batch_size=INTERVAL_BATCH, ignore_conflicts=True)
+    if not days:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_MARK_DAYS, [days])
 
 
 def mark_reservation_days_stale(

@@ -107,6 +107,9 @@ def _export(team: Team, month) -> dict:
         "month": format_month(month),
         "status": report.invoice.status if report.invoice else "draft",
         "metered_until": report.metered_until,
+        # as_metered (open month), as_invoiced (closed: the figures its invoice was made from), as_metered_now
+        # (closed before those were kept: today's rollups, which late usage may have changed since the invoice).
+        "figures": report.figures,
         "units": {"figures": "GPU-hours", "utilisation": "U / R", "money": "amount in the pools' currency"},
         "totals": report.totals,
         "pools": [{**{k: v for k, v in row.items() if k != "pool"}, "pool": row["pool"].slug} for row in report.pools],
@@ -153,6 +156,15 @@ CSV_COLUMNS = [
 ]
 
 
+# A closed month's CSV says where its GPU-hours come from (in English, like the CSV's codes: what finance reads).
+CSV_FIGURES_NOTES = {
+    selectors.AS_INVOICED: "GPU-hours as invoiced; usage that arrived after the close is on a later invoice as "
+    "adjustment lines",
+    selectors.AS_METERED_NOW: "per-day and per-pool GPU-hours as metered now (kept since before the close), which "
+    "may include usage that arrived after it; the costs and the total are the invoice's",
+}
+
+
 @login_required
 def team_usage_csv(request, slug: str, month: str):
     """One row per day, then the cost lines: what a lead hands to finance."""
@@ -182,6 +194,8 @@ def team_usage_csv(request, slug: str, month: str):
         writer.writerow([line[column] if line[column] is not None else "" for column in line_columns])
     writer.writerow(["lending credits", "", "", "", "", data["credits"], "", "", ""])
     writer.writerow(["total", "", "", "", "", data["total"], "", "", ""])
+    if data["figures"] in CSV_FIGURES_NOTES:
+        writer.writerow(["figures", data["figures"], CSV_FIGURES_NOTES[data["figures"]]])
     return response
 
 

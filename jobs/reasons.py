@@ -134,8 +134,9 @@ _MAXIMUM = re.compile(
 )
 _NO_AFFINITY = re.compile(r"flavor (?P<flavor>[^\s,]+) doesn't match node affinity")
 _PREEMPTING = re.compile(r"Pending the preemption of (?P<n>\d+) workload")
-# The portal's own AdmissionCheck holding a job (reconcile/budget.py `BudgetStatus.held_message`).
-_BUDGET = re.compile(r"budget for (?P<month>[A-Z][a-z]+) reached: (?P<spent>\S+) of (?P<cap>\S+)")
+# The portal's own AdmissionCheck holding a job (reconcile/budget.py `BudgetStatus.held_message`). Its amounts are
+# not read: billing figures are for a team's leads and admins, and these words reach every member (below).
+_BUDGET = re.compile(r"budget for (?P<month>[A-Z][a-z]+) reached\b")
 _INACTIVE = re.compile(r"ClusterQueue (?P<queue>\S+) (is inactive|not found)")
 
 
@@ -184,13 +185,17 @@ def kueue_reason(message: str, pool_names: dict[str, str] | None = None) -> str:
         )
     budget = _BUDGET.search(message)
     if budget:
+        # Without the spend and the cap the cluster's message names: these words are stored as the job's pending
+        # reason and shown to whoever sees the job (its page, the jobs API, the pending view), researchers
+        # included, who see no money anywhere else. The team's leads read the figures on its billing page.
         month = datetime.strptime(budget["month"], "%B").month
         sentences.append(
             _(
-                "Held by the team's budget: the variable spend of %(month)s has reached %(spent)s of %(cap)s. It "
-                "starts when an admin raises the cap or lets it pass, or next month."
+                "Held by the team's budget: the variable spend of %(month)s has reached the team's cap. It starts "
+                "when an admin raises the cap or lets it pass, or next month; the team's leads see the figures on "
+                "its billing page."
             )
-            % {"month": date_format(date(2000, month, 1), "F"), "spent": budget["spent"], "cap": budget["cap"]}
+            % {"month": date_format(date(2000, month, 1), "F")}
         )
     inactive = _INACTIVE.search(message)
     if inactive:

@@ -17,9 +17,11 @@ from jobs.models import Job
 from portal.models import Team
 
 from .. import selectors, services, spend
-from ..budget import describe, team_budget
+from ..budget import as_data as budget_data
+from ..budget import team_budget
 from ..choices import InvoiceStatus
 from ..models import BudgetLift, Invoice
+from ..money import as_text
 from ..periods import month_of, parse_month
 from .serializers import BudgetLiftSerializer, BudgetSerializer, InvoiceSerializer, UsageSerializer
 
@@ -104,9 +106,7 @@ class SpendViewSet(viewsets.ViewSet):
         team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
         now = timezone.now()
         data = spend.as_data(spend.team_forecast(team=team, now=now), spend.team_advice(team=team, now=now))
-        status = team_budget(team=team, now=now)
-        budget = {k: v for k, v in describe(status).items() if not k.endswith("_text")} if status else None
-        return Response({"team": team.slug, **data, "budget": budget})
+        return Response({"team": team.slug, **data, "budget": budget_data(team_budget(team=team, now=now))})
 
     @extend_schema(operation_id="spend_budget_set", request=BudgetSerializer, responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["put"])
@@ -123,7 +123,7 @@ class SpendViewSet(viewsets.ViewSet):
         except DjangoValidationError as error:
             raise ValidationError(error.messages) from error
         status = team_budget(team=team, now=timezone.now())
-        return Response({"team": team.slug, "monthly_cap": status.cap if status else None})
+        return Response({"team": team.slug, "monthly_cap": as_text(status.cap) if status else None})
 
 
 class BudgetLiftViewSet(viewsets.GenericViewSet, mixins.CreateModelMixin):

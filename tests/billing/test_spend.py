@@ -1,5 +1,6 @@
 """The lead's forecast and reservation advice (billing/spend.py) on the billing page and in the API."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -8,6 +9,7 @@ from django.urls import reverse
 
 from billing import services, spend
 from jobs.choices import JobState
+from portal.models import Team
 from tests.billing.conftest import at
 from tests.factories import JobFactory, ReservationFactory
 
@@ -105,10 +107,13 @@ def test_the_api_gives_the_forecast_and_the_advice_to_a_lead_only(
 ):
     client.force_login(lead)
     data = client.get("/api/v1/spend/alpha/").json()
-    assert Decimal(str(data["forecast"]["fixed"])) == Decimal("39200.00")
+    assert data["forecast"]["fixed"] == "39200.00"  # money as a string to the cent, never a float
     assert data["forecast"]["interval"] == "80 %"
     assert data["advice"]["advised"]["reserved_gpus"] == 6
-    assert Decimal(str(data["advice"]["saving"])) == Decimal("4592.00")
+    assert data["advice"]["saving"] == "4592.00"
+    assert data["advice"]["current"]["total"] == "63392.00"
+    assert data["advice"]["monthly_price_per_gpu"] == "9800.00"
+    assert data["advice"]["hourly_price_per_gpu"] == "18.0000"  # a unit price keeps its four places
     client.force_login(researcher)
     assert client.get("/api/v1/spend/alpha/").status_code == 404
 
@@ -144,8 +149,11 @@ def test_the_api_sets_the_budget_and_an_admin_lifts_it_for_a_job(client, team, l
     client.force_login(lead)
     answer = client.put("/api/v1/spend/alpha/budget/", {"monthly_cap": "80.00"}, content_type="application/json")
     assert answer.status_code == 200
+    assert answer.json() == {"team": "alpha", "monthly_cap": "80.00"}
     data = client.get("/api/v1/spend/alpha/").json()
-    assert data["budget"]["reached"] is True and Decimal(str(data["budget"]["spent"])) == Decimal("85.00")
+    assert data["budget"]["reached"] is True
+    assert (data["budget"]["spent"], data["budget"]["cap"]) == ("85.00", "80.00")
+    assert Decimal(data["budget"]["used_percent"]) > 100
     refused = client.put("/api/v1/spend/alpha/budget/", {"monthly_cap": "900"}, content_type="application/json")
     assert refused.status_code == 400
     job = JobFactory(team=team, state=JobState.QUEUED)
@@ -165,3 +173,51 @@ def test_the_monthly_email_gives_each_lead_the_advice(lead, reservation, februar
     assert "reserving 6 GPUs would have cost least (you reserve 4)" in mail.body
     assert "a saving of 4,592.00" in mail.body
     assert "https://portal.example.com/billing/teams/alpha/" in mail.body
+
+
+def _floats(value, path="") -> list[str]:
+    """Where a JSON answer holds a float (money and hours must come as strings)."""
+    if isinstance(value, dict):
+        return [hit for key, item in value.items() for hit in _floats(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [hit for index, item in enumerate(value) for hit in _floats(item, f"{path}[{index}]")]
+    return [path] if isinstance(value, float) else []
+
+
+def test_no_figure_of_the_spend_api_is_a_float(client, lead, reservation, february, metered, frozen):
+    client.force_login(lead)
+    client.put("/api/v1/spend/alpha/budget/", {"monthly_cap": "1000"}, content_type="application/json")
+    data = client.get("/api/v1/spend/alpha/").json()
+    assert data["forecast"] and data["advice"] and data["budget"]
+    assert _floats(data) == []
+    forecast = data["forecast"]
+    for name in ("fixed", "variable_so_far", "queued", "expected", "low", "high"):
+        assert forecast[name] == f"{Decimal(forecast[name]):.2f}", name  # two decimals, as the invoices give
+    assert forecast["variable_so_far"] == "85.00" and forecast["queued"] == "0.00"
+    assert data["advice"]["advised"]["hours_above_reservation"] == "0.000000"  # hours to six places
+
+
+def test_a_young_team_is_forecast_from_its_own_days_only(team, reserved_pool, frozen):
+    """A team created ten days ago, working inside its reservation: the days before it existed are no history, so
+    there are no past windows to calibrate on and the interval is the normal approximation (not 151 "quiet"
+    windows of zeros from before the team existed, which made a zero-width interval)."""
+    Team.objects.filter(pk=team.pk).update(created_at=at(6, 12))
+    team.refresh_from_db()
+    ReservationFactory(team=team, pool=reserved_pool, gpus=2, starts_at=at(6, 12), ends_at=at(1, month=4))
+    services.refresh_usage(now=NOW)
+    result = spend.team_forecast(team=team, now=NOW).forecast
+    assert (result.basis, result.samples) == ("normal", 0)
+    assert result.days_elapsed == 15  # the month's days so far are all there, those before the team cost nothing
+
+
+def test_the_history_starts_at_the_first_metered_day_or_the_creation_whichever_is_earlier(team, metered, frozen):
+    # The team's first metered day (March 1st, its reservation) comes before the team's row says it was created.
+    Team.objects.filter(pk=team.pk).update(created_at=at(10))
+    team.refresh_from_db()
+    assert spend.history_start(team=team, today=NOW.date()) == at(1).date()
+    Team.objects.filter(pk=team.pk).update(created_at=at(1, month=1))
+    team.refresh_from_db()
+    assert spend.history_start(team=team, today=NOW.date()) == at(1, month=1).date()
+    Team.objects.filter(pk=team.pk).update(created_at=at(1, month=1, year=2025))
+    team.refresh_from_db()
+    assert spend.history_start(team=team, today=NOW.date()) == NOW.date() - timedelta(days=spend.HISTORY_DAYS)

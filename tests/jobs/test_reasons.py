@@ -95,8 +95,9 @@ KUEUE_SAID = {  # read from Kueue's Workloads by tests/jobs/test_kueue_admission
     ),
     "held by the budget": (  # the portal's own check (reconcile/budget.py), as the sync reads it off the Workload
         "budget for November reached: ¥1,234.50 of ¥1,000.00",
-        "Held by the team's budget: the variable spend of November has reached ¥1,234.50 of ¥1,000.00. It starts "
-        "when an admin raises the cap or lets it pass, or next month.",
+        # No amount: these words reach every member of the team; billing figures are for its leads.
+        "Held by the team's budget: the variable spend of November has reached the team's cap. It starts when an "
+        "admin raises the cap or lets it pass, or next month; the team's leads see the figures on its billing page.",
     ),
 }
 
