@@ -57,6 +57,13 @@ def ensure_namespace(team: Team) -> None:
     ensure(team, made_once_is_enough=True)
 
 
+def namespace_made(team: Team) -> bool:
+    """Whether some reconcile has made the team's namespace (`TeamNamespace.applied_at`)."""
+    from pools.models import TeamNamespace
+
+    return TeamNamespace.objects.filter(team=team, applied_at__isnull=False).exists()
+
+
 # --- volumes ---------------------------------------------------------------------------------------------------
 
 
@@ -296,6 +303,15 @@ def save_secret(
         with single_attempt():  # inside this transaction: tried once, never slept on (portal/retry.py)
             ensure_namespace(team)
     except ClusterError as error:
+        if not namespace_made(team):
+            # The web process may not make a namespace (the chart gives that right to the worker only), so a team
+            # whose namespace the worker has not made yet gets this, not the API server's 403.
+            raise ValidationError(
+                _(
+                    "The team's namespace is not in the cluster yet (the worker makes it a moment after the team is "
+                    "created): nothing was saved. Try again in a minute."
+                )
+            ) from None
         raise ValidationError(
             _("The cluster did not take the secret, nothing was saved: %(why)s") % {"why": error}
         ) from None

@@ -103,6 +103,8 @@ ALLOWED = {
     "web": [("list", "storageclasses.storage.k8s.io", None)],
     "worker": [
         ("create", "namespaces", None),
+        # Pool isolation reads a node, then adds its pool's missing taints (reconcile/taints.py).
+        ("get", "nodes", None),
         ("patch", "nodes", None),
         ("list", "clusterqueues.kueue.x-k8s.io", None),
     ],
@@ -141,13 +143,13 @@ def test_the_worker_may_bind_only_the_team_roles_in_team_namespaces(release, kub
     team_namespace = f"team-{release.name}"
     kubectl(release.admin, "create", "namespace", team_namespace)
 
-    def bind(role: str, namespace: str) -> subprocess.CompletedProcess:
+    def bind(role: str, namespace: str, subject: dict = account) -> subprocess.CompletedProcess:
         binding = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": {"name": f"probe-{role.replace(':', '-')}", "namespace": namespace},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [account],
+            "subjects": [subject],
         }
         made = kubectl(kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(binding), check=False)
         if made.returncode == 0:  # clean up at once: only the answer matters here
@@ -164,6 +166,12 @@ def test_the_worker_may_bind_only_the_team_roles_in_team_namespaces(release, kub
         )
         made = bind(team_role, team_namespace)
         assert made.returncode == 0, made.stderr
+        # Each team role to its own process's account only: not the web's role to the worker, nor to everyone.
+        web_to_worker = bind(f"{release.fullname}-team-web", team_namespace)
+        assert web_to_worker.returncode != 0 and "its own process's account" in web_to_worker.stderr
+        everyone = {"kind": "Group", "name": "system:authenticated", "apiGroup": "rbac.authorization.k8s.io"}
+        to_everyone = bind(team_role, team_namespace, everyone)
+        assert to_everyone.returncode != 0 and "its own process's account" in to_everyone.stderr
         own = bind(f"{release.fullname}-worker", team_namespace)
         assert own.returncode != 0 and "binds only its team roles" in own.stderr, own.stderr
         for role in ("cluster-admin", "admin", "edit", "view", "system:controller:namespace-controller"):

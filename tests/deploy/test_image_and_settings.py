@@ -132,3 +132,22 @@ def test_the_pods_are_written_for_the_restricted_pod_security_standard(rendered_
         tokens = spec.get("automountServiceAccountToken")
         component = name.rsplit("-", 1)[-1]
         assert tokens is (component in {"web", "worker", "sync"}), f"{name}: only those that call the API get a token"
+
+
+def test_a_setting_that_holds_a_secret_comes_from_a_secret_never_inline():
+    objects = helm_template(
+        *("--set", "extraSecretEnv.EMAIL_URL.key=EMAIL_URL"),
+        *("--set", "extraSecretEnv.ALERT_WEBHOOK_URL.secretName=alerts"),
+        *("--set", "extraSecretEnv.ALERT_WEBHOOK_URL.key=url"),
+    )
+    for name, spec in pod_specs(objects).items():
+        env = {each["name"]: each for each in spec["containers"][0]["env"]}
+        assert env["EMAIL_URL"]["valueFrom"]["secretKeyRef"] == {"name": "reservoir", "key": "EMAIL_URL"}, name
+        assert env["ALERT_WEBHOOK_URL"]["valueFrom"]["secretKeyRef"] == {"name": "alerts", "key": "url"}, name
+        assert "value" not in env["EMAIL_URL"] and "value" not in env["ALERT_WEBHOOK_URL"]
+
+
+def test_one_web_replica_gets_no_disruption_budget_that_would_hold_every_drain(rendered_chart):
+    assert any(obj["kind"] == "PodDisruptionBudget" for obj in rendered_chart)  # two replicas by default
+    single = helm_template("--set", "web.replicas=1")
+    assert not any(obj["kind"] == "PodDisruptionBudget" for obj in single)

@@ -193,3 +193,21 @@ def test_a_500_while_saving_a_secret_shows_no_value_even_with_debug_on(
         page = api.post("/api/v1/secrets/", body, format=kind, HTTP_ACCEPT="text/html")
         assert page.status_code == 500 and "RuntimeError" in page.content.decode()
         assert _shows_a_value(page.content.decode()) == []
+
+
+def test_a_secret_for_a_team_whose_namespace_is_not_made_yet_says_so(team, lead, monkeypatch):
+    """The web process may not make a namespace (the chart leaves that to the worker): the API server's 403 would say
+    nothing to a lead who saves a secret right after the team was made. Nothing is saved either way."""
+    from django.core.exceptions import ValidationError
+
+    from cluster.errors import ClusterError
+    from teamdata import services
+
+    def refused(team):
+        raise ClusterError("namespaces is forbidden: User cannot create resource")
+
+    monkeypatch.setattr("teamdata.services.ensure_namespace", refused)
+    with pytest.raises(ValidationError) as refusal:
+        services.save_secret(team=team, user=lead, name="hf", kind=SecretKind.OPAQUE, values={"token": TOKEN})
+    assert "The team's namespace is not in the cluster yet" in str(refusal.value)
+    assert "forbidden" not in str(refusal.value) and not TeamSecret.objects.filter(name="hf").exists()

@@ -101,6 +101,9 @@ app.kubernetes.io/component: {{ .component }}
 - name: {{ $name }}
   value: {{ $value | quote }}
 {{- end }}
+{{- range $name, $ref := .Values.extraSecretEnv }}
+{{ include "reservoir.secretEnv" (dict "root" $ "name" $name "ref" $ref) }}
+{{- end }}
 {{- end -}}
 
 {{/* The restricted Pod Security Standard: pod and container halves. */}}
