@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 
 from django.conf import settings
 
@@ -36,7 +36,9 @@ class BudgetStatus:
     def used_percent(self) -> Decimal:
         if not self.cap:
             return Decimal(100) if self.spent > 0 else Decimal(0)
-        return (self.spent * 100 / self.cap).quantize(Decimal("0.1"))
+        # Rounded down: the share shown (and the alert's value) never says more was spent than was; 79.95 % is not
+        # yet the 80 % warning.
+        return (self.spent * 100 / self.cap).quantize(Decimal("0.1"), rounding=ROUND_DOWN)
 
     @property
     def reached(self) -> bool:

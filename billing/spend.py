@@ -189,11 +189,13 @@ _LEVELS_SQL = """
 WITH events AS (
     SELECT greatest(started_at, %(start)s) AS t, gpus AS delta
     FROM billing_usageinterval
-    WHERE team_id = %(team)s AND tstzrange(started_at, ended_at, '[)') && tstzrange(%(start)s, %(end)s, '[)')
+    WHERE team_id = %(team)s AND pool_id = %(pool)s
+      AND tstzrange(started_at, ended_at, '[)') && tstzrange(%(start)s, %(end)s, '[)')
     UNION ALL
     SELECT least(coalesce(ended_at, %(end)s), %(end)s), -gpus
     FROM billing_usageinterval
-    WHERE team_id = %(team)s AND tstzrange(started_at, ended_at, '[)') && tstzrange(%(start)s, %(end)s, '[)')
+    WHERE team_id = %(team)s AND pool_id = %(pool)s
+      AND tstzrange(started_at, ended_at, '[)') && tstzrange(%(start)s, %(end)s, '[)')
 ),
 levels AS (
     SELECT t, sum(delta) OVER (ORDER BY t) AS level, lead(t) OVER (ORDER BY t) AS t_next FROM events
@@ -202,11 +204,13 @@ SELECT level::int, sum(extract(epoch FROM t_next - t)) FROM levels WHERE t_next 
 """
 
 
-def usage_levels(*, team: Team, start: datetime, end: datetime) -> dict[int, Decimal]:
-    """How long `team` held each number of GPUs (all its pools together) within [start, end): {GPUs: seconds}. Ties
-    at one instant are peers of the running sum, so the zero-length segments between them add nothing."""
+def usage_levels(*, team: Team, pool: Pool, start: datetime, end: datetime) -> dict[int, Decimal]:
+    """How long `team` held each number of GPUs in `pool` within [start, end): {GPUs: seconds}. One pool's: the
+    advice sizes the reservation there, and GPUs held in another pool (reserved there, or elastic) neither fill nor
+    overflow it. Ties at one instant are peers of the running sum, so the zero-length segments between them add
+    nothing."""
     with connection.cursor() as cursor:
-        cursor.execute(_LEVELS_SQL, {"team": team.pk, "start": start, "end": end})
+        cursor.execute(_LEVELS_SQL, {"team": team.pk, "pool": pool.pk, "start": start, "end": end})
         return {level: Decimal(seconds) for level, seconds in cursor.fetchall() if level > 0}
 
 
@@ -220,12 +224,13 @@ class TeamAdvice:
 
 
 def fitted_months(*, team: Team, now: datetime) -> list[date]:
-    """The last whole months (FIT_MONTHS at most) since the team's first metered day."""
+    """The last whole months (FIT_MONTHS at most) since the team's first metered day: the month of that day only when
+    it is the month's first (a reservation begun on the 20th would weigh twelve days of use against a month's fee)."""
     first = DailyUsage.objects.filter(team=team).order_by("day").values_list("day", flat=True).first()
     if first is None:
         return []
     months, month = [], previous_month(month_of(now))
-    while len(months) < FIT_MONTHS and month >= month_of(first):
+    while len(months) < FIT_MONTHS and month >= first:
         months.append(month)
         month = previous_month(month)
     return months[::-1]
@@ -242,7 +247,7 @@ def team_advice(*, team: Team, now: datetime) -> TeamAdvice | None:
         return None
     pool_id = max(reserved, key=lambda pk: (reserved[pk], -pk))
     pool = Pool.objects.get(pk=pool_id)
-    levels = usage_levels(team=team, start=month_bounds(months[0])[0], end=month_bounds(months[-1])[1])
+    levels = usage_levels(team=team, pool=pool, start=month_bounds(months[0])[0], end=month_bounds(months[-1])[1])
     advice = advise(
         levels,
         current_gpus=reserved[pool_id],

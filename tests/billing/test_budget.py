@@ -111,3 +111,10 @@ def test_the_controller_lets_a_workload_in_within_budget_and_never_evicts():
     assert decide(state="Pending", message="", quota_reserved=False, finished=False, hold=None) is None
     assert decide(state="Ready", message="within budget", quota_reserved=True, finished=False, hold=REACHED) is None
     assert decide(state="Pending", message="", quota_reserved=True, finished=True, hold=REACHED) is None
+
+
+def test_the_share_spent_is_rounded_down_so_the_warning_waits_for_80_percent():
+    almost = BudgetStatus(team_id=1, month=date(2026, 3, 1), cap=Decimal("100.00"), spent=Decimal("79.95"))
+    assert almost.used_percent == Decimal("79.9") and not almost.warning
+    there = BudgetStatus(team_id=1, month=date(2026, 3, 1), cap=Decimal("100.00"), spent=Decimal("80.00"))
+    assert there.used_percent == Decimal("80.0") and there.warning and not there.reached

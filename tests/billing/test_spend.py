@@ -123,7 +123,7 @@ def test_a_lead_sets_the_budget_on_the_page_and_sees_it_with_its_line_on_the_cha
     response = client.post(reverse("billing:team_budget_set", args=["alpha"]), {"monthly_cap": "100"})
     assert response.status_code == 302
     body = client.get(reverse("billing:team_billing", args=["alpha"])).content.decode()
-    assert "Variable part this month: 85.00 of a 100.00 budget (85.0 %)." in body
+    assert "Overage and spill this month, before lending credits: 85.00 of a 100.00 budget (85.0 %)." in body
     assert "the money alert has fired" in body
     assert 'class="budget"' in body
 
@@ -221,3 +221,20 @@ def test_the_history_starts_at_the_first_metered_day_or_the_creation_whichever_i
     Team.objects.filter(pk=team.pk).update(created_at=at(1, month=1, year=2025))
     team.refresh_from_db()
     assert spend.history_start(team=team, today=NOW.date()) == NOW.date() - timedelta(days=spend.HISTORY_DAYS)
+
+
+def test_a_month_begun_mid_way_is_not_fitted_as_a_whole_one(team, reserved_pool, pod, frozen):
+    """First metered day January 20th: January is not a whole month of history, February is."""
+    ReservationFactory(team=team, pool=reserved_pool, gpus=4, starts_at=at(20, month=1), ends_at=at(1, month=4))
+    pod(at(20, month=1), at(1, month=3), gpus=6)
+    services.refresh_usage(now=NOW)
+    assert spend.fitted_months(team=team, now=NOW) == [at(1, month=2).date()]
+
+
+def test_the_advice_counts_only_the_pool_it_sizes(team, reservation, february, frozen, elastic_pool, pod):
+    """The same February with 2 GPUs more all month in the elastic pool: the A800 reservation's advice is unchanged."""
+    pod(at(1, month=2), at(1, month=3), gpus=2, pool=elastic_pool)
+    services.refresh_usage(now=NOW)
+    advice = spend.team_advice(team=team, now=NOW)
+    assert advice.pool.slug == "a800" and advice.advice.advised.reserved_gpus == 6
+    assert advice.advice.current.total == Decimal("63392.00")  # as without the elastic pool's GPUs
