@@ -33,6 +33,11 @@ class TransientClusterError(ClusterError):
         super().__init__(message, status=status, transient=True)
 
 
+class NamespaceNotMade(ClusterError):
+    """A team namespace no reconcile has made yet, that the web process could not make (the chart gives that right to
+    the worker only, which makes it a moment after the team is created): `reconcile.namespaces.ensure`."""
+
+
 def is_transient(error: BaseException) -> bool:
     if isinstance(error, ClusterError):
         return error.transient

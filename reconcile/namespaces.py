@@ -13,7 +13,7 @@ from django.db import connection
 from django.utils import timezone
 
 from cluster import resources
-from cluster.errors import ClusterError
+from cluster.errors import ClusterError, NamespaceNotMade
 from cluster.namespaces import (
     parse_role_bindings,
     render_limit_range,
@@ -70,11 +70,18 @@ def ensure(team: Team, *, made_once_is_enough: bool = False) -> None:
     """The team namespace exists as the portal wants it before anything is put in it: reconciled unless the last
     reconcile applied the current version. With `made_once_is_enough` (the web process, saving a secret), a
     namespace some reconcile made is enough: a pending quota change is the worker's to apply, with rights the web
-    process does not hold (docs/running-in-a-cluster.md, "Permissions"). Raises ClusterError."""
+    process does not hold (docs/running-in-a-cluster.md, "Permissions"); one never made that it fails to make
+    raises NamespaceNotMade. Raises ClusterError."""
     state = TeamNamespace.objects.filter(team=team).first()
     never_made = state is None or state.applied_at is None
-    if never_made or (not state.is_applied and not made_once_is_enough):
+    if not never_made and (state.is_applied or made_once_is_enough):
+        return
+    try:
         reconcile(team)
+    except ClusterError as error:
+        if never_made and made_once_is_enough:
+            raise NamespaceNotMade(str(error)) from error
+        raise
 
 
 def _apply_binding(manifest: dict) -> resources.ApplyResult:

@@ -26,7 +26,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.debug import sensitive_variables
 
 from cluster import resources
-from cluster.errors import ClusterError, single_attempt
+from cluster.errors import ClusterError, NamespaceNotMade, single_attempt
 from cluster.team_data import DOCKER_CONFIG_KEY, render_opaque_secret, render_registry_secret
 from jobs.specs import SECRET_KEY
 from portal import audit, outbox
@@ -55,13 +55,6 @@ def ensure_namespace(team: Team) -> None:
     from reconcile.namespaces import ensure
 
     ensure(team, made_once_is_enough=True)
-
-
-def namespace_made(team: Team) -> bool:
-    """Whether some reconcile has made the team's namespace (`TeamNamespace.applied_at`)."""
-    from pools.models import TeamNamespace
-
-    return TeamNamespace.objects.filter(team=team, applied_at__isnull=False).exists()
 
 
 # --- volumes ---------------------------------------------------------------------------------------------------
@@ -302,16 +295,16 @@ def save_secret(
     try:
         with single_attempt():  # inside this transaction: tried once, never slept on (portal/retry.py)
             ensure_namespace(team)
+    except NamespaceNotMade:
+        # The web process may not make a namespace (the chart gives that right to the worker only), so a team whose
+        # namespace the worker has not made yet gets this, not the API server's 403.
+        raise ValidationError(
+            _(
+                "The team's namespace is not in the cluster yet (the worker makes it a moment after the team is "
+                "created): nothing was saved. Try again in a minute."
+            )
+        ) from None
     except ClusterError as error:
-        if not namespace_made(team):
-            # The web process may not make a namespace (the chart gives that right to the worker only), so a team
-            # whose namespace the worker has not made yet gets this, not the API server's 403.
-            raise ValidationError(
-                _(
-                    "The team's namespace is not in the cluster yet (the worker makes it a moment after the team is "
-                    "created): nothing was saved. Try again in a minute."
-                )
-            ) from None
         raise ValidationError(
             _("The cluster did not take the secret, nothing was saved: %(why)s") % {"why": error}
         ) from None

@@ -206,7 +206,7 @@ def test_a_secret_for_a_team_whose_namespace_is_not_made_yet_says_so(team, lead,
     def refused(team):
         raise ClusterError("namespaces is forbidden: User cannot create resource")
 
-    monkeypatch.setattr("teamdata.services.ensure_namespace", refused)
+    monkeypatch.setattr("reconcile.namespaces.reconcile", refused)  # the web process's rights: no namespace made
     with pytest.raises(ValidationError) as refusal:
         services.save_secret(team=team, user=lead, name="hf", kind=SecretKind.OPAQUE, values={"token": TOKEN})
     assert "The team's namespace is not in the cluster yet" in str(refusal.value)
