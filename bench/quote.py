@@ -1,4 +1,5 @@
-"""Benchmark: what the start-time quotes cost (jobs/quote.py, jobs/quote_selectors.py), in the database only.
+"""Benchmark: what the start-time quotes cost (jobs/quote.py, jobs/quote_selectors.py, jobs/quote_preview.py), in
+the database only.
 
 Builds its own database (`<DATABASE_URL name>_quote`, bench/benchdb.py) afresh and fills it with the ORM: TEAMS
 teams over POOLS reserved pools (each with an elastic spill pool), their quotas and reservations, RUNNING running
@@ -228,7 +229,8 @@ def main():
     from jobs.choices import JobState
     from jobs.models import Job
     from jobs.quote import quote_queue
-    from jobs.quote_selectors import preview_quote, team_queues
+    from jobs.quote_preview import preview_quote
+    from jobs.quote_selectors import team_queues
     from jobs.specs import JobSpec
 
     now = timezone.now()

@@ -120,7 +120,7 @@ class BudgetAdmin(admin.ModelAdmin):
 
 @admin.register(BudgetLift)
 class BudgetLiftAdmin(admin.ModelAdmin):
-    """Read here; lifted with `POST /api/v1/budget-lifts/` (admins, audited, billing.services.lift_budget)."""
+    """Read here; lifted with `POST /api/v1/budget-lifts/` (admins, audited, billing.budget.lift_budget)."""
 
     list_display = ["job", "month", "lifted_by", "lifted_at", "reason"]
     list_select_related = ["job", "lifted_by"]

@@ -1,4 +1,5 @@
-"""Reads of the teams' budgets: how much of the month's variable part each team has spent against its cap.
+"""The teams' budgets: how much of the month's variable part each team has spent against its cap, and their writes
+(`set_budget`, `lift_budget`: audited, and the cluster told through the outbox).
 
 The variable part a budget caps is what the team's use above its reservations costs this month: overage and spill
 GPU-hours at each pool's hourly price, from the daily rollups (`DailyUsageQuerySet.month_sums`), each pool to the
@@ -14,8 +15,12 @@ from datetime import date, datetime
 from decimal import ROUND_DOWN, Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils.translation import gettext as _
 
 from pools.models import Pool
+from portal import audit, outbox
 
 from .models import Budget, BudgetLift, DailyUsage
 from .money import as_text, format_money, hourly_cost
@@ -124,3 +129,56 @@ def describe(status: BudgetStatus) -> dict:
         "cap_text": format_money(status.cap),
         "spent_text": format_money(status.spent),
     }
+
+
+# --- writes -------------------------------------------------------------------------------------------------------
+
+
+def _budget_changed(*, projection: bool) -> None:
+    """In the caller's transaction (the outbox): check the held Workloads at once (`billing.check_budgets`), and
+    re-render Kueue's objects when a team's ClusterQueue gains or loses the budget's AdmissionCheck."""
+    outbox.send("billing.check_budgets")
+    if projection:
+        outbox.send("pools.reconcile_kueue")
+
+
+@transaction.atomic
+def set_budget(*, team, monthly_cap: Decimal | None, user, now: datetime) -> Budget | None:
+    """Set (or, with None, remove) `team`'s monthly cap on the variable part; audited. A lead of the team or an admin
+    may; once the month's spend has reached the cap, only an admin may raise or remove it (else the hard stop would
+    be the lead's to undo)."""
+    if monthly_cap is not None and monthly_cap < 0:
+        raise ValidationError({"monthly_cap": _("A budget cannot be negative.")})
+    budget = Budget.objects.select_for_update().filter(team=team).first()
+    status = team_budget(team=team, now=now) if budget is not None else None
+    raising = budget is not None and (monthly_cap is None or monthly_cap > budget.monthly_cap)
+    if status is not None and status.reached and raising and not user.is_admin:
+        raise ValidationError(_("The budget for this month is reached: only a platform admin may raise or remove it."))
+    before = audit.snapshot(budget)
+    if monthly_cap is None:
+        if budget is not None:
+            budget.delete()
+            audit.record(actor=user, action="billing.remove_budget", instance=team, before=before, after=None)
+            _budget_changed(projection=True)
+        return None
+    budget = budget or Budget(team=team)
+    budget.monthly_cap = monthly_cap.quantize(Decimal("0.01"))
+    budget.updated_by = user
+    budget.save()
+    audit.record(actor=user, action="billing.set_budget", instance=budget, before=before, after=audit.snapshot(budget))
+    _budget_changed(projection=True)  # the flavors checked follow the budget and whether it is reached
+    return budget
+
+
+@transaction.atomic
+def lift_budget(*, job, user, now: datetime, reason: str = "") -> BudgetLift:
+    """Let `job` pass its team's budget for the rest of this month (a platform admin only); audited."""
+    if not user.is_admin:
+        raise ValidationError(_("Only a platform admin may lift a budget for a job."))
+    lift, created = BudgetLift.objects.get_or_create(
+        job=job, month=month_of(now), defaults={"lifted_by": user, "reason": reason[:300]}
+    )
+    if created:
+        audit.record(actor=user, action="billing.lift_budget", instance=lift, before=None, after=audit.snapshot(lift))
+        _budget_changed(projection=False)
+    return lift

@@ -397,7 +397,7 @@ class Budget(models.Model):
     """A team's monthly cap on the variable part of its bill: overage and spill at the pools' hourly prices (lending
     credits do not count against it). At 80 % the money alert fires; at 100 % Kueue holds the team's jobs that would
     add variable cost (the portal's AdmissionCheck, `reconcile.budget`) until the month ends, the cap is raised or an
-    admin lifts it for a job. Every change is audited (`billing.services.set_budget`)."""
+    admin lifts it for a job. Every change is audited (`billing.budget.set_budget`)."""
 
     team = models.OneToOneField(Team, verbose_name=_("team"), on_delete=models.CASCADE, related_name="budget")
     monthly_cap = models.DecimalField(_("monthly cap on the variable part"), max_digits=14, decimal_places=2)

@@ -34,8 +34,6 @@ from portal import audit
 from . import metering, wording
 from .choices import InvoiceStatus, LineKind, LineUnit, unit_label
 from .models import (
-    Budget,
-    BudgetLift,
     ClosedMonth,
     DailyUsage,
     Invoice,
@@ -563,60 +561,3 @@ def _earlier_month_to_close(*, month: date, now: datetime) -> date | None:
 
 def _actor(user):
     return user if user is not None and user.is_authenticated else None
-
-
-# --- budgets ------------------------------------------------------------------------------------------------------
-
-
-def _budget_changed(*, projection: bool) -> None:
-    """In the caller's transaction (the outbox): check the held Workloads at once (`billing.check_budgets`), and
-    re-render Kueue's objects when a team's ClusterQueue gains or loses the budget's AdmissionCheck."""
-    from portal import outbox
-
-    outbox.send("billing.check_budgets")
-    if projection:
-        outbox.send("pools.reconcile_kueue")
-
-
-@transaction.atomic
-def set_budget(*, team, monthly_cap: Decimal | None, user, now: datetime) -> Budget | None:
-    """Set (or, with None, remove) `team`'s monthly cap on the variable part; audited. A lead of the team or an admin
-    may; once the month's spend has reached the cap, only an admin may raise or remove it (else the hard stop would
-    be the lead's to undo)."""
-    from .budget import team_budget
-
-    if monthly_cap is not None and monthly_cap < 0:
-        raise ValidationError({"monthly_cap": _("A budget cannot be negative.")})
-    budget = Budget.objects.select_for_update().filter(team=team).first()
-    status = team_budget(team=team, now=now) if budget is not None else None
-    raising = budget is not None and (monthly_cap is None or monthly_cap > budget.monthly_cap)
-    if status is not None and status.reached and raising and not user.is_admin:
-        raise ValidationError(_("The budget for this month is reached: only a platform admin may raise or remove it."))
-    before = audit.snapshot(budget)
-    if monthly_cap is None:
-        if budget is not None:
-            budget.delete()
-            audit.record(actor=user, action="billing.remove_budget", instance=team, before=before, after=None)
-            _budget_changed(projection=True)
-        return None
-    budget = budget or Budget(team=team)
-    budget.monthly_cap = monthly_cap.quantize(Decimal("0.01"))
-    budget.updated_by = user
-    budget.save()
-    audit.record(actor=user, action="billing.set_budget", instance=budget, before=before, after=audit.snapshot(budget))
-    _budget_changed(projection=True)  # the flavors checked follow the budget and whether it is reached
-    return budget
-
-
-@transaction.atomic
-def lift_budget(*, job, user, now: datetime, reason: str = "") -> BudgetLift:
-    """Let `job` pass its team's budget for the rest of this month (a platform admin only); audited."""
-    if not user.is_admin:
-        raise ValidationError(_("Only a platform admin may lift a budget for a job."))
-    lift, created = BudgetLift.objects.get_or_create(
-        job=job, month=month_of(now), defaults={"lifted_by": user, "reason": reason[:300]}
-    )
-    if created:
-        audit.record(actor=user, action="billing.lift_budget", instance=lift, before=None, after=audit.snapshot(lift))
-        _budget_changed(projection=False)
-    return lift

@@ -19,8 +19,8 @@ from django.views.decorators.http import require_POST
 from portal.htmx import render_page_or_partial
 from portal.models import Team
 
-from . import selectors, services, spend
-from .budget import describe, team_budget
+from . import selectors, spend
+from .budget import describe, set_budget, team_budget
 from .forms import BudgetForm, MonthForm
 from .models import Invoice
 from .periods import format_month, month_of, parse_month
@@ -88,7 +88,7 @@ def team_budget_set(request, slug: str):
     form = BudgetForm(request.POST)
     if form.is_valid():
         try:
-            services.set_budget(team=team, monthly_cap=form.cleaned_data["monthly_cap"], user=request.user, now=now)
+            set_budget(team=team, monthly_cap=form.cleaned_data["monthly_cap"], user=request.user, now=now)
         except ValidationError as error:
             form.add_error(None, error)
     if form.errors:

@@ -1,4 +1,5 @@
-"""Reads for the job pages: the list, a job's timeline and placement, the pending queue and the submit outlook.
+"""Reads for the job pages: the list, a job's timeline and placement, the pending queue (the submit outlook is
+`jobs.outlook`).
 
 Visibility comes from `Job.objects.visible_to(user)` and `Team.objects.visible_to(user)`: a job outside the
 user's teams is never fetched for its details. The pending queue shows every team's waiting work (PRODUCT.md:
@@ -11,8 +12,6 @@ import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import yaml
-from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import F, OuterRef, Subquery, Window
@@ -20,18 +19,15 @@ from django.db.models.functions import RowNumber
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from cluster.manifests import LABEL_JOB_ID
 from pools.lending import TeamUse, available_to, pool_lending, team_uses
 from pools.models import Node, Pool, Quota
-from pools.occupancy import GangFit, Occupancy, gang_fit, pool_occupancy
+from pools.occupancy import Occupancy, gang_fit, pool_occupancy
 from portal.models import Membership, Team, User
 
-from . import policy, reasons
+from . import reasons
 from .choices import JobState, Placement
-from .manifests import render, render_service
 from .models import Job, JobEvent, JobTemplate, Pod, Workload
-from .services import check_fits_limits, gpus_in_use, observed_state
-from .specs import JobSpec, validate_spec
+from .services import observed_state
 
 PENDING_PAGE_SIZE = 50
 
@@ -358,144 +354,6 @@ def quota_room(
             available_to(use, quota=quotas.get((team_id, pool_id), 0), cohort_free=cohort_free),
         )
     return room
-
-
-# --- submit: what will happen ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Outlook:
-    """What submitting `spec` would do: the quota after it, when it starts, and the manifest."""
-
-    start: str  # now | now_spill | pending | queued | never
-    start_text: str
-    quota: int = 0
-    in_use: int = 0
-    after: int = 0
-    position: int | None = None
-    manifest_yaml: str = ""
-    problems: list[str] = field(default_factory=list)
-    gang: "GangFit | None" = None  # a multi-node job: whether N nodes with G free GPUs each exist now
-
-    @property
-    def quota_percent_after(self) -> int:
-        return min(round(100 * self.after / self.quota), 100) if self.quota else 100
-
-
-def _placeholder_ids(manifest: dict) -> dict:
-    manifest["metadata"]["name"] = "rsv-<id>"
-    for labels in (manifest["metadata"]["labels"], manifest["spec"]["template"]["metadata"]["labels"]):
-        labels[LABEL_JOB_ID] = "<id>"
-    return manifest
-
-
-def manifest_preview(*, team: Team, pool: Pool, spec: JobSpec) -> str:
-    job = Job(team=team, pool=pool, **spec.as_model_fields())
-    text = yaml.safe_dump(_placeholder_ids(render(job)), sort_keys=False, allow_unicode=True)
-    if job.is_gang:
-        text += "---\n" + yaml.safe_dump(render_service(job), sort_keys=False, allow_unicode=True)
-        # The id is known once the job is saved: the names and selectors derived from it show a placeholder.
-        text = text.replace(job.job_name, "rsv-<id>").replace(f"{LABEL_JOB_ID}: 'None'", f"{LABEL_JOB_ID}: <id>")
-    return text
-
-
-def borrowable_gpus(pool: Pool, *, now=None) -> int:
-    """GPUs of `pool` a team could borrow from the cohort right now: the pool's unreserved GPUs (what its
-    `pool-<slug>-unreserved` ClusterQueue holds in Kueue) plus what the pool's reservations lend while idle, minus
-    what teams already use of both (`pools.lending`)."""
-    return pool_lending([pool.pk], now=now)[pool.pk].borrowable
-
-
-def submit_outlook(*, team: Team, pool: Pool, spec: JobSpec, user=None) -> Outlook:
-    """What the submit preview says of `spec`: when it starts, the quota after it, its manifest; "never" (and why)
-    when it can never fit, or when `user` may not submit it as it is (`policy.submission_errors`: what the submit
-    would refuse is not quoted as if it were taken)."""
-    try:
-        validate_spec(spec)
-        check_fits_limits(team=team, pool=pool, spec=spec)
-    except ValidationError as error:
-        messages = [str(m) for m in error.messages]
-        return Outlook(
-            start="never", start_text=_("Cannot fit: %(why)s") % {"why": " ".join(messages)}, problems=messages
-        )
-    if user is not None and (refused := list(policy.submission_errors(team=team, user=user, spec=spec).values())):
-        return Outlook(
-            start="never", start_text=_("Cannot submit: %(why)s") % {"why": " ".join(refused)}, problems=refused
-        )
-    quota = Quota.objects.filter(team=team, pool=pool).values_list("max_gpus", flat=True).first() or 0
-    in_use = gpus_in_use(team=team, pool=pool)
-    ahead = Job.objects.filter(team=team, state=JobState.QUEUED, priority__gte=spec.priority).count()
-    outlook = Outlook(start="", start_text="", quota=quota, in_use=in_use, after=in_use + spec.total_gpus)
-    outlook.manifest_yaml = manifest_preview(team=team, pool=pool, spec=spec)
-    if ahead or in_use + spec.total_gpus > quota:
-        outlook.start, outlook.position = "queued", ahead + 1
-        outlook.start_text = _("Queued at position %(k)d: Kueue admits it when the team's quota has room.") % {
-            "k": ahead + 1
-        }
-        return outlook
-    from pools.models import Reservation
-
-    reserved = sum(
-        Reservation.objects.filter(team=team, pool=pool).active_at(timezone.now()).values_list("gpus", flat=True)
-    )
-    to_borrow = max(in_use + spec.total_gpus - max(reserved, in_use), 0)
-    if to_borrow and to_borrow > borrowable_gpus(pool):
-        outlook.start, outlook.position = "queued", 1
-        outlook.start_text = _(
-            "Queued: it needs %(n)d GPUs above the team's reservation and %(pool)s's unreserved and lent GPUs are "
-            "in use; Kueue admits it when enough of them are freed."
-        ) % {"n": to_borrow, "pool": pool.name}
-        return outlook
-    pool_ids = [pool.pk, *pool.spill_pools.values_list("pk", flat=True)]
-    occupancy = pool_occupancy(pool_ids)
-    home = occupancy.get(pool.pk, Occupancy(pool_id=pool.pk))
-    if spec.nodes > 1:
-        return _gang_start(outlook, pool=pool, spec=spec, home=home)
-    if home.largest_free_block >= spec.gpus:
-        outlook.start, outlook.start_text = "now", _("Starts now in %(pool)s.") % {"pool": pool.name}
-        return outlook
-    spill_free = max((occupancy[p].largest_free_block for p in pool_ids[1:] if p in occupancy), default=0)
-    if spec.placement == Placement.SOFT and spill_free >= spec.gpus:
-        outlook.start, outlook.start_text = (
-            "now_spill",
-            _("Starts now in a spill pool: %(pool)s is full.") % {"pool": pool.name},
-        )
-    elif spec.placement == Placement.SPILL_AFTER and spill_free >= spec.gpus:
-        outlook.start = "pending"
-        outlook.start_text = _("Waits for %(pool)s, then spills after %(n)d minutes (a spill pool has room).") % {
-            "pool": pool.name,
-            "n": spec.spill_after_minutes or 0,
-        }
-    else:
-        outlook.start = "pending"
-        outlook.start_text = _(
-            "Admitted, then Pending in the cluster: the largest free block in %(pool)s is %(n)d GPUs."
-        ) % {"pool": pool.name, "n": home.largest_free_block}
-    return outlook
-
-
-def _gang_start(outlook: Outlook, *, pool: Pool, spec: JobSpec, home: Occupancy) -> Outlook:
-    """When a multi-node job admitted now would start: at once if N nodes of the home pool each have G free GPUs
-    (a gang is never spread over spill pools: its pods must find each other and share the placement), else its
-    pods wait and Kueue requeues it if they do not all start within its waitForPodsReady timeout."""
-    outlook.gang = gang_fit(home, nodes=spec.nodes, gpus=spec.gpus)
-    if outlook.gang.fits:
-        outlook.start = "now"
-        outlook.start_text = _(
-            "Starts now in %(pool)s: %(have)d nodes have %(gpus)d free GPUs, it needs %(nodes)d."
-        ) % {
-            "pool": pool.name,
-            "have": outlook.gang.nodes_with_room,
-            "gpus": spec.gpus,
-            "nodes": spec.nodes,
-        }
-    else:
-        outlook.start = "pending"
-        outlook.start_text = _(
-            "Admitted, then waits in the cluster: it %(fit)s. If its pods do not all start in time, Kueue gives its "
-            "GPUs back and requeues it."
-        ) % {"fit": reasons.gang_hint(outlook.gang)}
-    return outlook
 
 
 def templates_for(user):

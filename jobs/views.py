@@ -28,11 +28,12 @@ from portal.htmx import render_page_or_partial
 from portal.throttling import counts_as_submission, not_a_write
 from teamdata.selectors import usable_by_team
 
-from . import job_templates, notifications, quote_selectors, reasons, selectors, services
+from . import job_templates, notifications, quote_preview, quote_selectors, reasons, selectors, services
 from .choices import FINAL_STATES, JobState
 from .filters import JobFilterSet
 from .forms import JobNotifyForm, JobSubmitForm
 from .models import Job, JobTemplate
+from .outlook import submit_outlook
 from .quote_words import worded
 from .specs import JobSpec
 
@@ -266,16 +267,16 @@ def _outlook(form: JobSubmitForm, user):
     if not form.is_valid():
         return None
     data = form.cleaned_data
-    return selectors.submit_outlook(team=data["team"], pool=data["pool"], spec=form.spec(), user=user)
+    return submit_outlook(team=data["team"], pool=data["pool"], spec=form.spec(), user=user)
 
 
 def _preview_quote(form: JobSubmitForm, outlook) -> dict | None:
-    """When the typed job would start (`quote_selectors.preview_quote`) and the alternatives that start sooner, in
+    """When the typed job would start (`quote_preview.preview_quote`) and the alternatives that start sooner, in
     words; None while the form is incomplete or the job can never fit."""
     if outlook is None or outlook.start == "never":
         return None
     data = form.cleaned_data
-    preview = quote_selectors.preview_quote(team=data["team"], pool=data["pool"], spec=form.spec())
+    preview = quote_preview.preview_quote(team=data["team"], pool=data["pool"], spec=form.spec())
     return {
         "quote": worded(preview.quote),
         "alternatives": [
@@ -367,7 +368,7 @@ def job_submit_preview(request):
     return render_page_or_partial(request, "jobs/job_submit.html", "jobs/partials/submit_preview.html", context)
 
 
-# What an alternative of the preview may change: the fields `quote_selectors.preview_quote` varies.
+# What an alternative of the preview may change: the fields `quote_preview.preview_quote` varies.
 TAKEABLE_FIELDS = ("gpus", "placement", "pool", "max_run_minutes")
 
 

@@ -16,9 +16,9 @@ from rest_framework.response import Response
 from jobs.models import Job
 from portal.models import Team
 
-from .. import selectors, services, spend
+from .. import selectors, spend
 from ..budget import as_data as budget_data
-from ..budget import team_budget
+from ..budget import lift_budget, set_budget, team_budget
 from ..choices import InvoiceStatus
 from ..models import BudgetLift, Invoice
 from ..money import as_text
@@ -117,7 +117,7 @@ class SpendViewSet(viewsets.ViewSet):
         serializer = BudgetSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            services.set_budget(
+            set_budget(
                 team=team, monthly_cap=serializer.validated_data["monthly_cap"], user=request.user, now=timezone.now()
             )
         except DjangoValidationError as error:
@@ -142,7 +142,7 @@ class BudgetLiftViewSet(viewsets.GenericViewSet, mixins.CreateModelMixin):
         serializer = BudgetLiftSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         job = get_object_or_404(Job, pk=serializer.validated_data["job"])
-        lift = services.lift_budget(
+        lift = lift_budget(
             job=job, user=request.user, now=timezone.now(), reason=serializer.validated_data.get("reason", "")
         )
         return Response({"job": job.pk, "month": f"{lift.month:%Y-%m}", "reason": lift.reason}, status=201)

@@ -10,7 +10,7 @@ import time_machine
 from django.core.exceptions import ValidationError
 
 from billing import services
-from billing.budget import BudgetStatus, budget_statuses, team_budget
+from billing.budget import BudgetStatus, budget_statuses, lift_budget, set_budget, team_budget
 from billing.models import Budget, BudgetLift
 from jobs.models import Job
 from portal.models import AuditEntry
@@ -31,18 +31,18 @@ def spent(team, reservation, pod, elastic_pool):
 
 
 def test_the_budget_counts_overage_and_spill_at_the_hourly_prices(team, spent, lead):
-    services.set_budget(team=team, monthly_cap=Decimal("100.00"), user=lead, now=NOW)
+    set_budget(team=team, monthly_cap=Decimal("100.00"), user=lead, now=NOW)
     status = team_budget(team=team, now=NOW)
     assert (status.spent, status.cap, status.used_percent) == (Decimal("85.00"), Decimal("100.00"), Decimal("85.0"))
     assert status.warning and not status.reached
-    services.set_budget(team=team, monthly_cap=Decimal("85.00"), user=lead, now=NOW)
+    set_budget(team=team, monthly_cap=Decimal("85.00"), user=lead, now=NOW)
     assert team_budget(team=team, now=NOW).reached
 
 
 def test_setting_a_budget_is_audited_and_asks_for_the_check_and_the_projection(team, lead, spent):
     from portal.models import OutboxMessage
 
-    services.set_budget(team=team, monthly_cap=Decimal("500"), user=lead, now=NOW)
+    set_budget(team=team, monthly_cap=Decimal("500"), user=lead, now=NOW)
     entry = AuditEntry.objects.get(action="billing.set_budget")
     assert entry.actor == lead and entry.after["monthly_cap"] == "500.00"
     assert set(OutboxMessage.objects.values_list("task", flat=True)) == {
@@ -52,13 +52,13 @@ def test_setting_a_budget_is_audited_and_asks_for_the_check_and_the_projection(t
 
 
 def test_once_reached_only_an_admin_raises_or_removes_the_cap(team, lead, platform_admin, spent):
-    services.set_budget(team=team, monthly_cap=Decimal("50"), user=lead, now=NOW)
+    set_budget(team=team, monthly_cap=Decimal("50"), user=lead, now=NOW)
     with pytest.raises(ValidationError):
-        services.set_budget(team=team, monthly_cap=Decimal("200"), user=lead, now=NOW)
+        set_budget(team=team, monthly_cap=Decimal("200"), user=lead, now=NOW)
     with pytest.raises(ValidationError):
-        services.set_budget(team=team, monthly_cap=None, user=lead, now=NOW)
-    services.set_budget(team=team, monthly_cap=Decimal("40"), user=lead, now=NOW)  # lowering is the lead's
-    services.set_budget(team=team, monthly_cap=Decimal("200"), user=platform_admin, now=NOW)
+        set_budget(team=team, monthly_cap=None, user=lead, now=NOW)
+    set_budget(team=team, monthly_cap=Decimal("40"), user=lead, now=NOW)  # lowering is the lead's
+    set_budget(team=team, monthly_cap=Decimal("200"), user=platform_admin, now=NOW)
     assert Budget.objects.get(team=team).monthly_cap == Decimal("200.00")
     assert AuditEntry.objects.filter(action="billing.set_budget").count() == 3  # the refused two left none
 
@@ -66,9 +66,9 @@ def test_once_reached_only_an_admin_raises_or_removes_the_cap(team, lead, platfo
 def test_only_an_admin_lifts_the_budget_for_a_job_once_a_month(team, lead, platform_admin, elastic_pool):
     job = JobFactory(team=team, pool=elastic_pool)
     with pytest.raises(ValidationError):
-        services.lift_budget(job=job, user=lead, now=NOW)
-    services.lift_budget(job=job, user=platform_admin, now=NOW, reason="deadline")
-    services.lift_budget(job=job, user=platform_admin, now=NOW)
+        lift_budget(job=job, user=lead, now=NOW)
+    lift_budget(job=job, user=platform_admin, now=NOW, reason="deadline")
+    lift_budget(job=job, user=platform_admin, now=NOW)
     assert BudgetLift.objects.get().month == date(2026, 3, 1)
     assert AuditEntry.objects.filter(action="billing.lift_budget").count() == 1
     assert Job.objects.filter(budget_lifts__month=date(2026, 3, 1)).get() == job

@@ -12,6 +12,7 @@ import pytest
 from django.utils import timezone
 
 from billing import services as billing_services
+from billing.budget import lift_budget, set_budget
 from billing.models import Budget
 from billing.periods import midnight, month_of
 from cluster import client, kueue_objects
@@ -162,7 +163,7 @@ def over_budget(cluster_sync, cluster_team, admin):
         ended_at=now - timedelta(seconds=1),
     )
     billing_services.refresh_usage(now=now)
-    billing_services.set_budget(team=team, monthly_cap=Decimal("0.01"), user=admin, now=now)
+    set_budget(team=team, monthly_cap=Decimal("0.01"), user=admin, now=now)
     project_now()
     return team
 
@@ -213,7 +214,7 @@ def test_over_budget_the_elastic_jobs_wait_with_the_reason_and_the_reservation_k
     )
 
     # An admin lifts the budget for the portal's job: it alone is let in.
-    billing_services.lift_budget(job=spilling, user=admin, now=timezone.now(), reason="deadline")
+    lift_budget(job=spilling, user=admin, now=timezone.now(), reason="deadline")
     until(
         lambda: admitted(workload_owned_by(team.namespace, spilling.job_name)),
         what="the lifted job admitted",
@@ -222,7 +223,7 @@ def test_over_budget_the_elastic_jobs_wait_with_the_reason_and_the_reservation_k
     assert not admitted(workload_owned_by(team.namespace, "around-the-portal"))
 
     # The admin raises the cap: the job sent around the portal is let in too.
-    billing_services.set_budget(team=team, monthly_cap=Decimal("1000"), user=admin, now=timezone.now())
+    set_budget(team=team, monthly_cap=Decimal("1000"), user=admin, now=timezone.now())
     until(
         lambda: admitted(workload_owned_by(team.namespace, "around-the-portal")),
         what="the held job admitted",
@@ -234,7 +235,7 @@ def test_over_budget_the_elastic_jobs_wait_with_the_reason_and_the_reservation_k
 
 def test_removing_the_budget_takes_the_check_off_the_team_queue(over_budget, admin):
     team = over_budget
-    billing_services.set_budget(team=team, monthly_cap=None, user=admin, now=timezone.now())
+    set_budget(team=team, monthly_cap=None, user=admin, now=timezone.now())
     project_now()
     queue = kueue_objects.read_kueue_object("ClusterQueue", f"team-{team.slug}")
     assert "admissionChecksStrategy" not in queue["spec"]

@@ -7,9 +7,10 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import selectors, services
+from jobs import services
 from jobs.choices import JobState
 from jobs.models import Job, Workload
+from jobs.outlook import manifest_preview, submit_outlook
 from jobs.specs import JobSpec
 from tests.factories import JobFactory, NodeFactory, PodFactory, PoolFactory, QuotaFactory
 
@@ -53,17 +54,17 @@ def test_a_gang_above_the_team_quota_or_wider_than_the_pool_is_refused(team, poo
 
 def test_the_submit_preview_says_whether_n_nodes_have_g_free_gpus_now(team, pool, researcher):
     QuotaFactory(team=team, pool=pool, max_gpus=64)
-    outlook = selectors.submit_outlook(team=team, pool=pool, spec=spec(nodes=3))
+    outlook = submit_outlook(team=team, pool=pool, spec=spec(nodes=3))
     assert outlook.start == "now" and outlook.gang.fits
     assert outlook.after == 24
     assert "kind: Service" in outlook.manifest_yaml and "completionMode: Indexed" in outlook.manifest_yaml
     assert "rsv-<id>-0.rsv-<id>." in outlook.manifest_yaml  # MASTER_ADDR with the id still to come
     # A pod of another team takes 2 GPUs of node-c: only 2 nodes have 8 free.
     PodFactory(pool=pool, node_name="node-c", gpus=2, phase="Running", scheduled=True)
-    outlook = selectors.submit_outlook(team=team, pool=pool, spec=spec(nodes=3))
+    outlook = submit_outlook(team=team, pool=pool, spec=spec(nodes=3))
     assert outlook.start == "pending" and not outlook.gang.fits
     assert "needs 3 nodes with 8 free GPUs; 2 have" in outlook.start_text
-    assert selectors.submit_outlook(team=team, pool=pool, spec=spec(nodes=3, gpus=6)).gang.fits
+    assert submit_outlook(team=team, pool=pool, spec=spec(nodes=3, gpus=6)).gang.fits
 
 
 def test_the_job_page_and_api_list_a_gangs_pods_by_index(client, team, pool, researcher):
@@ -138,5 +139,5 @@ def test_each_gang_gets_its_own_rendezvous_token_and_the_preview_never_shows_one
     settings.SECRET_KEY = "another-installation"
     assert token(first) != first_token  # derived from this installation's secret key
     QuotaFactory(team=team, pool=pool, max_gpus=24)
-    preview = selectors.manifest_preview(team=team, pool=pool, spec=spec(nodes=2))
+    preview = manifest_preview(team=team, pool=pool, spec=spec(nodes=2))
     assert "<per-job token>" in preview and first_token not in preview

@@ -11,8 +11,8 @@ from jobs import services
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, JobEvent, JobQuote, Workload
 from jobs.quote import DELAY_SIZE
+from jobs.quote_preview import preview_quote
 from jobs.quote_selectors import (
-    preview_quote,
     quotes_for,
     recent_submissions,
     run_fractions,

@@ -11,7 +11,8 @@ from django.db import connection
 from jobs import quote_selectors
 from jobs.choices import JobState
 from jobs.models import Job
-from jobs.quote_selectors import preview_quote, quotes_for
+from jobs.quote_preview import preview_quote
+from jobs.quote_selectors import quotes_for
 from jobs.specs import JobSpec
 from pools.choices import Lending, PoolKind
 from portal.snapshot import one_snapshot

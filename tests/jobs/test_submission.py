@@ -418,7 +418,7 @@ def test_a_reclaim_names_the_team_that_took_its_gpus_back():
 
 
 def test_the_preview_says_queued_when_the_gpus_to_borrow_are_taken_by_another_team(sent, team, other_team, researcher):
-    from jobs.selectors import borrowable_gpus, submit_outlook
+    from jobs.outlook import borrowable_gpus, submit_outlook
     from tests.factories import JobFactory
 
     pool = PoolFactory(slug="a800", contracted_gpus=16)

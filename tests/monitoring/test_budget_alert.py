@@ -8,6 +8,7 @@ from decimal import Decimal
 import time_machine
 
 from billing import services as billing_services
+from billing.budget import set_budget
 from monitoring import services
 from monitoring.choices import AlertKind, AlertState
 from monitoring.models import Alert, AlertNotification
@@ -26,11 +27,11 @@ def _spend(team, pod, elastic_pool, reservation):
 
 def test_the_alert_fires_at_80_percent_of_the_budget_and_is_sent(team, lead, pod, elastic_pool, reservation, webhook):
     _spend(team, pod, elastic_pool, reservation)
-    billing_services.set_budget(team=team, monthly_cap=Decimal("200"), user=lead, now=NOW)  # 42.5 %: quiet
+    set_budget(team=team, monthly_cap=Decimal("200"), user=lead, now=NOW)  # 42.5 %: quiet
     services.evaluate_alerts(now=NOW)
     assert not Alert.objects.filter(kind=AlertKind.BUDGET_USED).exists()
 
-    billing_services.set_budget(team=team, monthly_cap=Decimal("106.25"), user=lead, now=NOW)  # exactly 80 %
+    set_budget(team=team, monthly_cap=Decimal("106.25"), user=lead, now=NOW)  # exactly 80 %
     services.evaluate_alerts(now=NOW)
     alert = Alert.objects.get(kind=AlertKind.BUDGET_USED)
     assert alert.state == AlertState.FIRING and alert.team == team and alert.value == 80.0
@@ -49,7 +50,7 @@ def test_the_firing_budget_alert_reaches_the_leads_by_email_in_their_language(
     lead.email, lead.language = "leo@example.com", "zh-hans"
     lead.save()
     _spend(team, pod, elastic_pool, reservation)
-    billing_services.set_budget(team=team, monthly_cap=Decimal("100"), user=lead, now=NOW)
+    set_budget(team=team, monthly_cap=Decimal("100"), user=lead, now=NOW)
     services.evaluate_alerts(now=NOW)
     alert = Alert.objects.get(kind=AlertKind.BUDGET_USED)
     assert OutboxMessage.objects.filter(task="monitoring.email_alert", args=[alert.pk]).exists()

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.choices import JobState
-from jobs.selectors import borrowable_gpus
+from jobs.outlook import borrowable_gpus
 from pools import services as pool_services
 from pools.choices import Lending
 from pools.lending import TeamUse, pool_lending, reservation_lending, split_pool
