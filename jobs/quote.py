@@ -38,6 +38,7 @@ module is pure: its inputs are built from the database by `jobs.quote_selectors`
 """
 
 import heapq
+import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -51,13 +52,24 @@ MIN_HISTORY = 10  # fewer finished jobs than this: the prior below stands in for
 HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is fitted on
 # With no history: a run may end anywhere in its maximum run time, evenly (wide on purpose).
 PRIOR = tuple(step / 20 for step in range(1, 21))
-MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s)
+MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s), and "starts now" spans its promise
 DELAY_SIZE = 50  # the platform's most recent starts the start delay is read off
 MIN_STOPS = 10  # fewer measured stops than this: a stop ends anywhere in its grace period, evenly
 STOP_SIZE = 50  # the platform's most recent evictions the stop times are read off
 ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen from
 ARRIVAL_REPEATS = 5  # how many stretches as long as theirs are foreseen
 STARTS_NOW_WITHIN = timedelta(seconds=60)  # "starts now": Running within this at level 0.9 (issue 28's measure)
+
+
+def quantile_index(level: float, size: int) -> int:
+    """Which of `size` sorted values (0-based) is the `level`-quantile for a draw yet to come: the order statistic of
+    rank level·(n+1), rounded away from the median (down below it, up above it). Of n values, a new draw from the
+    same distribution falls below the k-th smallest with probability k/(n+1): the 10th and 90th percentile read
+    as int(level·n) (the 6th and 46th of 50) held a new draw 40/51 = 78 % of the time, the 5th and 46th hold it
+    41/51 = 80 %. The median is the same either way (the upper of the two middle values of an even count)."""
+    position = level * (size + 1)
+    rank = math.floor(position + 1e-9) if level < 0.5 else math.ceil(position - 1e-9)
+    return min(max(rank, 1), size) - 1
 
 
 def _clamped(ordered: list[float]) -> list[float]:
@@ -96,7 +108,7 @@ class RunHistory:
         rest = len(self.fractions) - first
         if not rest:
             return after + level * (1.0 - after)
-        return max(self.fractions[first + min(int(level * rest), rest - 1)], after)
+        return max(self.fractions[first + quantile_index(level, rest)], after)
 
 
 class StartDelay:
@@ -120,12 +132,16 @@ class StartDelay:
         seconds, stopping = list(seconds), list(stopping)
         return cls(seconds if len(seconds) >= MIN_DELAYS else (), stopping if len(stopping) >= MIN_DELAYS else ())
 
+    @property
+    def measured(self) -> bool:
+        return bool(self.seconds)
+
     def quantile(self, level: float, *, stopping: bool = False) -> float:
         """The `level`-quantile of the delay of a start on free room, or of one that stops others first."""
         values = self.stopping if stopping and self.stopping else self.seconds
         if not values:
             return 0.0
-        return values[min(int(level * len(values)), len(values) - 1)]
+        return values[quantile_index(level, len(values))]
 
 
 class StopTimes:
@@ -148,7 +164,7 @@ class StopTimes:
             return 1.0
         if not self.fractions:
             return level
-        return self.fractions[min(int(level * len(self.fractions)), len(self.fractions) - 1)]
+        return self.fractions[quantile_index(level, len(self.fractions))]
 
 
 class Holding(NamedTuple):
@@ -213,7 +229,8 @@ class TeamQueue:
 @dataclass
 class Quote:
     """When one job starts: `estimate` within [`low`, `high`] (80 %), `latest` if every job runs to its maximum; all
-    None when it cannot start with the team's quota. `basis` says why, as items `jobs.quote_words.basis_in_words`
+    None when it cannot start with the team's quota, or when Kueue has admitted it but the scheduler finds no node for
+    its pods (`unplaced`: no time is known for that). `basis` says why, as items `jobs.quote_words.basis_in_words`
     words."""
 
     starts_now: bool
@@ -223,16 +240,17 @@ class Quote:
     latest: datetime | None = None
     pool_id: int | None = None
     basis: list[dict] = field(default_factory=list)
+    unplaced: bool = False
 
     @property
     def never(self) -> bool:
-        return self.estimate is None
+        return self.estimate is None and not self.unplaced
 
     def sooner_than(self, other: "Quote", *, by: timedelta) -> bool:
         """Starts meaningfully sooner than `other`: its estimate at least `by` earlier (or `other` never starts)."""
-        if self.never:
+        if self.estimate is None:
             return False
-        return other.never or self.estimate <= other.estimate - by
+        return other.estimate is None or self.estimate <= other.estimate - by
 
 
 @dataclass
@@ -516,6 +534,12 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
     # any other, with the same basis.
     admitted_now = all(runs[level].admitted.get(index, latest) <= now for level in (LOW, ESTIMATE, HIGH))
     starts_now = admitted_now and high <= now + STARTS_NOW_WITHIN
+    if starts_now and not queue.delay.measured:
+        # No start measured on the platform yet: how long its path takes (an image pull may take a minute) is not
+        # known, and "starts now" promises no more than Running within `STARTS_NOW_WITHIN`. The interval is that
+        # promise, not the instant now (which no real start falls on).
+        high = max(high, now + STARTS_NOW_WITHIN)
+        latest = max(latest, high)
     if admitted_now:
         room = queue.room.get(pool_id, 0)
         if room < job.gpus and runs[ESTIMATE].reclaimed.get(index):
@@ -537,6 +561,8 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
             seconds = max(queue.reclaim.get(pool_id, (0, 0))[1] for pool_id in job.pools)
             basis.append({"say": "reclaim", "gpus": reclaimed, "seconds": seconds})
         basis.append({"say": "history", "jobs": queue.history.size})
+    if starts_now and not queue.delay.measured:
+        basis.append({"say": "unmeasured", "seconds": int(STARTS_NOW_WITHIN.total_seconds())})
     if pool_id != home:
         basis.append({"say": "spills", "pool": queue.pool_names.get(pool_id, "")})
     return Quote(

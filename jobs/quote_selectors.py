@@ -393,26 +393,56 @@ def _reclaims(team_ids, pools: list[Pool], *, now: datetime, uses: dict) -> dict
 # --- quotes of jobs ----------------------------------------------------------------------------------------------
 
 
-def admitted_quote(*, now: datetime) -> Quote:
-    """An admitted job not running yet: Kueue has given it its GPUs, its pods are being placed."""
+def admitted_quote(*, now: datetime, unplaced: str | None = None) -> Quote:
+    """An admitted job not running yet: Kueue has given it its GPUs, its pods are being placed. When the scheduler
+    has found no node for one of them (`unplaced`: its message), no time is quoted: the job waits for a node (one
+    freed, uncordoned or added), which nothing the portal knows foresees."""
+    if unplaced is not None:
+        return Quote(
+            starts_now=False,
+            estimate=None,
+            low=None,
+            high=None,
+            unplaced=True,
+            basis=[{"say": "unplaced", "message": unplaced}],
+        )
     return Quote(starts_now=True, estimate=now, low=now, high=now, latest=now, basis=[{"say": "admitted"}])
+
+
+def unplaced_pods(job_ids) -> dict[int, str]:
+    """For each of `job_ids` with a pod the scheduler could not place (Pending, unscheduled), the scheduler's
+    message (the newest pod's): one query."""
+    from .models import Pod
+
+    said: dict[int, str] = {}
+    rows = (
+        Pod.objects.filter(job_id__in=list(job_ids), phase="Pending", scheduled=False)
+        .order_by("job_id", "-created_at")
+        .values_list("job_id", "pending_reason")
+    )
+    for job_id, message in rows:
+        said.setdefault(job_id, message)
+    return said
 
 
 def quotes_for(jobs, *, now: datetime | None = None) -> dict[int, Quote]:
     """A quote for each of `jobs` (Job rows) not running yet: queued ones from their team's queue, admitted ones
-    "starts now". Running and finished jobs are not in the answer."""
+    "starts now", or waiting for a node while the scheduler places none of a pod. Running and finished jobs are not
+    in the answer."""
     now = now or timezone.now()
     jobs = list(jobs)
     quotes: dict[int, Quote] = {}
     queued_teams = {job.team_id for job in jobs if job.state == JobState.QUEUED}
     by_team = {team_id: quote_queue(queue, now=now) for team_id, queue in team_queues(queued_teams, now=now).items()}
+    admitted = [job.pk for job in jobs if job.state != JobState.QUEUED and job.state in NOT_STARTED_STATES]
+    unplaced = unplaced_pods(admitted) if admitted else {}
     for job in jobs:
         if job.state == JobState.QUEUED:
             quote = by_team.get(job.team_id, {}).get(job.pk)
             if quote is not None:
                 quotes[job.pk] = quote
         elif job.state in NOT_STARTED_STATES:
-            quotes[job.pk] = admitted_quote(now=now)
+            quotes[job.pk] = admitted_quote(now=now, unplaced=unplaced.get(job.pk))
     return quotes
 
 

@@ -8,6 +8,7 @@ from django.utils import formats, timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
+from . import reasons
 from .quote import Quote
 
 
@@ -62,6 +63,12 @@ def _basis_item(item: dict, now: datetime) -> str:
             )
             % item
         )
+    if say == "unmeasured":
+        return _("no start measured on this platform yet: Running within %(seconds)d s") % item
+    if say == "unplaced":
+        return _("Kueue has admitted it, but the scheduler finds no node for its pods: %(reason)s") % {
+            "reason": reasons.plain_reason(item.get("message", ""))
+        }
     if say == "admitted":
         return _("Kueue has admitted it: it starts as soon as its pods are placed on nodes")
     if say == "spills":
@@ -81,6 +88,8 @@ def quote_in_words(quote: Quote, *, now: datetime | None = None) -> str:
     """ "Starts now", "likely 14:20 UTC (80 %: 13:55–15:10)" (times in the portal's zone, named once), or that it
     cannot start with the team's quota."""
     now = now or timezone.now()
+    if quote.unplaced:
+        return _("waits for a node")
     if quote.never:
         return _("cannot start with your team's quota")
     if quote.starts_now:
@@ -101,6 +110,7 @@ class QuoteWords:
     basis: str
     starts_now: bool
     never: bool
+    unplaced: bool
     estimate: datetime | None
     low: datetime | None
     high: datetime | None
@@ -113,6 +123,7 @@ def worded(quote: Quote, *, now: datetime | None = None) -> QuoteWords:
         basis=basis_in_words(quote.basis, now=now),
         starts_now=quote.starts_now,
         never=quote.never,
+        unplaced=quote.unplaced,
         estimate=quote.estimate,
         low=quote.low,
         high=quote.high,

@@ -69,12 +69,19 @@ class ExpectedStartSerializer(serializers.Serializer):
 
     starts_now = serializers.BooleanField(help_text=_("It fits at once (or Kueue has admitted it already)."))
     estimate = serializers.DateTimeField(
-        allow_null=True, help_text=_("The likely start; null when it cannot start with its team's quota.")
+        allow_null=True,
+        help_text=_("The likely start; null when it cannot start with its team's quota, or waits for a node."),
     )
     low = serializers.DateTimeField(
         allow_null=True, help_text=_("Where the interval holding the start with 80 percent likelihood begins.")
     )
     high = serializers.DateTimeField(allow_null=True, help_text=_("Where that interval ends."))
+    waits_for_node = serializers.BooleanField(
+        source="unplaced",
+        help_text=_(
+            "Kueue has admitted it but the scheduler finds no node for its pods: no time is quoted (see basis)."
+        ),
+    )
     text = serializers.CharField(help_text=_("The quote in the reader's language."))
     basis = serializers.CharField(help_text=_("What the quote rests on, in the reader's language."))
 

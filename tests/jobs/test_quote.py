@@ -7,7 +7,11 @@ from datetime import UTC, datetime, timedelta
 from django.utils import translation
 
 from jobs.quote import (
+    ESTIMATE,
+    HIGH,
+    LOW,
     PRIOR,
+    STARTS_NOW_WITHIN,
     Holding,
     RunHistory,
     StartDelay,
@@ -15,6 +19,7 @@ from jobs.quote import (
     TeamQueue,
     Waiting,
     arrivals,
+    quantile_index,
     quote_queue,
 )
 from jobs.quote_words import basis_in_words, quote_in_words
@@ -55,12 +60,45 @@ def _queue(
     )
 
 
+INSTANT = StartDelay.fitted([0.0] * 10)  # the path measured on ten starts, each Running at once
+
+
 def test_a_job_that_fits_in_the_room_starts_now():
-    quotes = quote_queue(_queue(room={POOL: 8}, waiting=[Waiting(1, 4, HOUR, (POOL,))]), now=NOW)
+    waiting = [Waiting(1, 4, HOUR, (POOL,))]
+    quotes = quote_queue(_queue(room={POOL: 8}, waiting=waiting, delay=INSTANT), now=NOW)
     assert quotes[1].starts_now and quotes[1].estimate == quotes[1].low == quotes[1].high == NOW
     with translation.override("en"):
         assert quote_in_words(quotes[1], now=NOW) == "starts now"
         assert basis_in_words(quotes[1].basis, now=NOW) == "your team has room for 8 more GPUs in a800 now"
+
+
+def test_starts_now_before_any_start_is_measured_spans_its_promise_not_an_instant():
+    # No start measured on the platform yet: how long the path takes is unknown. The interval was [now, now], which
+    # no real start falls on (the first ten starts of every replay were misses); it is the promise, a minute.
+    quotes = quote_queue(_queue(room={POOL: 8}, waiting=[Waiting(1, 4, HOUR, (POOL,))]), now=NOW)
+    quote = quotes[1]
+    assert quote.starts_now and (quote.low, quote.estimate) == (NOW, NOW)
+    assert quote.high == NOW + STARTS_NOW_WITHIN
+    with translation.override("en"):
+        assert "no start measured on this platform yet: Running within 60 s" in basis_in_words(quote.basis, now=NOW)
+        assert quote_in_words(quote, now=NOW) == "starts now"
+    with translation.override("zh-hans"):
+        assert "60" in basis_in_words(quote.basis, now=NOW) and "measured" not in basis_in_words(quote.basis, now=NOW)
+    # A job that waits is quoted as before: its interval comes from the queue, not from the promise.
+    busy = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR)]
+    waits = quote_queue(_queue(room={POOL: 0}, holding=busy, waiting=[Waiting(1, 4, HOUR, (POOL,))]), now=NOW)[1]
+    assert not waits.starts_now and not any(item["say"] == "unmeasured" for item in waits.basis)
+
+
+def test_the_interval_s_order_statistics_hold_a_new_draw_at_least_80_percent_of_the_time():
+    # Of n values, a new draw from the same distribution falls below the k-th smallest with probability k/(n+1):
+    # each bound leaves out at most 10 % (int(0.1 n) took the 6th of 50, leaving out 6/51 = 11.8 %).
+    for size in range(9, 301):
+        low, high = quantile_index(LOW, size) + 1, quantile_index(HIGH, size) + 1  # ranks, 1-based
+        assert low / (size + 1) <= 0.1 and (size + 1 - high) / (size + 1) <= 0.1, size
+        assert (high - low) / (size + 1) >= 0.8 - 1e-9, size
+        assert quantile_index(ESTIMATE, size) == size // 2, size  # the median as before (an even count's upper)
+    assert (quantile_index(LOW, 50), quantile_index(HIGH, 50)) == (4, 45)
 
 
 def test_a_job_waiting_for_running_jobs_gets_an_interval_from_the_history_and_the_deadline_as_latest():
@@ -185,7 +223,8 @@ def test_the_start_delay_moves_a_job_that_starts_now_by_its_quantiles():
     quotes = quote_queue(_queue(room={POOL: 8}, waiting=[Waiting(1, 4, HOUR, (POOL,))], delay=delay), now=NOW)
     quote = quotes[1]
     assert quote.starts_now  # Kueue admits it at once: it still starts now, a few seconds later
-    assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (2, 6, 10))
+    # Of ten values, the 1st and the 10th bound the interval (each leaves out 1/11 of new draws), the 6th the median.
+    assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (1, 6, 10))
     # Too few starts measured: no delay assumed.
     assert StartDelay.fitted([3] * 9).quantile(0.5) == 0.0
     assert StartDelay([-1, 2]).seconds == [0.0, 2.0]  # clocks a little apart never make it negative
@@ -261,7 +300,8 @@ def test_a_job_that_preempts_starts_once_the_stopped_pods_have_exited_within_the
     history = _history(*[1.0] * 10)
     holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=60)]
     waiting = [Waiting(1, 8, HOUR, (POOL,), priority=100), Waiting(2, 8, HOUR, (POOL,), priority=0)]
-    quotes = quote_queue(_queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 8}), now=NOW)
+    queue = _queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 8}, delay=INSTANT)
+    quotes = quote_queue(queue, now=NOW)
     quote = quotes[1]
     assert quote.starts_now  # Kueue admits it at once; its pods follow the stopped ones
     assert (quote.low, quote.estimate, quote.high) == tuple(NOW + timedelta(seconds=s) for s in (6, 30, 54))
@@ -272,7 +312,7 @@ def test_a_job_that_preempts_starts_at_once_on_a_node_with_room_while_the_stoppe
     history = _history(*[1.0] * 10)
     holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=60)]
     waiting = [Waiting(1, 8, HOUR, (POOL,), priority=100), Waiting(2, 8, HOUR, (POOL,), priority=100)]
-    queue = _queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 16})
+    queue = _queue(holding=holding, waiting=waiting, history=history, reserved={POOL: 16}, delay=INSTANT)
     queue.room = {POOL: 8}
     queue.free_blocks = {POOL: 8}  # one node has 8 GPUs free now: the first job to need them takes them
     quotes = quote_queue(queue, now=NOW)
@@ -287,7 +327,7 @@ def test_a_job_that_preempts_starts_at_once_on_a_node_with_room_while_the_stoppe
 def test_a_job_on_reclaimed_gpus_starts_at_once_on_a_node_with_room_while_the_borrowers_still_stop():
     # 4 GPUs of room, 8 lent out (the borrowers take up to 60 s to stop): two jobs of 8 GPUs wait.
     waiting = [Waiting(1, 8, HOUR, (POOL,)), Waiting(2, 8, HOUR, (POOL,))]
-    queue = _queue(room={POOL: 4}, reclaim={POOL: (8, 60)}, waiting=waiting)
+    queue = _queue(room={POOL: 4}, reclaim={POOL: (8, 60)}, waiting=waiting, delay=INSTANT)
     queue.free_blocks = {POOL: 8}  # one node has 8 GPUs free now
     quotes = quote_queue(queue, now=NOW)
     # The first takes 4 of the lent GPUs back and runs on the free node at once.

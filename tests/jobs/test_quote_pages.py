@@ -11,7 +11,7 @@ from django.utils import timezone
 from jobs import services
 from jobs.choices import JobState, Placement
 from jobs.models import Job
-from tests.factories import JobFactory, NodeFactory, PoolFactory, QuotaFactory, ReservationFactory
+from tests.factories import JobFactory, NodeFactory, PodFactory, PoolFactory, QuotaFactory, ReservationFactory
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -104,6 +104,21 @@ def test_the_api_gives_expected_start_with_its_interval_and_basis(client, resear
     listed = {row["id"]: row["expected_start"] for row in client.get("/api/v1/jobs/").json()["results"]}
     assert listed[full.pk]["estimate"] == expected["estimate"]
     assert [value for key, value in listed.items() if key != full.pk] == [None]  # the running job
+    assert expected["waits_for_node"] is False
+
+
+def test_the_api_says_an_admitted_job_waits_for_a_node_when_its_pod_has_none(client, researcher, team, pool):
+    """Kueue admitted it, the scheduler places its pod nowhere: `expected_start` says so, with no times, rather than
+    "starts now"."""
+    job = JobFactory(team=team, pool=pool, submitted_by=researcher, state=JobState.PENDING, gpus=8)
+    PodFactory(team=team, pool=pool, job=job, pending_reason="0/1 nodes are available: 1 node(s) were unschedulable.")
+    client.force_login(researcher)
+    expected = client.get(f"/api/v1/jobs/{job.pk}/").json()["expected_start"]
+    assert expected["waits_for_node"] is True and expected["starts_now"] is False
+    assert (expected["estimate"], expected["low"], expected["high"]) == (None, None, None)
+    assert expected["text"] == "waits for a node" and "finds no node for its pods" in expected["basis"]
+    html = client.get(reverse("jobs:job_detail", args=[job.pk])).content.decode()
+    assert "waits for a node" in html and "starts now" not in html
 
 
 def test_a_quote_that_fails_after_a_submit_committed_answers_201_not_a_500(client, researcher, full, monkeypatch):

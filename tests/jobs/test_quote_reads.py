@@ -5,7 +5,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
@@ -19,12 +19,14 @@ from jobs.quote_selectors import (
     start_delays,
     stop_fractions,
     team_queues,
+    worded_quotes,
 )
 from jobs.specs import JobSpec
 from pools.choices import Lending, PoolKind
 from tests.factories import (
     JobFactory,
     NodeFactory,
+    PodFactory,
     PoolFactory,
     QuotaFactory,
     ReservationFactory,
@@ -101,6 +103,29 @@ def test_admitted_jobs_start_now_and_running_ones_have_no_quote(case, team):
     running = JobFactory(team=team, pool=home, state=JobState.RUNNING, gpus=1)
     quotes = quotes_for([admitted, running], now=now)
     assert quotes[admitted.pk].starts_now and running.pk not in quotes
+
+
+def test_an_admitted_job_whose_pod_finds_no_node_waits_for_a_node_without_a_time(case, team):
+    """Kueue gave it its GPUs, but the scheduler places none of its pods (a cordoned or broken node, taints): it does
+    not "start now", and no time is made up for it; the basis says what the scheduler says."""
+    home, _elastic, now = case
+    placed = JobFactory(team=team, pool=home, state=JobState.PENDING, gpus=1)
+    PodFactory(team=team, pool=home, job=placed, scheduled=True, node_name="gpu-1")
+    unplaced = JobFactory(team=team, pool=home, state=JobState.PENDING, gpus=8)
+    said = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    PodFactory(team=team, pool=home, job=unplaced, pending_reason=said)
+    waiting = JobFactory(team=team, pool=home, state=JobState.ADMITTED, gpus=1)  # no pod made yet
+    quotes = quotes_for([placed, unplaced, waiting], now=now)
+    assert quotes[placed.pk].starts_now and quotes[waiting.pk].starts_now
+    quote = quotes[unplaced.pk]
+    assert quote.unplaced and not quote.starts_now and not quote.never
+    assert (quote.estimate, quote.low, quote.high) == (None, None, None)
+    with translation.override("en"):
+        words = worded_quotes([unplaced.pk], now=now)[unplaced.pk]
+    assert words.text == "waits for a node" and "3 Insufficient" not in words.basis
+    assert "finds no node for its pods" in words.basis and "GPUs" in words.basis
+    with translation.override("zh-hans"):
+        assert worded_quotes([unplaced.pk], now=now)[unplaced.pk].text == "等待节点"
 
 
 def test_quotes_are_kept_once_and_again_only_when_the_queue_moves(case, team):
