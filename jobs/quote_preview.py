@@ -16,12 +16,13 @@ from billing.money import format_money, hourly_cost
 from pools.choices import PoolKind
 from pools.lending import team_uses
 from pools.models import Node, Pool, Quota
+from pools.selectors import spill_targets
 from portal.models import Team
 from portal.snapshot import one_snapshot
 
 from .choices import JobState, Placement
 from .quote import Quote, TeamQueue, Waiting, quote_queue
-from .quote_selectors import admissible_pools, spill_targets, team_queues
+from .quote_selectors import admissible_pools, team_queues
 from .services import check_fits_limits
 from .specs import JobSpec, max_grace_seconds, validate_spec
 

@@ -19,6 +19,7 @@ from pools.choices import PoolKind
 from pools.lending import pool_lending, team_uses
 from pools.models import Pool, Quota
 from pools.occupancy import pool_occupancy
+from pools.selectors import spill_targets
 from portal.choices import QueueingStrategy
 from portal.models import Team
 from portal.snapshot import one_snapshot
@@ -42,15 +43,6 @@ from .quote import (
 from .quote_words import QuoteWords, worded
 from .selectors import quota_room
 from .specs import max_grace_seconds
-
-
-def spill_targets() -> dict[int, tuple[int, ...]]:
-    """Each pool's spill pools, by pool id, in the order they were set."""
-    targets: dict[int, list[int]] = {}
-    for from_id, to_id in Pool.spill_pools.through.objects.values_list("from_pool_id", "to_pool_id").order_by("id"):
-        targets.setdefault(from_id, []).append(to_id)
-    return {pool_id: tuple(to) for pool_id, to in targets.items()}
-
 
 _SOFT = str(
     Placement.SOFT

@@ -22,6 +22,7 @@ from django.utils.translation import gettext as _
 from pools.lending import TeamUse, available_to, pool_lending, team_uses
 from pools.models import Node, Pool, Quota
 from pools.occupancy import Occupancy, gang_fit, pool_occupancy
+from pools.selectors import spill_targets
 from portal.models import Membership, Team, User
 
 from . import reasons
@@ -186,13 +187,6 @@ class PendingOverview:
     pools: list[Pool] = field(default_factory=list)
 
 
-def _spill_targets(pools: dict[int, Pool]) -> dict[int, list[int]]:
-    targets: dict[int, list[int]] = {}
-    for from_id, to_id in Pool.spill_pools.through.objects.values_list("from_pool_id", "to_pool_id"):
-        targets.setdefault(from_id, []).append(to_id)
-    return targets
-
-
 def _keep_to_what_anyone_may_see(row: PendingRow) -> None:
     """A row of a team the viewer cannot see keeps its kind, pool, GPUs and wait, and a reason that says nothing
     of the team: however the reason was worded (the team's quota and usage, its queue, its volumes), it is
@@ -209,7 +203,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
     now = now or timezone.now()
     visible = dict(Team.objects.visible_to(user).values_list("id", "name"))
     pools = {p.pk: p for p in Pool.objects.order_by("name")}
-    spill = _spill_targets(pools)
+    spill = spill_targets()
     occupancy = pool_occupancy()
 
     pods = Pod.objects.filter(phase="Pending", scheduled=False)

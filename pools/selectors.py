@@ -36,6 +36,14 @@ class Segment(NamedTuple):
     colour: int | None = None
 
 
+def spill_targets() -> dict[int, tuple[int, ...]]:
+    """Each pool's spill pools, by pool id, in the order they were set."""
+    targets: dict[int, list[int]] = {}
+    for from_id, to_id in Pool.spill_pools.through.objects.values_list("from_pool_id", "to_pool_id").order_by("id"):
+        targets.setdefault(from_id, []).append(to_id)
+    return {pool_id: tuple(to) for pool_id, to in targets.items()}
+
+
 @dataclass(slots=True)
 class NodeStrip:
     name: str
