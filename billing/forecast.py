@@ -111,17 +111,22 @@ def forecast_month(
     fixed: Decimal,
     daily_variable: list[Decimal],
     queued: Decimal = ZERO,
+    variable_so_far: Decimal | None = None,
 ) -> Forecast:
     """Forecast the month's bill after `days_elapsed` whole days of a `days_in_month`-day month.
 
     `daily_variable` is the team's variable cost per day, oldest first, its last `days_elapsed` entries being the
     days of this month so far (earlier entries: the months before, the longer the better calibrated); `fixed` the
-    month's reservation fees in full; `queued` what the work waiting now will cost above the reservation."""
+    month's reservation fees in full; `queued` what the work waiting now will cost above the reservation;
+    `variable_so_far` the month's variable part so far as its invoice counts it, when known (else the sum of its
+    days)."""
     if not 0 <= days_elapsed <= days_in_month:
         raise ValueError("days_elapsed must lie within the month")
     if days_elapsed > len(daily_variable):
         raise ValueError("daily_variable must hold every elapsed day of the month")
     so_far = sum(daily_variable[len(daily_variable) - days_elapsed :], ZERO)
+    if variable_so_far is not None:
+        so_far = variable_so_far
     remaining = days_in_month - days_elapsed
     queued = max(queued, ZERO)
     if remaining == 0:

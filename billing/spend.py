@@ -32,27 +32,46 @@ from .advice import Advice, advise
 from .forecast import Forecast, forecast_month
 from .models import DailyUsage
 from .money import QUANTITY_PLACES, UNIT_PRICE_PLACES, as_text, format_money, hourly_cost, round_half_up
-from .periods import month_bounds, month_of, next_month, previous_month
+from .periods import SECONDS_PER_HOUR, month_bounds, month_of, next_month, previous_month
 
 HISTORY_DAYS = 180  # the daily costs the forecast calibrates on
 FIT_MONTHS = 3  # the whole months the advice is fitted on
 ZERO = Decimal(0)
+EXACT_PLACES = 6  # a day's variable cost in the forecast's history: a millionth of the currency
 
 
-def daily_variable_costs(*, team: Team, first: date, last: date) -> dict[date, Decimal]:
+def variable_costs(*, team: Team, first: date, last: date, month: date) -> tuple[dict[date, Decimal], Decimal]:
     """The variable cost of each day from `first` to `last` (both included; days without rollups cost 0): overage
-    and spill at the pool's hourly price, less lent GPU-hours at its lending price, each pool-day to the cent."""
+    and spill at the pool's hourly price, less lent GPU-hours at its lending price, to a millionth (the forecast's
+    history: rounding each pool-day to the cent moved a month of small days by cents). And the variable part of
+    `month` up to `last` as its invoice gives it (`services.month_charges`): each pool's overage, spill and credit
+    summed over the days first, then each line to the cent."""
     costs = {first + timedelta(days=offset): ZERO for offset in range((last - first).days + 1)}
-    rows = DailyUsage.objects.filter(team=team, day__gte=first, day__lte=last).values_list(
-        "day", "pool_id", "overage_gpu_seconds", "spill_gpu_seconds", "lent_gpu_seconds"
-    )
-    pools = {}
-    for day, pool_id, overage, spill, lent in rows:
-        pool = pools.get(pool_id) or pools.setdefault(pool_id, Pool.objects.get(pk=pool_id))
-        costs[day] += hourly_cost(overage + spill, pool.hourly_price_per_gpu) - hourly_cost(
-            lent, pool.lending_price_per_gpu
+    rows = list(
+        DailyUsage.objects.filter(team=team, day__gte=first, day__lte=last).values_list(
+            "day", "pool_id", "overage_gpu_seconds", "spill_gpu_seconds", "lent_gpu_seconds"
         )
-    return costs
+    )
+    pools = Pool.objects.in_bulk({pool_id for _day, pool_id, *_seconds in rows})
+    month_seconds: dict[int, list[Decimal]] = {}
+    for day, pool_id, overage, spill, lent in rows:
+        pool = pools[pool_id]
+        paid = Fraction(overage + spill) * Fraction(pool.hourly_price_per_gpu)
+        credited = Fraction(lent) * Fraction(pool.lending_price_per_gpu)
+        costs[day] += round_half_up((paid - credited) / Fraction(SECONDS_PER_HOUR), EXACT_PLACES)
+        if day >= month:
+            sums = month_seconds.setdefault(pool_id, [ZERO, ZERO, ZERO])
+            sums[0], sums[1], sums[2] = sums[0] + overage, sums[1] + spill, sums[2] + lent
+    so_far = sum(
+        (
+            hourly_cost(overage, pools[pool_id].hourly_price_per_gpu)
+            + hourly_cost(spill, pools[pool_id].hourly_price_per_gpu)
+            - hourly_cost(lent, pools[pool_id].lending_price_per_gpu)
+            for pool_id, (overage, spill, lent) in month_seconds.items()
+        ),
+        ZERO,
+    )
+    return costs, so_far
 
 
 def month_fixed(*, team: Team, month: date) -> Decimal:
@@ -113,13 +132,15 @@ def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
     today = now.date()
     days_elapsed = (today - month).days
     last_whole_day = today - timedelta(days=1)
-    costs = daily_variable_costs(team=team, first=history_start(team=team, today=today), last=last_whole_day)
+    first = history_start(team=team, today=today)
+    costs, so_far = variable_costs(team=team, first=first, last=last_whole_day, month=month)
     daily = list(costs.values())
     forecast = forecast_month(
         days_in_month=days_in_month,
         days_elapsed=days_elapsed,
         fixed=month_fixed(team=team, month=month),
         daily_variable=daily,
+        variable_so_far=so_far,
         queued=queued_cost(team=team, now=now, month_end=end),
     )
     budget_line = budget.cap if budget is not None else None

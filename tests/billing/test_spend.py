@@ -1,6 +1,6 @@
 """The lead's forecast and reservation advice (billing/spend.py) on the billing page and in the API."""
 
-from datetime import timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
@@ -8,6 +8,7 @@ import time_machine
 from django.urls import reverse
 
 from billing import services, spend
+from billing.choices import LineKind
 from jobs.choices import JobState
 from portal.models import Team
 from tests.billing.conftest import at
@@ -238,3 +239,18 @@ def test_the_advice_counts_only_the_pool_it_sizes(team, reservation, february, f
     advice = spend.team_advice(team=team, now=NOW)
     assert advice.pool.slug == "a800" and advice.advice.advised.reserved_gpus == 6
     assert advice.advice.current.total == Decimal("63392.00")  # as without the elastic pool's GPUs
+
+
+def test_the_variable_part_so_far_is_what_the_invoice_will_say_not_a_sum_of_rounded_days(
+    team, elastic_pool, pod, frozen
+):
+    """Three seconds of spill a day at 6.50 an hour: 0.0054 a day, 0.08 over fifteen days on the invoice (its line
+    sums the seconds first), where rounding each pool-day to the cent first gave 0.15."""
+    for day in range(1, 16):
+        pod(at(day, 10), at(day, 10) + timedelta(seconds=3), pool=elastic_pool)
+    services.refresh_usage(now=NOW)
+    lines = services.month_charges(month=date(2026, 3, 1), now=NOW, team_ids=[team.pk])[team.pk]
+    invoiced = sum(line.amount for line in lines if line.kind != LineKind.RESERVATION_FEE)
+    result = spend.team_forecast(team=team, now=NOW).forecast
+    assert invoiced == Decimal("0.08") and result.variable_so_far == invoiced
+    assert result.rest_expected < Decimal("0.15")  # the rate too: 14 days of 0.0054, not of 0.01
