@@ -3,6 +3,7 @@ and Kueue's CRDs): every object it renders passes a server-side dry run, every p
 `restricted` Pod Security Standard, and each ServiceAccount's token is refused what no process of the portal may do.
 The whole path run by processes holding only those tokens is in test_least_privilege_path.py."""
 
+import json
 import subprocess
 
 import pytest
@@ -179,3 +180,88 @@ def test_the_worker_may_bind_only_the_team_roles_in_team_namespaces(release, kub
             assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), (role, refused.stderr)
     finally:
         kubectl(release.admin, "delete", "namespace", team_namespace, "--wait=false", check=False)
+
+
+def test_the_worker_creates_and_changes_only_team_namespaces(release):
+    """RBAC's `create namespaces` cannot name them: the chart's admission policy keeps the worker's token to the team
+    namespaces, so that it cannot relabel another (kube-system's Pod Security labels, the release's own)."""
+    kubeconfig = release.kubeconfig("worker")
+    team_namespace = f"team-{release.name}-made"
+    try:
+        # (a server-side dry run: admission answers, nothing is stored)
+        probe = ("create", "namespace", "probe-other", "--dry-run=server")
+        wait_for(
+            lambda: "only team namespaces" in kubectl(kubeconfig, *probe, check=False).stderr,
+            timeout=30,
+            what="the admission policy to refuse a namespace outside the team prefix",
+        )
+        made = kubectl(kubeconfig, "create", "namespace", team_namespace, check=False)
+        assert made.returncode == 0, made.stderr
+        labelled = kubectl(kubeconfig, "label", "namespace", team_namespace, "reservoir.io/probe=yes", check=False)
+        assert labelled.returncode == 0, labelled.stderr
+        for other in (release.namespace, "kube-system", "default"):
+            refused = kubectl(
+                kubeconfig,
+                "label",
+                "namespace",
+                other,
+                "pod-security.kubernetes.io/enforce=privileged",
+                "--overwrite",
+                check=False,
+            )
+            assert refused.returncode != 0 and "only team namespaces" in refused.stderr, (other, refused.stderr)
+        labels = json.loads(kubectl(release.admin, "get", "namespace", "kube-system", "-o", "json").stdout)
+        assert "pod-security.kubernetes.io/enforce" not in labels["metadata"].get("labels", {})
+    finally:
+        kubectl(release.admin, "delete", "namespace", team_namespace, "--wait=false", "--ignore-not-found", check=False)
+
+
+def test_the_worker_only_adds_taints_to_nodes(release):
+    """Pool isolation adds a pool's taints to its nodes; RBAC's `patch nodes` would let the worker's token also take
+    taints off, relabel a node (moving it to another pool) or uncordon it: the chart's admission policy refuses
+    those."""
+    kubeconfig = release.kubeconfig("worker")
+    name = f"probe-{release.name}"
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"reservoir.io/probe": "yes"}},
+        "spec": {"taints": [{"key": "maintenance", "value": "yes", "effect": "NoSchedule"}], "unschedulable": True},
+    }
+    kubectl(release.admin, "apply", "-f", "-", stdin=yaml.safe_dump(node))
+
+    def patch(body: dict, *extra: str) -> subprocess.CompletedProcess:
+        return kubectl(kubeconfig, "patch", "node", name, "--type=merge", "-p", json.dumps(body), *extra, check=False)
+
+    kept = {"key": "maintenance", "value": "yes", "effect": "NoSchedule"}
+    added = {"key": "reservoir.io/pool", "value": "a800", "effect": "NoSchedule"}
+    try:
+        wait_for(
+            lambda: "but its taints" in patch({"metadata": {"labels": {"pool": "x"}}}, "--dry-run=server").stderr,
+            timeout=30,
+            what="the admission policy to refuse a node's relabelling by the worker",
+        )
+        # As reconcile/taints.py writes: the node's taints as read, plus the pool's, at the version read (the node
+        # controller may put its own on this node that never reports: a conflict reads again).
+        for _attempt in range(5):
+            current = json.loads(kubectl(release.admin, "get", "node", name, "-o", "json").stdout)
+            body = {
+                "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                "spec": {"taints": current["spec"]["taints"] + [added]},
+            }
+            made = patch(body)
+            if "the object has been modified" not in made.stderr:
+                break
+        assert made.returncode == 0, made.stderr
+        taken_off = patch({"spec": {"taints": [added]}})
+        assert taken_off.returncode != 0 and "takes none off" in taken_off.stderr, taken_off.stderr
+        uncordoned = patch({"spec": {"unschedulable": False}})
+        assert uncordoned.returncode != 0 and "but its taints" in uncordoned.stderr, uncordoned.stderr
+        annotated = patch({"metadata": {"annotations": {"reservoir.io/probe": "yes"}}})
+        assert annotated.returncode != 0 and "but its taints" in annotated.stderr, annotated.stderr
+        stored = json.loads(kubectl(release.admin, "get", "node", name, "-o", "json").stdout)
+        assert kept in stored["spec"]["taints"] and added in stored["spec"]["taints"]
+        assert stored["spec"]["unschedulable"] is True
+        assert stored["metadata"]["labels"].get("pool") is None
+    finally:
+        kubectl(release.admin, "delete", "node", name, "--ignore-not-found", check=False)
