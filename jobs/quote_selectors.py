@@ -29,6 +29,7 @@ from .quote import (
     ARRIVALS,
     DELAY_SIZE,
     HISTORY_SIZE,
+    STARTS_NOW_WITHIN,
     STOP_SIZE,
     Holding,
     Quote,
@@ -398,7 +399,9 @@ def admitted_quote(*, now: datetime, unplaced: str | None = None) -> Quote:
             unplaced=True,
             basis=[{"say": "unplaced", "message": unplaced}],
         )
-    return Quote(starts_now=True, estimate=now, low=now, high=now, latest=now, basis=[{"say": "admitted"}])
+    # Its interval is the promise of "starts now", Running within a minute: [now, now] held no real start.
+    within = now + STARTS_NOW_WITHIN
+    return Quote(starts_now=True, estimate=now, low=now, high=within, latest=within, basis=[{"say": "admitted"}])
 
 
 def unplaced_pods(job_ids) -> dict[int, str]:

@@ -10,7 +10,7 @@ from django.utils import timezone, translation
 from jobs import services
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, JobEvent, JobQuote, Workload
-from jobs.quote import DELAY_SIZE
+from jobs.quote import DELAY_SIZE, STARTS_NOW_WITHIN
 from jobs.quote_preview import preview_quote
 from jobs.quote_selectors import (
     quotes_for,
@@ -103,6 +103,8 @@ def test_admitted_jobs_start_now_and_running_ones_have_no_quote(case, team):
     running = JobFactory(team=team, pool=home, state=JobState.RUNNING, gpus=1)
     quotes = quotes_for([admitted, running], now=now)
     assert quotes[admitted.pk].starts_now and running.pk not in quotes
+    # Running within a minute, as "starts now" promises: not the instant now, which no real start falls on.
+    assert (quotes[admitted.pk].low, quotes[admitted.pk].high) == (now, now + STARTS_NOW_WITHIN)
 
 
 def test_an_admitted_job_whose_pod_finds_no_node_waits_for_a_node_without_a_time(case, team):
