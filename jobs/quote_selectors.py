@@ -405,13 +405,15 @@ def admitted_quote(*, now: datetime, unplaced: str | None = None) -> Quote:
 
 
 def unplaced_pods(job_ids) -> dict[int, str]:
-    """For each of `job_ids` with a pod the scheduler could not place (Pending, unscheduled), the scheduler's
-    message (the newest pod's): one query."""
+    """For each of `job_ids` with a pod the scheduler could not place (Pending, unscheduled, with the scheduler's
+    reason: a pod just made that it has not looked at yet has none), the scheduler's message (the newest such pod's):
+    one query."""
     from .models import Pod
 
     said: dict[int, str] = {}
     rows = (
         Pod.objects.filter(job_id__in=list(job_ids), phase="Pending", scheduled=False)
+        .exclude(pending_reason="")
         .order_by("job_id", "-created_at")
         .values_list("job_id", "pending_reason")
     )

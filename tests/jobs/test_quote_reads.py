@@ -117,8 +117,10 @@ def test_an_admitted_job_whose_pod_finds_no_node_waits_for_a_node_without_a_time
     said = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
     PodFactory(team=team, pool=home, job=unplaced, pending_reason=said)
     waiting = JobFactory(team=team, pool=home, state=JobState.ADMITTED, gpus=1)  # no pod made yet
-    quotes = quotes_for([placed, unplaced, waiting], now=now)
-    assert quotes[placed.pk].starts_now and quotes[waiting.pk].starts_now
+    just_made = JobFactory(team=team, pool=home, state=JobState.PENDING, gpus=1)
+    PodFactory(team=team, pool=home, job=just_made)  # the scheduler has not looked at it yet: no reason
+    quotes = quotes_for([placed, unplaced, waiting, just_made], now=now)
+    assert quotes[placed.pk].starts_now and quotes[waiting.pk].starts_now and quotes[just_made.pk].starts_now
     quote = quotes[unplaced.pk]
     assert quote.unplaced and not quote.starts_now and not quote.never
     assert (quote.estimate, quote.low, quote.high) == (None, None, None)
