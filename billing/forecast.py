@@ -124,9 +124,9 @@ def forecast_month(
         raise ValueError("days_elapsed must lie within the month")
     if days_elapsed > len(daily_variable):
         raise ValueError("daily_variable must hold every elapsed day of the month")
-    so_far = sum(daily_variable[len(daily_variable) - days_elapsed :], ZERO)
-    if variable_so_far is not None:
-        so_far = variable_so_far
+    so_far = variable_so_far
+    if so_far is None:
+        so_far = sum(daily_variable[len(daily_variable) - days_elapsed :], ZERO)
     remaining = days_in_month - days_elapsed
     queued = max(queued, ZERO)
     if remaining == 0:

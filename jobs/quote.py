@@ -534,7 +534,8 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
     # any other, with the same basis.
     admitted_now = all(runs[level].admitted.get(index, latest) <= now for level in (LOW, ESTIMATE, HIGH))
     starts_now = admitted_now and high <= now + STARTS_NOW_WITHIN
-    if starts_now and not queue.delay.measured:
+    unmeasured = starts_now and not queue.delay.measured
+    if unmeasured:
         # No start measured on the platform yet: how long its path takes (an image pull may take a minute) is not
         # known, and "starts now" promises no more than Running within `STARTS_NOW_WITHIN`. The interval is that
         # promise, not the instant now (which no real start falls on).
@@ -561,7 +562,7 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
             seconds = max(queue.reclaim.get(pool_id, (0, 0))[1] for pool_id in job.pools)
             basis.append({"say": "reclaim", "gpus": reclaimed, "seconds": seconds})
         basis.append({"say": "history", "jobs": queue.history.size})
-    if starts_now and not queue.delay.measured:
+    if unmeasured:
         basis.append({"say": "unmeasured", "seconds": int(STARTS_NOW_WITHIN.total_seconds())})
     if pool_id != home:
         basis.append({"say": "spills", "pool": queue.pool_names.get(pool_id, "")})
