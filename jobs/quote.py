@@ -54,6 +54,8 @@ HISTORY_SIZE = 200  # the team's most recent finished jobs the distribution is f
 PRIOR = tuple(step / 20 for step in range(1, 21))
 MIN_DELAYS = 10  # fewer measured start delays than this: none is assumed (0 s), and "starts now" spans its promise
 DELAY_SIZE = 50  # the platform's most recent starts the start delay is read off
+STOPPING_GROUPS = 2  # a start that stops other jobs first: its delay read apart for one stopped, and for more
+STOPPING_ANY = -1  # a start that stops others, how many not known (`StartDelay.quantile`)
 MIN_STOPS = 10  # fewer measured stops than this: a stop ends anywhere in its grace period, evenly
 STOP_SIZE = 50  # the platform's most recent evictions the stop times are read off
 ARRIVALS = 20  # the team's most recent submissions its next ones are foreseen from
@@ -120,12 +122,21 @@ class StartDelay:
 
     Two paths, two distributions: a start that stops other jobs first (Kueue's preemption within the team, or its
     reclaim of lent GPUs) takes Kueue a scheduling cycle more (it evicts, waits for the victims' quota, then admits:
-    a second or two where a start on free room takes a fraction of one), so those starts (`stopping`) are read
-    apart. With fewer than `MIN_DELAYS` of them, such a start is given the other starts' delay."""
+    a second or two where a start on free room takes a fraction of one), so those starts (`stopping`: their delays,
+    each with the number of jobs it stopped) are read apart. The more jobs it stops, the longer (each victim's
+    eviction is Kueue's own step: in the priority replay a start that stopped one job took 0.75 s at the median, one
+    that stopped two or more 1.4 s), so a start that stops one job and one that stops more are read apart again when
+    `MIN_DELAYS` of its kind were measured. With fewer than `MIN_DELAYS` stopping starts, such a start is given the
+    other starts' delay."""
 
     def __init__(self, seconds=(), stopping=()):
         self.seconds = sorted(max(float(value), 0.0) for value in seconds)
-        self.stopping = sorted(max(float(value), 0.0) for value in stopping)
+        pairs = [(max(float(value), 0.0), max(int(jobs), 1)) for value, jobs in stopping]
+        self.stopping = sorted(value for value, _jobs in pairs)
+        self.stopping_by = {
+            group: sorted(value for value, jobs in pairs if min(jobs, STOPPING_GROUPS) == group)
+            for group in range(1, STOPPING_GROUPS + 1)
+        }
 
     @classmethod
     def fitted(cls, seconds, stopping=()) -> "StartDelay":
@@ -136,9 +147,13 @@ class StartDelay:
     def measured(self) -> bool:
         return bool(self.seconds)
 
-    def quantile(self, level: float, *, stopping: bool = False) -> float:
-        """The `level`-quantile of the delay of a start on free room, or of one that stops others first."""
-        values = self.stopping if stopping and self.stopping else self.seconds
+    def quantile(self, level: float, *, stopping: int = 0) -> float:
+        """The `level`-quantile of the delay of a start on free room (`stopping` 0), or of one that stops `stopping`
+        jobs first (any number when not known: `STOPPING_ANY`)."""
+        values = self.seconds
+        if stopping and self.stopping:
+            group = self.stopping_by.get(min(stopping, STOPPING_GROUPS), ()) if stopping > 0 else ()
+            values = group if len(group) >= MIN_DELAYS else self.stopping
         if not values:
             return 0.0
         return values[quantile_index(level, len(values))]
@@ -418,8 +433,12 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tupl
     moment = now
     run_fraction = queue.history.quantile(level)
     delay = timedelta(seconds=queue.delay.quantile(level))
-    # A start that stops others first (preemption, or a reclaim at once) takes Kueue a cycle more (`StartDelay`).
-    stopping_delay = timedelta(seconds=queue.delay.quantile(level, stopping=True))
+    # A start that stops others first (preemption, or a reclaim at once) takes Kueue a cycle more, the more the
+    # more jobs it stops (`StartDelay`); a reclaim's number of jobs is not known here.
+    stopping_delays = {
+        count: timedelta(seconds=queue.delay.quantile(level, stopping=count))
+        for count in (STOPPING_ANY, *range(1, STOPPING_GROUPS + 1))
+    }
     while left:
         still, reorder = [], False
         for position, (order, index, job) in enumerate(left):
@@ -462,7 +481,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tupl
                 still.append(((-victim.priority, sequence), None, again))  # to run again from its start
                 reorder = True
             free[pool] -= job.gpus
-            path = stopping_delay if stops_others else delay
+            path = stopping_delays[min(len(stopped), STOPPING_GROUPS) or STOPPING_ANY] if stops_others else delay
             if moment + stopping <= now and job.submitted_at is not None:
                 # Submitted already, and admissible now: its path (the delay) began at its submission.
                 start = max(job.submitted_at + path, now)

@@ -12,6 +12,7 @@ from jobs.quote import (
     LOW,
     PRIOR,
     STARTS_NOW_WITHIN,
+    STOPPING_ANY,
     Holding,
     RunHistory,
     StartDelay,
@@ -398,8 +399,8 @@ def test_a_higher_priority_submission_foreseen_passes_a_waiting_job_but_not_the_
 
 def test_a_start_that_stops_others_first_takes_the_delay_of_such_starts():
     # Starts on free room took 0.2 s, starts that preempted or reclaimed 1.2 s (Kueue evicts, waits, then admits).
-    delay = StartDelay.fitted([0.2] * 10, [1.2] * 10)
-    assert delay.quantile(0.5) == 0.2 and delay.quantile(0.5, stopping=True) == 1.2
+    delay = StartDelay.fitted([0.2] * 10, [(1.2, 1)] * 10)
+    assert delay.quantile(0.5) == 0.2 and delay.quantile(0.5, stopping=1) == 1.2
     history = _history(*[1.0] * 10)
     holding = [Holding(POOL, 8, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=60)]
     waiting = [Waiting(1, 8, HOUR, (POOL,), priority=100), Waiting(2, 8, HOUR, (POOL,), priority=100)]
@@ -425,9 +426,37 @@ def test_a_start_that_stops_others_first_takes_the_delay_of_such_starts():
 
 
 def test_with_few_starts_that_stopped_others_such_a_start_takes_the_other_starts_delay():
-    delay = StartDelay.fitted([0.2] * 10, [1.2] * 9)
-    assert delay.stopping == [] and delay.quantile(0.5, stopping=True) == 0.2
-    assert StartDelay.fitted([0.2] * 9, [1.2] * 10).quantile(0.5) == 0.0  # none on free room measured: none assumed
+    delay = StartDelay.fitted([0.2] * 10, [(1.2, 1)] * 9)
+    assert delay.stopping == [] and delay.quantile(0.5, stopping=1) == 0.2
+    # None on free room measured: none assumed.
+    assert StartDelay.fitted([0.2] * 9, [(1.2, 1)] * 10).quantile(0.5) == 0.0
+
+
+def test_a_start_that_stops_more_jobs_takes_the_delay_of_starts_that_stopped_as_many():
+    """Kueue evicts each victim in a step of its own: starts that stopped one job and starts that stopped more are
+    read apart once ten of each kind were measured; fewer, and all stopping starts are read together."""
+    delay = StartDelay.fitted([0.2] * 10, [(0.8, 1)] * 10 + [(1.6, 2)] * 6 + [(1.8, 3)] * 4)
+    assert delay.quantile(0.5, stopping=1) == 0.8
+    assert delay.quantile(0.5, stopping=2) == delay.quantile(0.5, stopping=5) == 1.6  # two or more: one kind
+    assert delay.quantile(0.5, stopping=STOPPING_ANY) == 1.6  # a reclaim: how many not known, all of them
+    few = StartDelay.fitted([0.2] * 10, [(0.8, 1)] * 11 + [(1.6, 2)] * 9)
+    assert few.quantile(0.5, stopping=2) == few.quantile(0.5, stopping=STOPPING_ANY) == 0.8
+    # In the queue: two high jobs of 4 GPUs; Kueue stops the most recently started low jobs first: the two of 2 GPUs
+    # for the first, the one of 4 for the second.
+    holding = [
+        Holding(POOL, 4, NOW - timedelta(minutes=10), HOUR, priority=0, grace_seconds=0),
+        Holding(POOL, 2, NOW - timedelta(minutes=9), HOUR, priority=0, grace_seconds=0),
+        Holding(POOL, 2, NOW - timedelta(minutes=8), HOUR, priority=0, grace_seconds=0),
+    ]
+    waiting = [Waiting(1, 4, HOUR, (POOL,), priority=100), Waiting(2, 4, HOUR, (POOL,), priority=100)]
+    queue = _queue(holding=holding, waiting=waiting, history=_history(*[1.0] * 10), reserved={POOL: 8}, delay=delay)
+    queue.room = {POOL: 0}
+    queue.free_blocks = {POOL: 8}
+    quotes = quote_queue(queue, now=NOW)
+    stopped = [item["jobs"] for job_id in (1, 2) for item in quotes[job_id].basis if item["say"] == "preempts"]
+    assert stopped == [2, 1]
+    assert quotes[1].starts_now and quotes[1].estimate == NOW + timedelta(milliseconds=1600)
+    assert quotes[2].starts_now and quotes[2].estimate == NOW + timedelta(milliseconds=800)
 
 
 def test_a_job_that_preempts_jobs_with_long_grace_periods_does_not_start_now():

@@ -359,8 +359,15 @@ def test_starts_that_stopped_other_jobs_first_are_read_apart(case, team):
     evicted(elastic, third + 0.1 * second)
     evicted(home, third - second)
     JobEvent.objects.create(job=own, from_state=JobState.RUNNING, to_state=JobState.QUEUED, at=third + 0.2 * second)
+    # Two jobs of its pool went back for the fourth (one of them twice: counted once): how many it stopped is kept.
+    fourth = base + timedelta(minutes=3)
+    _started(team, home, submitted=fourth, workload_made=fourth, admitted=fourth, seen=fourth + 1.5 * second)
+    evicted(home, fourth + 0.2 * second)
+    twice = JobFactory(team=other, pool=home, state=JobState.QUEUED, preemptions=2)
+    for at in (fourth + 0.3 * second, fourth + 0.6 * second):
+        JobEvent.objects.create(job=twice, from_state=JobState.RUNNING, to_state=JobState.QUEUED, at=at)
     clean, stopping = start_delays(now=now)
-    assert clean == [0.25] and sorted(stopping) == [1.0, 2.0]
+    assert clean == [0.25] and sorted(stopping) == [(1.0, 1), (1.5, 2), (2.0, 1)]
 
 
 def test_up_to_as_many_starts_that_stopped_others_are_read_as_of_the_others(case, team):
@@ -377,9 +384,9 @@ def test_up_to_as_many_starts_that_stopped_others_are_read_as_of_the_others(case
         at = base + timedelta(hours=1, minutes=index)
         _started(team, home, submitted=at, workload_made=at, admitted=at, seen=at + timedelta(milliseconds=500))
     clean, stopping = start_delays(now=now)
-    assert clean == [0.5] * DELAY_SIZE and stopping == [2.0] * 12
+    assert clean == [0.5] * DELAY_SIZE and stopping == [(2.0, 1)] * 12
     delay = team_queues([team.pk], now=now)[team.pk].delay
-    assert delay.quantile(0.5) == 0.5 and delay.quantile(0.5, stopping=True) == 2.0
+    assert delay.quantile(0.5) == 0.5 and delay.quantile(0.5, stopping=1) == 2.0
 
 
 def _evicted(team, pool, *, at, grace, ended, from_state=JobState.RUNNING, started=None):
