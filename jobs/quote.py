@@ -433,7 +433,7 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tupl
     moment = now
     run_fraction = queue.history.quantile(level)
     delay = timedelta(seconds=queue.delay.quantile(level))
-    # A start that stops others first (preemption, or a reclaim at once) takes Kueue a cycle more, the more the
+    # A start that stops others first (preemption, or a reclaim at once) takes Kueue a cycle more, and longer the
     # more jobs it stops (`StartDelay`); a reclaim's number of jobs is not known here.
     stopping_delays = {
         count: timedelta(seconds=queue.delay.quantile(level, stopping=count))
