@@ -115,3 +115,21 @@ def test_the_day_split_follows_utc_midnights(team, reserved_pool, pod):
         Decimal(1800),
         Decimal(2700),
     ]
+
+
+def test_odd_microseconds_stay_exact_over_three_years(team, reserved_pool, elastic_pool, pod):
+    # Instants are read as microseconds since the period's start through a double (billing/metering.py): over three
+    # years, where the double's rounding is largest, odd microseconds must still come out to the last digit.
+    start, end = at(1, year=2025), at(1, year=2028)
+    first = at(5, 12, 34, year=2025).replace(second=56, microsecond=789_123)
+    last = at(31, 23, 59, month=12, year=2027).replace(second=59, microsecond=999_999)
+    pod(first, last, gpus=7)
+    pod(start + timedelta(microseconds=1), end - timedelta(microseconds=3), gpus=3, pool=elastic_pool)
+    rows = {(row.team_id, row.pool_id): row for row in metering.meter(start=start, end=end, now=end)}
+    expected_overage = 7 * Decimal((last - first) // timedelta(microseconds=1)) / 1_000_000
+    expected_spill = 3 * Decimal((end - start) // timedelta(microseconds=1) - 4) / 1_000_000
+    assert rows[(team.pk, reserved_pool.pk)].overage == expected_overage
+    assert rows[(team.pk, elastic_pool.pk)].spill == expected_spill
+    plain = {(row.team_id, row.pool_id): row for row in metering.meter(start=start, end=end, now=end, lending=False)}
+    assert plain[(team.pk, reserved_pool.pk)].overage == expected_overage
+    assert plain[(team.pk, elastic_pool.pk)].spill == expected_spill
