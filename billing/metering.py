@@ -14,13 +14,14 @@ ordering among ties is needed. Every instant is a whole number of microseconds s
 PostgreSQL keeps times to the microsecond), so a segment's duration is an integer, the integrals are sums of integers
 (PostgreSQL sums bigints in 128 bits), and one multiplication by 0.000001 at the end makes them exact Decimal
 GPU-seconds (summing numeric products per segment made the month about 15 % slower). The microseconds are read as
-`round(date_part('epoch', instant − start) × 10⁶)`: over a period of up to three years the double is within a
-hundredth of a microsecond of the exact seconds (for over a century within the half microsecond the rounding
-forgives), and it costs less than numeric `extract` (tests/billing/test_metering.py meters odd microseconds over
-three years). For daily rollups, a
-zero-change event at every UTC midnight inside the period splits the segments at day boundaries and the result is
-grouped by day; because an integral is additive over disjoint periods, the days of a month add up exactly to the month
-metered in one go.
+`round(date_part('epoch', instant − start) × 10⁶)`: over a period of up to three years the double is within two
+hundredths of a microsecond of the exact value (within the half microsecond the rounding forgives for periods up to
+about seventy years), and it costs less than numeric `extract` (tests/billing/test_metering.py meters odd
+microseconds over three years).
+
+For daily rollups, a zero-change event at every UTC midnight inside the period splits the segments at day boundaries
+and the result is grouped by day; because an integral is additive over disjoint periods, the days of a month add up
+exactly to the month metered in one go.
 
 Intervals without a team (pods the sync could not attribute) are not billed to anyone and are left out.
 
