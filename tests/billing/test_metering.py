@@ -133,3 +133,25 @@ def test_odd_microseconds_stay_exact_over_three_years(team, reserved_pool, elast
     plain = {(row.team_id, row.pool_id): row for row in metering.meter(start=start, end=end, now=end, lending=False)}
     assert plain[(team.pk, reserved_pool.pk)].overage == expected_overage
     assert plain[(team.pk, elastic_pool.pk)].spill == expected_spill
+
+
+def test_elastic_pools_are_cut_at_utc_midnights_from_any_start(team, reserved_pool, elastic_pool, pod):
+    # Elastic and shared pools are summed by cutting intervals at midnight (billing/metering.py, `other_days`), the
+    # reserved ones by stepping through events: both must agree on days and on periods that start mid-day.
+    pod(at(1, 22), at(3, 1, 30), gpus=2, pool=elastic_pool)
+    pod(at(1, 22), at(3, 1, 30), gpus=2)
+    services.recompute_days(days=[at(1).date(), at(2).date(), at(3).date()], now=at(5))
+    by_day = DailyUsage.objects.order_by("pool_id", "day").values_list(
+        "pool_id", "day", "overage_gpu_seconds", "spill_gpu_seconds"
+    )
+    assert list(by_day) == [
+        (reserved_pool.pk, at(1).date(), 2 * 2 * HOUR, 0),
+        (reserved_pool.pk, at(2).date(), 2 * 24 * HOUR, 0),
+        (reserved_pool.pk, at(3).date(), 2 * Decimal("1.5") * HOUR, 0),
+        (elastic_pool.pk, at(1).date(), 0, 2 * 2 * HOUR),
+        (elastic_pool.pk, at(2).date(), 0, 2 * 24 * HOUR),
+        (elastic_pool.pk, at(3).date(), 0, 2 * Decimal("1.5") * HOUR),
+    ]
+    for lending in (True, False):
+        rows = {row.pool_id: row for row in metering.meter(start=at(2, 6), end=at(3, 1), now=at(5), lending=lending)}
+        assert (rows[reserved_pool.pk].overage, rows[elastic_pool.pk].spill) == (2 * 19 * HOUR, 2 * 19 * HOUR)
