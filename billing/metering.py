@@ -26,26 +26,26 @@ exactly to the month metered in one go.
 Intervals without a team (pods the sync could not attribute) are not billed to anyone and are left out.
 
 Lending extends the same steps. Each reservation's lendable GPUs (its lending setting in force, from
-`pools_lendingchange`) is a third level of the team's step function, so lending changes are change points too.
-At each change point a team has an overage max(0, used − reserved) and idle lendable GPUs min(max(0, reserved −
-used), lendable); their changes summed per pool give, on every pool segment, the pool's Σ overage, Σ idle lendable
-and Σ reserved. On a pool segment the overage the unreserved GPUs (contracted − Σ reserved) do not cover, up to
-Σ idle lendable, is borrowed: B GPUs, shared exactly pro rata — a borrower's part is B × its overage / Σ overage, a
-lender's B × its idle lendable / Σ idle lendable — so at every moment Σ lent = Σ borrowed = B. Those parts are
-rational; they are summed per team and UTC day from running sums per pool, in time order, of B / Σ overage × seconds
+`pools_lendingchange`) is a third level of the team's step function, so lending changes are change points too. At each
+change point a team has an overage max(0, used − reserved) and idle lendable GPUs min(max(0, reserved − used),
+lendable); their changes summed per pool give, on every pool segment, the pool's Σ overage, Σ idle lendable and Σ
+reserved; the pool's contract as it changed (`pools_contractchange`) is a step function of a row without a team, so its
+changes are change points of the pool too. On a pool segment the overage the unreserved GPUs (contract − Σ reserved) do
+not cover, up to Σ idle lendable, is borrowed: B GPUs, shared exactly pro rata — a borrower's part is B × its overage /
+Σ overage, a lender's B × its idle lendable / Σ idle lendable — so at every moment Σ lent = Σ borrowed = B. Those parts
+are rational; they are summed per team and UTC day from running sums per pool, in time order, of B / Σ overage × seconds
 and B / Σ idle lendable × seconds (24 decimal places): P_over and P_lend. A team's part over a stretch where its level
 is constant is its level × the difference of P between the stretch's ends; summed by parts, Σ level × ΔP = Σ over its
-events of P × (level before − level after), so each event needs only P at its own instant and the query stays at
-three passes: the teams' levels (sorted by pool, team, time), the pool's (sorted again only within each pool), and
-the sums by pool, day and team (sorted only within each day); pairing every team segment with every pool segment it
-covers was quadratic per pool, and reading P at each event's next one took a third full sort. Each day's parts are
-rounded to the GPU-microsecond by largest remainder (remainders compared to 15 places; ties: lower team id), so that
-per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the last Decimal digit. Days are the rounding unit in
-both modes (midnights are always change points), so the days of a month add up exactly to the month metered in one
-go. Elastic and shared pools lend nothing and their R and S are linear in the intervals: in that query each of their
-intervals and reservations is cut at midnight and its GPU-microseconds summed per team and day by hashing, without the
-sort the step functions need (about a tenth of the month's time at the benchmark's size).
-"""
+events of P × (level before − level after), so each event needs only P at its own instant and the query stays at three
+passes: the teams' levels (sorted by pool, team, time), the pool's (sorted again only within each pool), and the sums by
+pool, day and team (sorted only within each day); pairing every team segment with every pool segment it covers was
+quadratic per pool, and reading P at each event's next one took a third full sort. Each day's parts are rounded to the
+GPU-microsecond by largest remainder (remainders compared to 15 places; ties: lower team id), so that per pool and day Σ
+lent = Σ borrowed = Σ B × seconds exactly, to the last Decimal digit. Days are the rounding unit in both modes
+(midnights are always change points), so the days of a month add up exactly to the month metered in one go. Elastic and
+shared pools lend nothing and their R and S are linear in the intervals: in that query each of their intervals and
+reservations is cut at midnight and its GPU-microseconds summed per team and day by hashing, without the sort the step
+functions need (about a tenth of the month's time at the benchmark's size)."""
 
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -126,11 +126,34 @@ lendable AS (
            round(date_part('epoch', least(r.e_at, lp.p_to) - %(start)s) * 1000000)::bigint AS e
     FROM reserved r JOIN lending_periods lp ON lp.reservation_id = r.reservation_id
     WHERE greatest(r.s_at, lp.p_from) < least(r.e_at, lp.p_to)
+),
+-- Each reserved pool's contracted GPUs over time (`pools_contractchange`: before a pool's first change, the first;
+-- a pool without changes, its contract at every moment), as the lendable level of a row without a team: it uses and
+-- reserves nothing, so it lends and borrows nothing, and the pools' pass below sums it apart.
+contracts AS (
+    SELECT c.pool_id, c.gpus,
+           round(date_part('epoch', greatest(c.p_from, %(start)s) - %(start)s) * 1000000)::bigint AS s,
+           round(date_part('epoch', least(c.p_to, %(end)s) - %(start)s) * 1000000)::bigint AS e
+    FROM (
+        SELECT c.pool_id, c.contracted_gpus AS gpus,
+               CASE WHEN row_number() OVER w = 1 THEN '-infinity'::timestamptz ELSE c.effective_from END AS p_from,
+               lead(c.effective_from, 1, 'infinity'::timestamptz) OVER w AS p_to
+        FROM pools_contractchange c
+        WINDOW w AS (PARTITION BY c.pool_id ORDER BY c.effective_from, c.id)
+        UNION ALL
+        SELECT p.id, p.contracted_gpus, '-infinity'::timestamptz, 'infinity'::timestamptz
+        FROM pools_pool p
+        WHERE NOT EXISTS (SELECT FROM pools_contractchange c WHERE c.pool_id = p.id)
+    ) c
+    JOIN pools_pool p ON p.id = c.pool_id AND p.kind = 'reserved'
+    WHERE greatest(c.p_from, %(start)s) < least(c.p_to, %(end)s)
 ),"""
 
 _LENDABLE_EVENTS_SQL = """
     UNION ALL SELECT team_id, pool_id, in_reserved_pool, s, 0, 0, gpus, 0 FROM lendable
-    UNION ALL SELECT team_id, pool_id, in_reserved_pool, e, 0, 0, -gpus, 0 FROM lendable"""
+    UNION ALL SELECT team_id, pool_id, in_reserved_pool, e, 0, 0, -gpus, 0 FROM lendable
+    UNION ALL SELECT NULL::bigint, pool_id, true, s, 0, 0, gpus, 0 FROM contracts
+    UNION ALL SELECT NULL::bigint, pool_id, true, e, 0, 0, -gpus, 0 FROM contracts"""
 
 # Without lending (the month as it was metered before lending, the benchmark's floor): one sort and one window pass.
 _PLAIN_SQL = """
@@ -165,9 +188,11 @@ _LENDING_SQL = """
 -- several events at one instant, the last in the sort's order carries the levels after the instant and is the only
 -- one whose segment, to its next event, is not empty), the levels before the event (the sums less its own changes),
 -- its day (the midnights passed since the period's start: midnights are events of every team and pool), and its
--- overage and idle lendable GPUs after and before the event.
+-- overage and idle lendable GPUs after and before the event. The pool's contract is the lendable level of the rows
+-- without a team (`contracts`): their changes are `contract_delta`.
 levels AS (
-    SELECT pool_id, team_id, t, day, new_day, contracted_gpus, t_next, used_gpus, reserved_gpus, reserved_delta,
+    SELECT pool_id, team_id, t, day, new_day, t_next, used_gpus, reserved_gpus, reserved_delta,
+           CASE WHEN team_id IS NULL THEN lendable_delta ELSE 0 END AS contract_delta,
            greatest(used_gpus - reserved_gpus, 0) AS over_gpus,
            least(greatest(reserved_gpus - used_gpus, 0), lendable_gpus) AS lend_gpus,
            greatest(used_before - reserved_before, 0) AS over_before,
@@ -179,14 +204,13 @@ levels AS (
                lendable_gpus - lendable_delta AS lendable_before
         FROM (
             SELECT e.pool_id, e.team_id, e.t, e.used_delta, e.reserved_delta, e.lendable_delta,
-                   e.midnights = 1 AS new_day, p.contracted_gpus,
+                   e.midnights = 1 AS new_day,
                    (sum(e.used_delta) OVER w)::int AS used_gpus,
                    (sum(e.reserved_delta) OVER w)::int AS reserved_gpus,
                    (sum(e.lendable_delta) OVER w)::int AS lendable_gpus,
                    (sum(e.midnights) OVER w)::int AS day,
                    lead(e.t) OVER w AS t_next
             FROM events e
-            JOIN pools_pool p ON p.id = e.pool_id
             WHERE e.in_reserved_pool
             WINDOW w AS (PARTITION BY e.pool_id, e.team_id ORDER BY e.t ROWS UNBOUNDED PRECEDING)
         ) summed
@@ -195,7 +219,7 @@ levels AS (
 -- The teams' events of a pool in time order: running sums of the changes of their overage, idle lendable and
 -- reserved GPUs give the pool's levels; the last event of each instant (in the sort's order: LEAD gives it the pool's
 -- next instant, the others the instant itself) carries the levels after the instant and stands for the pool segment
--- that starts there. On a pool segment the overage the unreserved GPUs (contracted − Σ reservations) do not cover, up
+-- that starts there. On a pool segment the overage the unreserved GPUs (contract − Σ reservations) do not cover, up
 -- to what the lenders lend idle, is borrowed from lenders: B GPUs; the segment's B × seconds per GPU of overage and
 -- per idle lendable GPU (24 decimal places; B × microseconds over the GPUs × 10⁶) are its rates.
 pooled AS (
@@ -209,14 +233,15 @@ pooled AS (
                     THEN borrowed_gpus * (pool_t_next - t) END AS borrowed_gpu_us
         FROM (
             SELECT *,
-                   least(greatest(pool_over - greatest(coalesce(contracted_gpus, 0) - pool_reserved, 0), 0), pool_lend)
+                   least(greatest(pool_over - greatest(pool_contract - pool_reserved, 0), 0), pool_lend)
                        AS borrowed_gpus
             FROM (
-                SELECT pool_id, team_id, t, day, new_day, contracted_gpus, t_next, used_gpus, reserved_gpus, over_gpus,
+                SELECT pool_id, team_id, t, day, new_day, t_next, used_gpus, reserved_gpus, over_gpus,
                        lend_gpus, over_before, lend_before,
                        (sum(over_gpus - over_before) OVER wp)::int AS pool_over,
                        (sum(lend_gpus - lend_before) OVER wp)::int AS pool_lend,
                        (sum(reserved_delta) OVER wp)::int AS pool_reserved,
+                       (sum(contract_delta) OVER wp)::int AS pool_contract,
                        lead(t) OVER wp AS pool_t_next
                 FROM levels
                 -- in time order (the day grows with it): the aggregation by pool, day and team below only sorts
@@ -305,7 +330,7 @@ team_day AS (
            coalesce(d.lent_here, 0) + coalesce(n.lent_carried, 0) AS lent_exact
     FROM team_days d
     LEFT JOIN team_days n ON n.team_id = d.team_id AND n.pool_id = d.pool_id AND n.day = d.day + 1
-    WHERE d.has_segment
+    WHERE d.has_segment AND d.team_id IS NOT NULL  -- (the contract's rows carry pool segments, not a team's)
 ),
 -- What lenders lent and borrowers borrowed per pool and day, exact: Σ B × seconds.
 pool_day AS (
@@ -362,7 +387,7 @@ FROM metered m
 _DAY_KEYS = """
 day_keys AS (
     SELECT team_id, pool_id, in_reserved_pool FROM used
-    UNION SELECT team_id, pool_id, in_reserved_pool FROM reserved
+    UNION SELECT team_id, pool_id, in_reserved_pool FROM reserved{contract_keys}
 ),"""
 _DAY_BOUNDARIES = """
     UNION ALL
@@ -405,7 +430,7 @@ def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bo
     team_filter = "WHERE m.team_id = ANY(%(team_ids)s)" if team_ids is not None else ""
     if not lending:
         return _EVENTS_SQL.format(
-            day_keys=_DAY_KEYS if by_day else "",
+            day_keys=_DAY_KEYS.format(contract_keys="") if by_day else "",
             lending_periods="",
             lendable_events="",
             day_boundaries=_DAY_BOUNDARIES if by_day else "",
@@ -414,7 +439,7 @@ def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bo
             team_filter=team_filter,
         )
     return _EVENTS_SQL.format(
-        day_keys=_DAY_KEYS,
+        day_keys=_DAY_KEYS.format(contract_keys="\n    UNION SELECT NULL::bigint, pool_id, true FROM contracts"),
         lending_periods=_LENDING_PERIODS_SQL.format(
             lendable_gpus=lendable_gpus_sql(gpus="r.gpus", lending="lp.lending", protected_gpus="lp.protected_gpus"),
             default_lending=Lending.IDLE.value,

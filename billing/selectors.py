@@ -14,8 +14,7 @@ from django.db.models import Max, Min
 from django.utils.formats import date_format, number_format
 from django.utils.translation import gettext as _
 
-from pools.choices import PoolKind
-from pools.models import Pool
+from pools.models import ContractChange, Pool
 from portal.models import Team
 
 from . import services
@@ -297,6 +296,31 @@ def usage_rows(*, teams, month: date) -> list[dict]:
     ]
 
 
+def _contracted_gpu_seconds(pools, *, start: datetime, end: datetime) -> dict[int, Decimal]:
+    """Per reserved pool of `pools`, its contracted GPUs × seconds over [start, end), as its contract changed
+    (`ContractChange`: the latest change at or before each moment, the first before any; a pool without changes
+    its `contracted_gpus` throughout), to the microsecond."""
+    changes: dict[int, list[ContractChange]] = {}
+    for change in ContractChange.objects.filter(pool__in=[pool.pk for pool in pools]).order_by("effective_from", "id"):
+        changes.setdefault(change.pool_id, []).append(change)
+    result = {}
+    for pool in pools:
+        if not pool.is_reserved:
+            continue
+        steps = changes.get(pool.pk) or []
+        earlier = [step.contracted_gpus for step in steps if step.effective_from <= start]
+        at_start = earlier[-1] if earlier else steps[0].contracted_gpus if steps else pool.contracted_gpus or 0
+        levels = [(start, at_start)] + [
+            (step.effective_from, step.contracted_gpus) for step in steps if step.effective_from > start
+        ]
+        total = Decimal(0)
+        for (at, gpus), (upto, _next) in zip(levels, [*levels[1:], (end, 0)], strict=True):
+            if upto > at and end > at:
+                total += gpus * Decimal((min(upto, end) - at) // timedelta(microseconds=1)) / 1_000_000
+        result[pool.pk] = total
+    return result
+
+
 def pool_month(*, month: date, now: datetime) -> list[dict]:
     """The admin's pool view: per pool, contracted GPU-hours against GPU-hours used across teams (utilisation),
     idle contracted GPU-hours and what they cost, GPU-hours lent and borrowed from lenders and the credits lenders
@@ -314,8 +338,11 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
         by_pool[row["pool_id"]].append((row["team_id"], figures))
         team_usage[row["team_id"]].add(figures)
     teams = Team.objects.in_bulk({team_id for rows in by_pool.values() for team_id, _f in rows})
+    pools = list(Pool.objects.order_by("name"))
+    # as the contract was at each moment (changes are kept), not today's contract over the whole month
+    contracts = _contracted_gpu_seconds(pools, start=start, end=until) if elapsed else {}
     report = []
-    for pool in Pool.objects.order_by("name"):
+    for pool in pools:
         pool_total = Figures()
         team_rows = []
         for team_id, figures in sorted(by_pool.get(pool.pk, []), key=lambda item: teams[item[0]].name):
@@ -330,7 +357,7 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
                 }
             )
         used = pool_total.in_reservation + pool_total.overage + pool_total.spill
-        contracted = (pool.contracted_gpus or 0) * elapsed if pool.kind == PoolKind.RESERVED else ZERO
+        contracted = contracts.get(pool.pk, ZERO)
         idle = max(contracted - used, ZERO)
         idle_cost = (
             to_cents(Fraction(idle) * Fraction(pool.monthly_price_per_gpu) / Fraction(month_seconds))

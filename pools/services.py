@@ -24,7 +24,7 @@ from portal.retry import retry_on_conflict
 from . import projection
 from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
-from .models import LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
+from .models import ContractChange, LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 
 
 @dataclass(frozen=True)
@@ -229,8 +229,6 @@ def _check_contract(*, pool: Pool, reservation: Reservation) -> None:
 @transaction.atomic
 def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     """Set how many GPUs of `pool` `team` may use at once. It may not be below the team's reservation there now."""
-    from django.utils import timezone
-
     if not isinstance(max_gpus, int) or isinstance(max_gpus, bool) or max_gpus < 0:
         raise ValidationError({"max_gpus": _("GPUs must be a whole number, zero or more.")})
     # One quota change of a team at a time: two admins setting a quota that does not exist yet would otherwise
@@ -343,8 +341,6 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
     if spill_pools is not None and any(other.pk == pool.pk for other in spill_pools if pool.pk):
         raise ValidationError({"spill_pools": _("A pool cannot spill into itself.")})
     if previous is not None and pool.is_reserved and pool.contracted_gpus is not None:
-        from django.utils import timezone
-
         now = timezone.now()
         rows = Reservation.objects.filter(pool=pool, ends_at__gt=now).values_list("starts_at", "ends_at", "gpus")
         peak = peak_gpus(
@@ -360,6 +356,8 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
                 }
             )
     pool.save()
+    if pool.is_reserved and pool.contracted_gpus is not None:
+        _record_contract(pool=pool, previous=previous, user=user)
     if spill_pools is not None:
         pool.spill_pools.set(spill_pools)
     reassign_nodes()
@@ -372,6 +370,20 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
     )
     projection.kueue_changed()
     return pool
+
+
+def _record_contract(*, pool: Pool, previous: Pool | None, user) -> None:
+    """Keep the contract's history (`ContractChange`, read by metering): a row from now on when it is new or changed;
+    a pool with no row yet first gets its previous contract from its creation, so days before now keep it."""
+    if previous is not None and previous.is_reserved and previous.contracted_gpus == pool.contracted_gpus:
+        return
+    if previous is not None and previous.contracted_gpus is not None and not pool.contract_changes.exists():
+        ContractChange.objects.create(
+            pool=pool, contracted_gpus=previous.contracted_gpus, effective_from=pool.created_at
+        )
+    ContractChange.objects.create(
+        pool=pool, contracted_gpus=pool.contracted_gpus, effective_from=timezone.now(), changed_by=user
+    )
 
 
 @transaction.atomic

@@ -116,11 +116,22 @@ def _round_day(total: Decimal, exact: dict[int, Fraction]) -> dict[int, Decimal]
     return {team: Decimal(part.numerator) / Decimal(part.denominator) for team, part in floors.items()}
 
 
+def _contract_at(contract, at):
+    """A pool's contract at `at`: the latest change at or before it (of several at one instant, the last written);
+    before the first change, the first."""
+    if isinstance(contract, int):
+        return contract
+    in_order = sorted(enumerate(contract), key=lambda item: (item[1][0], item[0]))
+    before = [gpus for _index, (moment, gpus) in in_order if moment <= at]
+    return before[-1] if before else in_order[0][1][1]
+
+
 def meter_lending(pods, holds, changes, contracted, reserved_pools, start, end, now):
     """{(team, pool): (lent, borrowed, unreserved)} GPU-seconds over [start, end), per PRODUCT.md's rule:
 
     at every moment, in each reserved pool, the teams' overage beyond what the unreserved GPUs (contracted − Σ
-    reservations) serve, up to Σ idle lendable GPUs, is borrowed (B GPUs); borrowers share B pro rata to their
+    reservations; `contracted[pool]` is a number, or the pool's contract changes as (effective from, GPUs) in the order
+    they were written) serve, up to Σ idle lendable GPUs, is borrowed (B GPUs); borrowers share B pro rata to their
     overage and lenders pro rata to their idle lendable GPUs, exactly (Fractions). Per pool and UTC day the parts are
     rounded to the GPU-microsecond by largest remainder so that they add up to Σ B × seconds. Unreserved = overage −
     borrowed.
@@ -139,6 +150,8 @@ def meter_lending(pods, holds, changes, contracted, reserved_pools, start, end, 
             if hold.pool == pool:
                 cuts |= {hold.starts_at, hold.ends_at}
                 cuts |= {change.at for change in changes if change.hold == index}
+        if not isinstance(contracted[pool], int):
+            cuts |= {at for at, _gpus in contracted[pool]}
         cuts = sorted(moment for moment in cuts if start <= moment <= end)
         teams = {pod.team for pod in pods if pod.pool == pool} | {hold.team for hold in holds if hold.pool == pool}
         # per UTC day: exact parts per side and team, and Σ B × seconds
@@ -162,7 +175,7 @@ def meter_lending(pods, holds, changes, contracted, reserved_pools, start, end, 
                 for team in teams
                 if holding[team] > using[team] and lendable[team] > 0
             }
-            unreserved_gpus = max(0, contracted[pool] - sum(holding.values()))
+            unreserved_gpus = max(0, _contract_at(contracted[pool], a) - sum(holding.values()))
             borrowed = min(max(0, sum(over.values()) - unreserved_gpus), sum(idle.values()))
             duration = seconds(b - a)
             for team, gpus in over.items():

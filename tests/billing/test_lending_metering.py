@@ -2,9 +2,9 @@
 changes (hypothesis).
 
 Three teams share two reserved pools whose contracts are small enough that overage must often be borrowed; the
-reservations change their lending setting (none / idle / protect N) at random moments, sometimes several at the
-same instant. Per team, pool and day the SQL equals the reference to the last digit, and per pool and day (so per
-moment: days are sums of moments) Σ lent = Σ borrowed and borrowed + unreserved = overage.
+reservations change their lending setting (none / idle / protect N) and the pools their contract at random moments,
+sometimes several at the same instant. Per team, pool and day the SQL equals the reference to the last digit, and
+per pool and day (so per moment: days are sums of moments) Σ lent = Σ borrowed and borrowed + unreserved = overage.
 """
 
 from collections import defaultdict
@@ -20,7 +20,7 @@ from billing import metering, services
 from billing.models import DailyUsage
 from billing.periods import month_bounds
 from pools.choices import Lending, PoolKind
-from pools.models import LendingChange
+from pools.models import ContractChange, LendingChange
 from tests.billing import reference
 from tests.factories import PoolFactory, ReservationFactory, TeamFactory, UsageIntervalFactory
 
@@ -65,6 +65,10 @@ def lending_changes(draw):
     return draw(st.integers(0, 3)), draw(moments()), lending, protected
 
 
+def contract_changes():
+    return st.lists(st.tuples(st.integers(0, 1), moments(), st.integers(0, 9)), max_size=4)
+
+
 @pytest.fixture
 def world(db):
     teams = [TeamFactory() for _ in range(TEAMS)]
@@ -76,7 +80,7 @@ def world(db):
     return teams, pools
 
 
-def load(world, pod_rows, hold_rows, change_rows):
+def load(world, pod_rows, hold_rows, change_rows, contract_rows=()):
     teams, pools = world
     pods_, holds_, changes_, reservations = [], [], [], []
     for team, pool, gpus, started, ended in pod_rows:
@@ -94,6 +98,11 @@ def load(world, pod_rows, hold_rows, change_rows):
             )
             changes_.append(reference.LendingSetting(hold, at, lending, protected))
     contracted = {pools[0].pk: CONTRACTED[0], pools[1].pk: CONTRACTED[1]}
+    for pool, at, gpus in contract_rows:
+        ContractChange.objects.create(pool=pools[pool], contracted_gpus=gpus, effective_from=at)
+        if isinstance(contracted[pools[pool].pk], int):
+            contracted[pools[pool].pk] = []
+        contracted[pools[pool].pk].append((at, gpus))
     return pods_, holds_, changes_, contracted
 
 
@@ -119,12 +128,15 @@ EXAMPLES = settings(
     pod_rows=st.lists(pods(), min_size=3, max_size=14),
     hold_rows=st.lists(holds(), min_size=2, max_size=4),
     change_rows=st.lists(lending_changes(), max_size=5),
+    contract_rows=contract_changes(),
     now=NOW,
 )
-def test_month_lending_equals_reference_and_lent_equals_borrowed(world, pod_rows, hold_rows, change_rows, now):
+def test_month_lending_equals_reference_and_lent_equals_borrowed(
+    world, pod_rows, hold_rows, change_rows, contract_rows, now
+):
     with transaction.atomic():
         teams, pools = world
-        pods_, holds_, changes_, contracted = load(world, pod_rows, hold_rows, change_rows)
+        pods_, holds_, changes_, contracted = load(world, pod_rows, hold_rows, change_rows, contract_rows)
         until = min(MONTH_END, now)
         rows = metering.meter(start=MONTH_START, end=until, now=now)
         expected = reference.meter_lending(pods_, holds_, changes_, contracted, contracted, MONTH_START, until, now)
@@ -145,11 +157,12 @@ def test_month_lending_equals_reference_and_lent_equals_borrowed(world, pod_rows
     pod_rows=st.lists(pods(), min_size=3, max_size=12),
     hold_rows=st.lists(holds(), min_size=2, max_size=4),
     change_rows=st.lists(lending_changes(), max_size=5),
+    contract_rows=contract_changes(),
     now=NOW,
 )
-def test_daily_rollups_carry_lending_exactly(world, pod_rows, hold_rows, change_rows, now):
+def test_daily_rollups_carry_lending_exactly(world, pod_rows, hold_rows, change_rows, contract_rows, now):
     with transaction.atomic():
-        pods_, holds_, changes_, contracted = load(world, pod_rows, hold_rows, change_rows)
+        pods_, holds_, changes_, contracted = load(world, pod_rows, hold_rows, change_rows, contract_rows)
         until = min(MONTH_END, now)
         services.recompute_days(days=[MONTH + timedelta(days=offset) for offset in range(28)], now=now)
         per_pool_day = defaultdict(lambda: [Decimal(0), Decimal(0)])

@@ -155,3 +155,41 @@ def test_elastic_pools_are_cut_at_utc_midnights_from_any_start(team, reserved_po
     for lending in (True, False):
         rows = {row.pool_id: row for row in metering.meter(start=at(2, 6), end=at(3, 1), now=at(5), lending=lending)}
         assert (rows[reserved_pool.pk].overage, rows[elastic_pool.pk].spill) == (2 * 19 * HOUR, 2 * 19 * HOUR)
+
+
+def test_a_contract_change_leaves_the_days_before_it_as_they_were(
+    team, other_team, reserved_pool, reservation, pod, platform_admin
+):
+    # 16 GPUs contracted, 4 reserved by `team` (lending idle GPUs): 12 unreserved. `other_team` uses 14 on March 2nd:
+    # 2 beyond the unreserved, borrowed from `team`. Shrinking the contract to 4 later (today) must not re-split that
+    # day when it is metered again: then all 4 of `team`'s idle GPUs would be borrowed.
+    from pools import services as pool_services
+    from pools.models import ContractChange
+
+    pod(at(2), at(3), gpus=14, for_team=other_team)
+    day = [at(2).date()]
+
+    def lent_and_borrowed():
+        services.recompute_days(days=day, now=at(10))
+        rows = DailyUsage.objects.filter(pool=reserved_pool)
+        return {row.team_id: (row.lent_gpu_seconds, row.borrowed_gpu_seconds) for row in rows}
+
+    before = lent_and_borrowed()
+    assert before == {team.pk: (2 * 24 * HOUR, 0), other_team.pk: (0, 2 * 24 * HOUR)}
+    reserved_pool.contracted_gpus = 4
+    pool_services.save_pool(pool=reserved_pool, user=platform_admin)
+    assert list(ContractChange.objects.values_list("contracted_gpus", "changed_by")) == [
+        (16, None),
+        (4, platform_admin.pk),
+    ]
+    assert lent_and_borrowed() == before
+
+
+def test_the_pools_month_counts_the_contract_as_it_changed(reserved_pool):
+    from billing import selectors
+    from pools.models import ContractChange
+
+    ContractChange.objects.create(pool=reserved_pool, contracted_gpus=16, effective_from=at(1, month=1))
+    ContractChange.objects.create(pool=reserved_pool, contracted_gpus=8, effective_from=at(3, 12))
+    [row] = [row for row in selectors.pool_month(month=MARCH, now=at(5)) if row["pool"] == reserved_pool]
+    assert row["contracted_gpu_hours"] == hours((16 * Decimal("2.5") + 8 * Decimal("1.5")) * 24 * HOUR)

@@ -4,6 +4,7 @@ A pool is a set of Kubernetes nodes chosen by labels and kept apart by taints (s
 contracted GPU count the company pays for each month (seed 000); reservations hand those GPUs to teams for a
 period and never add up to more than the contract at any moment (enforced by `pools.services`, under a row lock
 on the pool). Quotas cap how many GPUs a team may use at once in a pool, and the team namespace's limits.
+How a reservation's lending and a reserved pool's contract changed over time is kept apart (`changes`).
 """
 
 from decimal import ROUND_HALF_UP, Decimal
@@ -18,7 +19,8 @@ from django.utils.translation import gettext_lazy as _
 from cluster.kueue import MAX_FLAVOR_NODE_LABELS, MAX_FLAVOR_TOLERATIONS
 from portal.models import SLUG_VALIDATOR, Team, TeamScopedQuerySet
 
-from .choices import QUOTA_REQUEST_TRANSITIONS, Lending, PoolKind, QuotaRequestState, TaintEffect, lendable_gpus
+from ..choices import QUOTA_REQUEST_TRANSITIONS, Lending, PoolKind, QuotaRequestState, TaintEffect, lendable_gpus
+from .changes import ContractChange, LendingChange  # noqa: F401 (models of the app, defined apart)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 # Kubernetes label keys and values (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/), to the
@@ -309,31 +311,6 @@ class Reservation(models.Model):
             }
         if errors:
             raise ValidationError(errors)
-
-
-class LendingChange(models.Model):
-    """A reservation's lending setting from `effective_from` on (until its next change). The setting at a moment is
-    that of the latest change at or before it; before its first change a reservation lends idle GPUs (the
-    default). Rows are only ever added."""
-
-    reservation = models.ForeignKey(
-        Reservation, verbose_name=_("reservation"), on_delete=models.CASCADE, related_name="lending_changes"
-    )
-    lending = models.CharField(_("lending"), max_length=10, choices=Lending.choices)
-    protected_gpus = models.PositiveIntegerField(_("protected GPUs"), default=0)
-    effective_from = models.DateTimeField(_("effective from"))
-    changed_by = models.ForeignKey(
-        "portal.User", verbose_name=_("changed by"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-
-    class Meta:
-        verbose_name = _("lending change")
-        verbose_name_plural = _("lending changes")
-        ordering = ["reservation", "effective_from", "id"]
-        indexes = [models.Index(fields=["reservation", "effective_from"], name="pools_lending_change_at")]
-
-    def __str__(self) -> str:
-        return f"{self.reservation}: {self.get_lending_display()} from {self.effective_from:%Y-%m-%d %H:%M}"
 
 
 class QuotaQuerySet(TeamScopedQuerySet):
