@@ -7,7 +7,7 @@ from portal.admin import AuditedAdminMixin, MembershipInline
 from portal.models import Team
 
 from . import services, teams
-from .models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
+from .models import ContractChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 
 
 @admin.register(Team)
@@ -25,8 +25,26 @@ class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
         teams.delete_team(team=obj, user=request.user)
 
 
+class ContractChangeInline(admin.TabularInline):
+    """The contract's history, read only: `services.save_pool` writes it when the contract changes, and metering
+    reads it (a row changed here would re-split the lending of days already invoiced)."""
+
+    model = ContractChange
+    fields = ["effective_from", "contracted_gpus", "changed_by"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
+    inlines = [ContractChangeInline]
     list_display = [
         "name",
         "slug",

@@ -5,6 +5,7 @@ from decimal import Decimal
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 
 from pools import services
 from pools.choices import PoolKind
@@ -84,6 +85,23 @@ def test_a_pool_whose_selector_changes_takes_its_nodes_at_once(platform_admin):
     node.refresh_from_db()
     other.refresh_from_db()
     assert node.pool_id is None and other.pool_id is None
+
+
+def test_a_contract_keeps_its_history_and_django_admin_shows_it_read_only(client, platform_admin):
+    created = PoolFactory.build(slug="hist", kind=PoolKind.RESERVED, contracted_gpus=16)
+    services.save_pool(pool=created, user=platform_admin)
+    pool = Pool.objects.get(slug="hist")
+    pool.name = "Renamed"
+    services.save_pool(pool=pool, user=platform_admin)  # the contract did not change: nothing to record
+    pool.contracted_gpus = 24
+    services.save_pool(pool=pool, user=platform_admin)
+    history = list(pool.contract_changes.order_by("effective_from", "id").values_list("contracted_gpus", flat=True))
+    assert history == [16, 24]
+    client.force_login(platform_admin)
+    page = client.get(reverse("admin:pools_pool_change", args=[pool.pk])).content.decode()
+    assert "Contract changes" in page or "contract changes" in page.lower()
+    assert page.count(platform_admin.username) >= 2
+    assert "contract_changes-0-contracted_gpus" not in page  # shown, not editable
 
 
 def test_quota_is_set_and_audited(team, platform_admin):
