@@ -33,12 +33,14 @@ class ContractChangeInline(admin.TabularInline):
     fields = ["effective_from", "contracted_gpus", "changed_by"]
     readonly_fields = fields
     extra = 0
-    can_delete = False
 
     def has_add_permission(self, request, obj=None):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 
