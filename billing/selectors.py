@@ -311,13 +311,13 @@ def _contracted_gpu_seconds(pools, *, start: datetime, end: datetime) -> dict[in
         earlier = [step.contracted_gpus for step in steps if step.effective_from <= start]
         at_start = earlier[-1] if earlier else steps[0].contracted_gpus if steps else pool.contracted_gpus or 0
         levels = [(start, at_start)] + [
-            (step.effective_from, step.contracted_gpus) for step in steps if step.effective_from > start
+            (s.effective_from, s.contracted_gpus) for s in steps if start < s.effective_from < end
         ]
-        total = Decimal(0)
-        for (at, gpus), (upto, _next) in zip(levels, [*levels[1:], (end, 0)], strict=True):
-            if upto > at and end > at:
-                total += gpus * Decimal((min(upto, end) - at) // timedelta(microseconds=1)) / 1_000_000
-        result[pool.pk] = total
+        bounds = [at for at, _gpus in levels[1:]] + [end]
+        held = sum(
+            gpus * ((upto - at) // timedelta(microseconds=1)) for (at, gpus), upto in zip(levels, bounds, strict=True)
+        )
+        result[pool.pk] = Decimal(held) / 1_000_000
     return result
 
 

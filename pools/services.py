@@ -5,7 +5,6 @@ checked here under `SELECT ... FOR UPDATE` on the pool row: two requests for the
 lock, and the second sees the first's reservation.
 """
 
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
@@ -25,34 +24,7 @@ from . import projection
 from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
 from .models import ContractChange, LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
-
-
-@dataclass(frozen=True)
-class Period:
-    starts_at: datetime
-    ends_at: datetime
-    gpus: int
-
-
-def peak_gpus(periods: list[Period], *, within_start: datetime, within_end: datetime) -> int:
-    """The largest sum of `gpus` held at one moment by `periods`, looking only inside [within_start, within_end).
-
-    Periods are half-open: one that ends at the moment another starts does not overlap it.
-    """
-    events: list[tuple[datetime, int]] = []
-    for period in periods:
-        start = max(period.starts_at, within_start)
-        end = min(period.ends_at, within_end)
-        if start < end:
-            events.append((start, period.gpus))
-            events.append((end, -period.gpus))
-    # At equal times, releases (-) sort before acquisitions (+), which is what half-open intervals mean.
-    events.sort(key=lambda event: (event[0], event[1]))
-    peak = held = 0
-    for _moment, delta in events:
-        held += delta
-        peak = max(peak, held)
-    return peak
+from .peaks import Period, peak_gpus
 
 
 @transaction.atomic

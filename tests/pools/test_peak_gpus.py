@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from pools.services import Period, peak_gpus
+from pools.peaks import Period, peak_gpus
 
 
 def at(day: int, hour: int = 0) -> datetime:
