@@ -20,10 +20,15 @@ from .services import _locked, _record, settle_job
 
 
 @transaction.atomic
-def mark_created_in_cluster(*, job_id: int, created: bool) -> None:
-    job = _locked(job_id)
+def mark_created_in_cluster(*, job_id: int, created: bool) -> bool:
+    """The submit task made (or found) the job's Job: note it, under the job's row lock. False, writing nothing, when
+    the job no longer wants a Job in the cluster (a cancel committed meanwhile): the caller deletes the one it made.
+    The check and the write are one locking read, not two (issue 30)."""
+    job = Job.objects.expected_in_cluster().select_for_update().filter(pk=job_id).order_by().first()
+    if job is None:
+        return False
     if job.cluster_created_at is not None:
-        return
+        return True
     job.cluster_created_at = timezone.now()
     job.last_error = ""
     job.save(update_fields=["cluster_created_at", "last_error"])
@@ -33,6 +38,7 @@ def mark_created_in_cluster(*, job_id: int, created: bool) -> None:
         else Words(gettext_noop("Job already in the cluster (retried submission)"))
     )
     JobEvent.note(job=job, message=message)
+    return True
 
 
 @transaction.atomic
@@ -239,11 +245,13 @@ def _make_room_for_stopping(team_ids: set) -> None:
 
 def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
     """Pods of portal jobs changed (`pods`: (portal job id, pod), their rows already recorded): settle each
-    unfinished job from its Workload and pods (`settle_job`)."""
+    unfinished job from its Workload and pods (`settle_job`), in the caller's transaction if there is one. The jobs
+    are locked in the order of their ids, as every other lock of several jobs is taken."""
     job_ids = {job_id for job_id, _pod in pods}
     if not job_ids:
         return
-    for job_id in Job.objects.filter(pk__in=job_ids, state__in=ACTIVE_STATES).values_list("pk", flat=True):
+    active = Job.objects.filter(pk__in=job_ids, state__in=ACTIVE_STATES).order_by("pk").values_list("pk", flat=True)
+    for job_id in list(active):
         settle_job(job_id=job_id)
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
@@ -266,21 +266,35 @@ def _upsert_workload(uid: str, fields: dict) -> None:
     )
 
 
+def stored_workloads(*, uids: list[str]) -> dict[str, dict]:
+    """The kept fields of the stored Workload rows of `uids`, by uid (for `record_workload`'s `stored`)."""
+    rows = Workload.objects.filter(uid__in=uids).values("uid", *WORKLOAD_FIELDS).order_by()
+    return {row.pop("uid"): row for row in rows}
+
+
 @transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
-def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
+def record_workload(*, facts: WorkloadFacts, job_id: int, stored: dict[str, dict] | None = None) -> bool:
     """Keep the Workload row of `facts` (a Workload of portal job `job_id`) and settle the job. True when the
     job's state or reason changed.
 
     Kueue rewrites a Workload's status many times over its life for what the portal does not keep (PodsReady,
     timestamps of unchanged conditions): when every kept field is as stored, nothing is written and the job is
     not settled again. The row and the settling commit together, so a failure in between leaves the row as it
-    was and the event read again settles the job."""
+    was and the event read again settles the job.
+
+    `stored`: the rows as `stored_workloads` read them in the caller's transaction for a batch of events (a uid
+    not in it has no row), kept up to date here; without it, the row is read."""
     fields = _workload_fields(facts, job_id)
-    # uid is unique: no ordering or limit to compile (the sync reads this for every event of every Workload)
-    stored = next(iter(Workload.objects.filter(uid=facts.uid).values(*WORKLOAD_FIELDS).order_by()), None)
-    if stored is not None and all(stored[key] == value for key, value in fields.items()):
+    if stored is None:
+        # uid is unique: no ordering or limit to compile
+        before = next(iter(Workload.objects.filter(uid=facts.uid).values(*WORKLOAD_FIELDS).order_by()), None)
+    else:
+        before = stored.get(facts.uid)
+    if before is not None and all(before[key] == value for key, value in fields.items()):
         return False
     _upsert_workload(facts.uid, fields)
+    if stored is not None:
+        stored[facts.uid] = fields
     return settle_job(job_id=job_id)
 
 
@@ -391,14 +405,23 @@ def gang_waiting(job: Job, running: list, pods: list) -> tuple[str, str, Words, 
     )
 
 
-@transaction.atomic
+# Within a caller's transaction (the sync's batch of events) no savepoint: a failure rolls the whole batch back and
+# the watch applies it again; called alone, it is its own transaction.
+@transaction.atomic(savepoint=False)
 def settle_job(*, job_id: int) -> bool:
     """Bring an unfinished job to the state its newest Workload and its pods imply, recording each step.
 
     Not admitted → Queued with Kueue's reason in plain words (from Admitted/Pending/Running: evicted, with why and
     for whom); admitted → Running if a pod runs, Pending while pods wait for or start on a node, else Admitted.
     Final states come from the Job's own conditions (`observe`), never from here. True when something changed."""
-    job = Job.objects.select_for_update().filter(pk=job_id).first()
+    # The pool it was admitted in is read with it (its slug): the sync settles a job at every step of its pods, and
+    # looking the Workload's flavor up again each time was one more round trip per pod event (issue 30).
+    job = (
+        Job.objects.select_for_update(of=("self",))
+        .annotate(admitted_pool_slug=F("admitted_pool__slug"))
+        .filter(pk=job_id)
+        .first()
+    )
     if job is None or job.is_final:
         return False
     workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()
@@ -406,9 +429,14 @@ def settle_job(*, job_id: int) -> bool:
         return False
     state, node_name, reason, since = observed_state(job, workload)
     fields = set()
-    flavor_pool = None
+    flavor_pool, pool_name = None, None
     if workload.admitted and workload.flavors:
-        flavor_pool = Pool.objects.filter(slug=workload.flavors[0]).values_list("pk", flat=True).first()
+        if workload.flavors[0] == job.admitted_pool_slug:
+            flavor_pool = job.admitted_pool_id
+        else:
+            flavor_pool, pool_name = (
+                Pool.objects.filter(slug=workload.flavors[0]).order_by().values_list("pk", "name").first()
+            ) or (None, None)
     if job.admitted_pool_id != flavor_pool:
         job.admitted_pool_id = flavor_pool
         fields.add("admitted_pool")
@@ -428,8 +456,9 @@ def settle_job(*, job_id: int) -> bool:
                 job.preemptions += 1
                 fields.add("preemptions")
         elif state == JobState.ADMITTED:
-            pool_name = Pool.objects.filter(pk=flavor_pool).values_list("name", flat=True).first() or "?"
-            message = Words(gettext_noop("admitted by Kueue in %(pool)s"), {"pool": pool_name})
+            if pool_name is None and flavor_pool is not None:
+                pool_name = Pool.objects.filter(pk=flavor_pool).order_by().values_list("name", flat=True).first()
+            message = Words(gettext_noop("admitted by Kueue in %(pool)s"), {"pool": pool_name or "?"})
         elif state == JobState.RUNNING:
             message = Words(gettext_noop("running on %(node)s"), {"node": node_name})
             if job.running_seen_at is None:

@@ -25,6 +25,7 @@ from reconcile import jobs as convergence
 from reconcile.jobs import FinalJob, leftovers
 from reconcile.tasks import submit_job_to_cluster
 from tests.clusterkit import KWOK_DELAY, set_quota, wait_for
+from tests.factories import JobFactory
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -175,6 +176,18 @@ def _has_default_service_account(core, namespace) -> bool:
         return True
     except Exception:  # noqa: BLE001 - not made yet
         return False
+
+
+@pytest.mark.django_db
+def test_the_submit_tasks_first_read_of_the_job_takes_no_row_lock(django_assert_num_queries):
+    """Issue 30: the lock (a transaction and a WAL flush each) guarded nothing the re-check after the create, under
+    the lock, does not (the race below)."""
+    job = JobFactory(state=JobState.QUEUED)
+    with django_assert_num_queries(1) as captured:
+        assert convergence._unsent(job.pk) == job
+    assert "FOR UPDATE" not in captured.captured_queries[0]["sql"]
+    Job.objects.filter(pk=job.pk).update(cluster_created_at=timezone.now())
+    assert convergence._unsent(job.pk) is None
 
 
 @pytest.mark.cluster

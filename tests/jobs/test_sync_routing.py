@@ -313,6 +313,48 @@ def test_an_unfinished_jobs_status_update_costs_no_query(world, django_assert_nu
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
 
 
+def test_a_batch_of_pod_events_settles_its_jobs_in_its_own_transaction_without_looking_their_pool_up(world):
+    """Issue 30: at 1,000 jobs starting at once the sync fell tens of seconds behind writing Running; each job it
+    settled was a transaction of its own and looked its admitted pool up again."""
+    sync, pool, alpha, _beta, job = world
+    other = JobFactory(team=alpha, pool=pool, state=JobState.PENDING, admitted_pool=pool)
+    Workload.objects.create(
+        uid="wl-other",
+        namespace=alpha.namespace,
+        name=f"job-{other.job_name}-x",
+        job=other,
+        quota_reserved=True,
+        admitted=True,
+        flavors=[pool.slug],
+        created_at=timezone.now(),
+        admitted_at=timezone.now(),
+    )
+    Job.objects.filter(pk=job.pk).update(admitted_pool=pool)
+    events = [
+        (kind, pod(uid, alpha.namespace, node_name="gpu-a", job_id=each.pk, owner=each.job_name))
+        for kind, uid, each in [("MODIFIED", "p-a", job), ("ADDED", "p-b", other)]
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        sync.pod_events(events)
+    sql = [q["sql"] for q in queries.captured_queries]
+    # One transaction (a savepoint inside the test's own) for the pods, their GPU time and both jobs.
+    assert sum(text.startswith("SAVEPOINT") for text in sql) == 1
+    assert not [text for text in sql if 'FROM "pools_pool"' in text]
+    assert Job.objects.get(pk=other.pk).state == JobState.RUNNING
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def test_a_job_admitted_in_another_pool_than_before_says_which(world):
+    sync, pool, alpha, _beta, job = world
+    elsewhere = PoolFactory(slug="spare", name="Spare pool")
+    queued = JobFactory(team=alpha, pool=pool, state=JobState.QUEUED, admitted_pool=pool)
+    admitted = replace(kueue_workload("wl-q", alpha.namespace, queued, pods_ready=False), flavors=(elsewhere.slug,))
+    sync.workload_event("ADDED", admitted)
+    queued.refresh_from_db()
+    assert (queued.state, queued.admitted_pool_id) == (JobState.ADMITTED, elsewhere.pk)
+    assert str(queued.events.latest("pk").message) == "admitted by Kueue in Spare pool"
+
+
 def kueue_workload(uid: str, namespace: str, job, *, pods_ready: bool) -> WorkloadFacts:
     conditions = [
         {"type": "QuotaReserved", "status": "True", "lastTransitionTime": BOUND},
@@ -428,3 +470,15 @@ def test_a_batch_of_workload_events_keeps_every_step_of_the_timeline(world):
     # Seen in one batch, the preemption still counts and is on the timeline, before the admission that followed.
     assert steps[-2:] == [(JobState.RUNNING, JobState.QUEUED), (JobState.QUEUED, JobState.ADMITTED)]
     assert (job.state, job.preemptions) == (JobState.ADMITTED, 1)
+
+
+def test_a_batch_of_workload_events_reads_their_stored_rows_once(world):
+    sync, _pool, alpha, _beta, job = world
+    seen = kueue_workload("wl-3", alpha.namespace, job, pods_ready=False)
+    with CaptureQueriesContext(connection) as queries:
+        sync.workload_events([("ADDED", seen), ("MODIFIED", seen), ("MODIFIED", replace(seen, requeue_count=2))])
+    by_uid = 'FROM "jobs_workload" WHERE "jobs_workload"."uid"'
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT") and by_uid in q["sql"]]
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('INSERT INTO "jobs_workload"')]
+    assert (len(reads), len(writes)) == (1, 2)  # the unchanged second sighting writes nothing, as before
+    assert Workload.objects.get(uid="wl-3").requeue_count == 2
