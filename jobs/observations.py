@@ -14,7 +14,8 @@ from portal.models import Team
 
 from .choices import ACTIVE_STATES, TRANSITIONS, JobState
 from .models import Job, JobEvent, Pod, Words
-from .services import _locked, _record, settle_job
+from .services import _locked, _record
+from .settling import settle_jobs
 
 # --- what the cluster tells us ---------------------------------------------------------------------------------
 
@@ -244,15 +245,11 @@ def _make_room_for_stopping(team_ids: set) -> None:
 
 
 def record_pod_states(*, pods: list[tuple[int, PodFacts]]) -> None:
-    """Pods of portal jobs changed (`pods`: (portal job id, pod), their rows already recorded): settle each
-    unfinished job from its Workload and pods (`settle_job`), in the caller's transaction if there is one. The jobs
-    are locked in the order of their ids, as every other lock of several jobs is taken."""
+    """Pods of portal jobs changed (`pods`: (portal job id, pod), their rows already recorded): settle the unfinished
+    jobs from their Workload and pods together (`settling.settle_jobs`), in the caller's transaction if there is one."""
     job_ids = {job_id for job_id, _pod in pods}
-    if not job_ids:
-        return
-    active = Job.objects.filter(pk__in=job_ids, state__in=ACTIVE_STATES).order_by("pk").values_list("pk", flat=True)
-    for job_id in list(active):
-        settle_job(job_id=job_id)
+    if job_ids:
+        settle_jobs(job_ids=job_ids)
 
 
 def record_job_state(*, job_id: int, job: JobFacts) -> None:

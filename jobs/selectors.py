@@ -28,7 +28,7 @@ from portal.models import Membership, Team, User
 from . import reasons
 from .choices import JobState, Placement
 from .models import Job, JobEvent, JobTemplate, Pod, Workload
-from .services import observed_state
+from .settling import observed_state
 
 PENDING_PAGE_SIZE = 50
 
@@ -83,7 +83,7 @@ class TimelineStep:
 
 def waiting_reason(job: Job) -> str:
     """Why a queued or pending job waits, in the viewer's language, worded from its newest Workload and pods the
-    way the sync settles its state (`services.observed_state`); "" when it does not wait."""
+    way the sync settles its state (`settling.observed_state`); "" when it does not wait."""
     if job.state not in (JobState.QUEUED, JobState.PENDING, JobState.ADMITTED):
         return ""
     workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()

@@ -4,9 +4,8 @@ Admission is Kueue's (kubernetes-sigs/kueue). A submitted job is saved as Queued
 Job is created in the team namespace, suspended and labelled with the team's LocalQueue; Kueue admits it against
 the team's ClusterQueue (its reservation as nominal quota, quota above it borrowed in the cohort), unsuspends it
 and chooses the pool (flavor). The portal checks beforehand what can never run (quota, per-container limits, the
-largest node, spill pools) and mirrors Kueue's verdicts back: `record_workload` keeps the Workload row and
-`settle_job` derives the job's state from its newest Workload and its pods, so the order in which the watches
-deliver Workload and pod events does not matter.
+largest node, spill pools). Kueue's verdicts mirrored back (the Workload rows, the state each job's newest Workload
+and pods imply) are `jobs.settling`'s.
 """
 
 import logging
@@ -14,12 +13,11 @@ from dataclasses import replace
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from cluster.facts import PREEMPTOR_UID, WorkloadFacts
 from pools.models import NamespaceLimits, Node, Pool, Quota
 from portal import audit, outbox
 from portal.choices import JobMail, Role
@@ -27,8 +25,8 @@ from portal.models import Team
 from teamdata.selectors import check_job_references, with_enforced_read_only
 
 from . import notifications, policy
-from .choices import TRANSITIONS, JobState, Placement
-from .models import Job, JobEvent, Pod, Words, Workload
+from .choices import JobState, Placement
+from .models import Job, JobEvent, Words
 from .specs import JobSpec, validate_spec
 
 log = logging.getLogger(__name__)
@@ -210,266 +208,6 @@ def set_job_notify(*, job: Job, user, notify: list[str]) -> Job:
         raise ValidationError({"notify": error.messages}) from None
     job.save(update_fields=["notify"])
     return job
-
-
-# --- Kueue's verdicts -------------------------------------------------------------------------------------------
-
-
-# The Workload row's fields that come from the cluster (what `_workload_fields` fills).
-WORKLOAD_FIELDS = (
-    "namespace",
-    "name",
-    "job_id",
-    "cluster_queue",
-    "priority",
-    "quota_reserved",
-    "admitted",
-    "finished",
-    "flavors",
-    "message",
-    "evicted_reason",
-    "evicted_message",
-    "requeue_count",
-    "created_at",
-    "admitted_at",
-)
-
-
-def _workload_fields(facts: WorkloadFacts, job_id: int) -> dict:
-    return {
-        "namespace": facts.namespace,
-        "name": facts.name,
-        "job_id": job_id,
-        "cluster_queue": facts.cluster_queue,
-        "priority": facts.priority,
-        "quota_reserved": facts.quota_reserved,
-        "admitted": facts.admitted,
-        "finished": facts.finished,
-        "flavors": list(facts.flavors),
-        "message": facts.message,
-        "evicted_reason": facts.evicted_reason,
-        "evicted_message": facts.evicted_message,
-        "requeue_count": facts.requeue_count,
-        "created_at": facts.created_at or timezone.now(),
-        "admitted_at": facts.admitted_at,
-    }
-
-
-def _upsert_workload(uid: str, fields: dict) -> None:
-    """One statement (INSERT ... ON CONFLICT (uid) DO UPDATE): update_or_create took four round trips (a savepoint, a
-    locking read, the write, the release), and the sync writes a row for every step of every Workload."""
-    Workload.objects.bulk_create(
-        [Workload(uid=uid, **fields)],
-        update_conflicts=True,
-        unique_fields=["uid"],
-        update_fields=[name.removesuffix("_id") for name in WORKLOAD_FIELDS] + ["seen_at"],
-    )
-
-
-def stored_workloads(*, uids: list[str]) -> dict[str, dict]:
-    """The kept fields of the stored Workload rows of `uids`, by uid (for `record_workload`'s `stored`)."""
-    rows = Workload.objects.filter(uid__in=uids).values("uid", *WORKLOAD_FIELDS).order_by()
-    return {row.pop("uid"): row for row in rows}
-
-
-@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
-def record_workload(*, facts: WorkloadFacts, job_id: int, stored: dict[str, dict] | None = None) -> bool:
-    """Keep the Workload row of `facts` (a Workload of portal job `job_id`) and settle the job. True when the
-    job's state or reason changed.
-
-    Kueue rewrites a Workload's status many times over its life for what the portal does not keep (PodsReady,
-    timestamps of unchanged conditions): when every kept field is as stored, nothing is written and the job is
-    not settled again. The row and the settling commit together, so a failure in between leaves the row as it
-    was and the event read again settles the job.
-
-    `stored`: the rows as `stored_workloads` read them in the caller's transaction for a batch of events (a uid
-    not in it has no row), kept up to date here; without it, the row is read."""
-    fields = _workload_fields(facts, job_id)
-    if stored is None:
-        # uid is unique: no ordering or limit to compile
-        before = next(iter(Workload.objects.filter(uid=facts.uid).values(*WORKLOAD_FIELDS).order_by()), None)
-    else:
-        before = stored.get(facts.uid)
-    if before is not None and all(before[key] == value for key, value in fields.items()):
-        return False
-    _upsert_workload(facts.uid, fields)
-    if stored is not None:
-        stored[facts.uid] = fields
-    return settle_job(job_id=job_id)
-
-
-def record_workloads(*, workloads: list[tuple[int, WorkloadFacts]]) -> None:
-    """After a full list of Kueue's Workloads (`workloads`: (portal job id, facts) of the portal's ones): rows of
-    Workloads that are gone are deleted, the listed ones upserted (written only when changed), and every job
-    whose Workloads changed is settled."""
-    listed = {facts.uid: (job_id, facts) for job_id, facts in workloads}
-    stored = {row["uid"]: row for row in Workload.objects.values("uid", *WORKLOAD_FIELDS)}
-    touched: set[int] = set()
-    for uid, row in stored.items():
-        if uid not in listed:
-            touched.add(row["job_id"])
-    Workload.objects.filter(uid__in=[uid for uid in stored if uid not in listed]).delete()
-    for uid, (job_id, facts) in listed.items():
-        fields = _workload_fields(facts, job_id)
-        before = stored.get(uid)
-        if before is not None and all(before[key] == value for key, value in fields.items()):
-            continue
-        _upsert_workload(uid, fields)
-        touched.add(job_id)
-    for job_id in sorted(touched):
-        settle_job(job_id=job_id)
-
-
-def forget_workload(*, uid: str) -> None:
-    """A Workload was deleted (its Job was deleted, or Kueue replaced it after the pod template changed)."""
-    job_id = Workload.objects.filter(uid=uid).values_list("job_id", flat=True).first()
-    Workload.objects.filter(uid=uid).delete()
-    if job_id is not None:
-        settle_job(job_id=job_id)
-
-
-def _eviction_message(workload: Workload, job: Job) -> Words:
-    """Why an admitted job went back to the queue, and for whom, in plain words."""
-    preemptor = None
-    if workload.evicted_reason == "Preempted":
-        match = PREEMPTOR_UID.search(workload.evicted_message)
-        if match:
-            preemptor = (
-                Workload.objects.filter(uid=match.group(1))
-                .select_related("job__team")
-                .values_list("job_id", "job__team_id", "job__team__name")
-            ).first()
-    return Words(
-        "reasons.eviction_reason",
-        {
-            "reason": workload.evicted_reason,
-            "message": workload.evicted_message,
-            "preemptor_job_id": preemptor[0] if preemptor else None,
-            "preemptor_same_team": bool(preemptor) and preemptor[1] == job.team_id,
-            "preemptor_team": preemptor[2] if preemptor else "",
-        },
-    )
-
-
-def observed_state(job: Job, workload: Workload) -> tuple[str, str, Words | str, object]:
-    """(state, node, reason, since) that the job's newest Workload and its live pods imply; the reason as `Words`
-    (str() words it in the active language) or ""."""
-    if not workload.admitted:
-        pool_names = dict(Pool.objects.values_list("slug", "name"))
-        return (
-            JobState.QUEUED,
-            "",
-            Words("reasons.kueue_reason", {"message": workload.message, "pool_names": pool_names}),
-            None,
-        )
-    pods = list(
-        Pod.objects.filter(job=job, phase__in=["Pending", "Running"])
-        .order_by("-created_at")
-        .values_list("phase", "scheduled", "node_name", "pending_reason", "bound_at", "created_at")
-    )
-    running = [pod for pod in pods if pod[0] == "Running"]
-    if job.is_gang and pods and len(running) + _pods_done(job) < job.nodes:
-        return gang_waiting(job, running, pods)
-    if running:
-        return JobState.RUNNING, running[0][2], "", running[0][4]
-    placed = [pod for pod in pods if pod[1]]
-    if placed:
-        return (
-            JobState.PENDING,
-            placed[0][2],
-            Words(gettext_noop("starting on %(node)s"), {"node": placed[0][2]}),
-            placed[0][4],
-        )
-    if pods:
-        return JobState.PENDING, "", Words("reasons.plain_reason", {"message": pods[0][3]}), pods[0][5]
-    return JobState.ADMITTED, "", "", workload.admitted_at
-
-
-def _pods_done(job: Job) -> int:
-    """Pods of the job that completed (a gang's pods that finished first still count as started)."""
-    return Pod.objects.filter(job=job, phase="Succeeded").count()
-
-
-def gang_waiting(job: Job, running: list, pods: list) -> tuple[str, str, Words, object]:
-    """An admitted multi-node job is Running only once all its pods run (a half-started gang is not): until then
-    Pending, saying how many run and why the others wait (Kueue's waitForPodsReady requeues it after its timeout)."""
-    waiting = [pod for pod in pods if pod[0] == "Pending"]
-    said = next((pod[3] for pod in waiting if pod[3]), "")
-    node = running[0][2] if running else ""
-    since = waiting[0][5] if waiting else (running[0][4] if running else None)
-    return (
-        JobState.PENDING,
-        node,
-        Words("reasons.gang_reason", {"running": len(running), "nodes": job.nodes, "message": said}),
-        since,
-    )
-
-
-# Within a caller's transaction (the sync's batch of events) no savepoint: a failure rolls the whole batch back and
-# the watch applies it again; called alone, it is its own transaction.
-@transaction.atomic(savepoint=False)
-def settle_job(*, job_id: int) -> bool:
-    """Bring an unfinished job to the state its newest Workload and its pods imply, recording each step.
-
-    Not admitted → Queued with Kueue's reason in plain words (from Admitted/Pending/Running: evicted, with why and
-    for whom); admitted → Running if a pod runs, Pending while pods wait for or start on a node, else Admitted.
-    Final states come from the Job's own conditions (`observe`), never from here. True when something changed."""
-    # The pool it was admitted in is read with it (its slug): the sync settles a job at every step of its pods, and
-    # looking the Workload's flavor up again each time was one more round trip per pod event (issue 30).
-    job = (
-        Job.objects.select_for_update(of=("self",))
-        .annotate(admitted_pool_slug=F("admitted_pool__slug"))
-        .filter(pk=job_id)
-        .first()
-    )
-    if job is None or job.is_final:
-        return False
-    workload = Workload.objects.filter(job=job, finished=False).order_by("-created_at", "-id").first()
-    if workload is None:
-        return False
-    state, node_name, reason, since = observed_state(job, workload)
-    fields = set()
-    flavor_pool, pool_name = None, None
-    if workload.admitted and workload.flavors:
-        if workload.flavors[0] == job.admitted_pool_slug:
-            flavor_pool = job.admitted_pool_id
-        else:
-            flavor_pool, pool_name = (
-                Pool.objects.filter(slug=workload.flavors[0]).order_by().values_list("pk", "name").first()
-            ) or (None, None)
-    if job.admitted_pool_id != flavor_pool:
-        job.admitted_pool_id = flavor_pool
-        fields.add("admitted_pool")
-    if node_name and job.node_name != node_name:
-        job.node_name = node_name
-        fields.add("node_name")
-    if job.pending_reason != str(reason):
-        job.pending_reason = str(reason)
-        fields.add("pending_reason")
-    changed = False
-    if state != job.state and state in TRANSITIONS[job.state]:
-        # Cluster times have second precision: never record a step before the one it follows.
-        at = max(since or timezone.now(), job.state_changed_at, job.created_at)
-        if state == JobState.QUEUED:
-            message = _eviction_message(workload, job)
-            if workload.evicted_reason == "Preempted":
-                job.preemptions += 1
-                fields.add("preemptions")
-        elif state == JobState.ADMITTED:
-            if pool_name is None and flavor_pool is not None:
-                pool_name = Pool.objects.filter(pk=flavor_pool).order_by().values_list("name", flat=True).first()
-            message = Words(gettext_noop("admitted by Kueue in %(pool)s"), {"pool": pool_name or "?"})
-        elif state == JobState.RUNNING:
-            message = Words(gettext_noop("running on %(node)s"), {"node": node_name})
-            if job.running_seen_at is None:
-                job.running_seen_at = timezone.now()
-        else:
-            message = reason
-        _record(job, job.transition_to(state, message=message, at=at))
-        changed = True
-    elif fields:
-        job.save()
-    return changed or bool(fields)
 
 
 # --- spill-after: the strict -> soft edge ------------------------------------------------------------------

@@ -2,11 +2,11 @@
 
 Idea: this module only routes. Each watched object is parsed into facts (`cluster.facts`), attributed (which
 team by namespace, which pool by node, which portal job — if any), and handed to the app whose rows it implies:
-nodes to `pools.services`, pods and job states to `jobs.services`, GPU time to `billing.usage`. Each of those
-writes is an upsert keyed by the object's name or UID, so seeing the same object twice — after a relist, a
-restart of this process, or a replayed watch — writes the same row again instead of a second one: nothing is
-counted twice. A relist also settles what disappeared while nobody watched: admitted jobs whose Job is gone fail
-with that reason.
+nodes to `pools.services`, pods and job states to `jobs.observations` and `jobs.settling`, GPU time to
+`billing.usage`. Each of those writes is an upsert keyed by the object's name or UID, so seeing the same object
+twice — after a relist, a restart of this process, or a replayed watch — writes the same row again instead of a
+second one: nothing is counted twice. A relist also settles what disappeared while nobody watched: admitted jobs
+whose Job is gone fail with that reason.
 
 GPU time ends at the pod's own finish time, also when nobody watched it end. The pods of portal Jobs carry the
 portal's finalizer (`cluster.manifests.USAGE_FINALIZER`), so a pod that finishes and is deleted while the sync is
@@ -38,8 +38,7 @@ from django.utils import timezone
 from billing import usage as billing
 from cluster import resources
 from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, pod_facts
-from jobs import observations
-from jobs import services as jobs
+from jobs import observations, settling
 from jobs.models import Job, SyncState, job_name_for
 from pools import services as pools
 from pools.models import Node
@@ -311,7 +310,7 @@ class ClusterSync:
         return accepted
 
     def relist_workloads(self, workloads: list[WorkloadFacts], version: str) -> None:
-        jobs.record_workloads(workloads=self._portal_workloads(workloads))
+        settling.record_workloads(workloads=self._portal_workloads(workloads))
         self.save_version("workloads", version, listed=True)
 
     def workload_event(self, kind: str, facts: WorkloadFacts) -> None:
@@ -329,10 +328,10 @@ class ClusterSync:
         with transaction.atomic():
             # The batch's stored rows read once (issue 30: one read per event was a sixth of a Workload event's
             # queries), then kept as each event writes them.
-            stored = jobs.stored_workloads(uids=[facts.uid for _kind, facts in events])
+            stored = settling.stored_workloads(uids=[facts.uid for _kind, facts in events])
             for kind, facts in events:
                 if kind == "DELETED":
-                    jobs.forget_workload(uid=facts.uid)
+                    settling.forget_workload(uid=facts.uid)
                     stored.pop(facts.uid, None)
                 elif facts.uid in owners:
-                    jobs.record_workload(facts=facts, job_id=owners[facts.uid], stored=stored)
+                    settling.record_workload(facts=facts, job_id=owners[facts.uid], stored=stored)

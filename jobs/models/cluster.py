@@ -13,7 +13,7 @@ class Workload(models.Model):
     """Kueue's Workload of a portal job, as the sync last saw it (one row per Workload uid; Kueue makes a new
     Workload when a suspended Job's pod template changes, e.g. when spill-after widens its placement).
 
-    The job's state follows from its newest Workload and its pods (`jobs.services.settle_job`): not admitted →
+    The job's state follows from its newest Workload and its pods (`jobs.settling.settle_jobs`): not admitted →
     Queued with `message` (Kueue's reason), admitted → Admitted / Pending / Running.
     """
 

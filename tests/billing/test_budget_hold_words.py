@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from billing.budget import BudgetStatus
-from jobs import services as job_services
+from jobs import settling
 from jobs.choices import JobState
 from jobs.models import Job, Workload
 from tests.billing.conftest import at
@@ -29,7 +29,7 @@ def held(team, researcher, reserved_pool):
     Workload.objects.create(
         uid="w-held", namespace=team.namespace, name="job-held", job=job, message=message, created_at=job.created_at
     )
-    job_services.settle_job(job_id=job.pk)  # as the sync does: the stored pending reason
+    settling.settle_job(job_id=job.pk)  # as the sync does: the stored pending reason
     return Job.objects.get(pk=job.pk)
 
 

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from django.utils import timezone
 
-from jobs import services
+from jobs import services, settling
 from jobs.choices import JobState
 from jobs.models import Job, Workload
 from jobs.outlook import manifest_preview, submit_outlook
@@ -110,14 +110,14 @@ def test_a_half_started_gang_is_pending_with_how_many_run_and_running_once_all_d
     ]
     pods[2].pending_reason = "0/9 nodes are available: 3 Insufficient nvidia.com/gpu."
     pods[2].save()
-    services.settle_job(job_id=job.pk)
+    settling.settle_job(job_id=job.pk)
     job.refresh_from_db()
     assert job.state == JobState.PENDING
     assert job.pending_reason.startswith("2 of the job's 3 pods run; the others wait to start.")
     assert "3 nodes lack enough free GPUs" in job.pending_reason
     pods[2].node_name, pods[2].phase, pods[2].scheduled = "node-c", "Running", True
     pods[2].save()
-    services.settle_job(job_id=job.pk)
+    settling.settle_job(job_id=job.pk)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
 

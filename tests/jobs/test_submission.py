@@ -1,5 +1,5 @@
 """Submission before the cluster: validation, queue order, audit, and the job state that Kueue's Workloads and
-the job's pods imply (`settle_job`, fed with rows as the sync writes them).
+the job's pods imply (`settling.settle_job`, fed with rows as the sync writes them).
 
 These tests are about the portal's own bookkeeping, so the send-to-cluster task is replaced by a recorder;
 tests/jobs/test_kueue_admission.py covers admission itself against the real cluster and real Kueue.
@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from cluster.facts import workload_facts
-from jobs import services
+from jobs import services, settling
 from jobs.choices import JobState, Placement, Priority
 from jobs.models import Job, Pod
 from jobs.specs import JobSpec
@@ -248,7 +248,7 @@ def test_a_waiting_workload_keeps_the_job_queued_with_kueues_reason_in_words(sen
         "couldn't assign flavors to pod set main: flavor elastic doesn't match node affinity, "
         "insufficient unused quota for nvidia.com/gpu in flavor a800, 2 more needed"
     )
-    services.record_workload(facts=workload(job, message=message), job_id=job.pk)
+    settling.record_workload(facts=workload(job, message=message), job_id=job.pk)
     job.refresh_from_db()
     assert job.state == JobState.QUEUED
     assert job.pending_reason.startswith(f"Waiting for its team's quota in {pool.name}: 2 more GPUs needed")
@@ -275,10 +275,10 @@ def test_admission_then_pods_move_the_job_along_in_any_order(sent, team, researc
         created_at=now,
         bound_at=now,
     )
-    assert not services.settle_job(job_id=job.pk)
+    assert not settling.settle_job(job_id=job.pk)
     assert job.running_seen_at is None
     seen_after = timezone.now()
-    services.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
+    settling.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
     job.refresh_from_db()
     assert job.state == JobState.RUNNING
     assert (job.node_name, job.admitted_pool) == (node.name, pool)
@@ -290,7 +290,7 @@ def test_admission_then_pods_move_the_job_along_in_any_order(sent, team, researc
 def test_an_admitted_job_without_pods_is_admitted(sent, team, researcher, pool):
     quota(team, pool, 8)
     job = services.submit_job(team=team, pool=pool, user=researcher, spec=spec(gpus=4))
-    services.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
+    settling.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
     job.refresh_from_db()
     assert job.state == JobState.ADMITTED
     assert "admitted by Kueue in" in job.events.last().message
@@ -300,14 +300,14 @@ def test_a_preempted_job_goes_back_to_the_queue_saying_for_whom(sent, team, rese
     quota(team, pool, 8)
     low = services.submit_job(team=team, pool=pool, user=researcher, spec=spec("low", gpus=4))
     high = services.submit_job(team=team, pool=pool, user=lead, spec=spec("high", gpus=8, priority=100))
-    services.record_workload(facts=workload(low, uid="0f3a-0001", admitted=True), job_id=low.pk)
-    services.record_workload(facts=workload(high, uid="0f3a-beef"), job_id=high.pk)
+    settling.record_workload(facts=workload(low, uid="0f3a-0001", admitted=True), job_id=low.pk)
+    settling.record_workload(facts=workload(high, uid="0f3a-beef"), job_id=high.pk)
     preempted = {
         "reason": "Preempted",
         "message": "Preempted to accommodate a workload (UID: 0f3a-beef, JobUID: j-1) due to prioritization in the "
         "ClusterQueue; preemptor path: /reservoir/team-alpha; preemptee path: /reservoir/team-alpha",
     }
-    services.record_workload(facts=workload(low, uid="0f3a-0001", evicted=preempted), job_id=low.pk)
+    settling.record_workload(facts=workload(low, uid="0f3a-0001", evicted=preempted), job_id=low.pk)
     low.refresh_from_db()
     assert low.state == JobState.QUEUED
     assert low.preemptions == 1
@@ -325,10 +325,10 @@ def test_each_step_of_a_workload_is_written_in_one_statement(sent, team, researc
 
     quota(team, pool, 8)
     job = services.submit_job(team=team, pool=pool, user=researcher, spec=spec(gpus=4))
-    services.record_workload(facts=workload(job), job_id=job.pk)
+    settling.record_workload(facts=workload(job), job_id=job.pk)
     queued_seen = Workload.objects.get(uid="wl-1").seen_at
     with CaptureQueriesContext(connection) as queries:
-        services.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
+        settling.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
     on_workloads = [
         query["sql"]
         for query in queries
@@ -347,7 +347,7 @@ def test_a_finished_job_never_moves_again(sent, team, researcher, pool):
     quota(team, pool, 8)
     job = services.submit_job(team=team, pool=pool, user=researcher, spec=spec(gpus=4))
     services.cancel_job(job=job, user=researcher)
-    services.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
+    settling.record_workload(facts=workload(job, admitted=True), job_id=job.pk)
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
 
 

@@ -482,3 +482,27 @@ def test_a_batch_of_workload_events_reads_their_stored_rows_once(world):
     writes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('INSERT INTO "jobs_workload"')]
     assert (len(reads), len(writes)) == (1, 2)  # the unchanged second sighting writes nothing, as before
     assert Workload.objects.get(uid="wl-3").requeue_count == 2
+
+
+def test_settling_a_batch_of_pods_jobs_reads_the_same_whatever_its_size(world):
+    """Issue 30: one locking read of the jobs, one of their Workloads, one of their pods, for any number of jobs."""
+    sync, pool, alpha, *_ = world
+
+    def reads_for(count: int) -> int:
+        jobs = [JobFactory(team=alpha, pool=pool, state=JobState.PENDING, admitted_pool=pool) for _n in range(count)]
+        for job in jobs:
+            Workload.objects.create(
+                uid=f"wl-{job.pk}", namespace=alpha.namespace, name=f"wl-{job.pk}", job=job, admitted=True,
+                quota_reserved=True, flavors=[pool.slug], created_at=timezone.now(), admitted_at=timezone.now(),
+            )  # fmt: skip
+        batch = [
+            ("ADDED", pod(f"r{job.pk}", alpha.namespace, node_name="gpu-a", job_id=job.pk, owner=job.job_name))
+            for job in jobs
+        ]
+        with CaptureQueriesContext(connection) as captured:
+            sync.pod_events(batch)
+        running = Job.objects.filter(pk__in=[job.pk for job in jobs], state=JobState.RUNNING)
+        assert running.count() == count
+        return sum(q["sql"].startswith("SELECT") for q in captured.captured_queries)
+
+    assert reads_for(2) == reads_for(7)
