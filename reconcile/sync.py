@@ -29,6 +29,8 @@ here that routes one to the other, and one row in `reconcile/management/commands
 
 import logging
 import time
+from concurrent import futures
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
@@ -127,6 +129,7 @@ class ClusterSync:
     def __init__(self):
         self.attribution = Attribution()
         self._nodes_recorded: dict[str, tuple[NodeFacts, float]] = {}  # name -> (facts last recorded, when)
+        self._releaser: ThreadPoolExecutor | None = None  # made at the first release (`_release`)
 
     # --- versions -------------------------------------------------------------------------------------------
     @staticmethod
@@ -247,14 +250,26 @@ class ClusterSync:
             observations.remove_pods(uids=deleted)
         self._release([pod for kind, pod in latest.values() if kind != "DELETED"])
 
-    @staticmethod
-    def _release(pods: list[PodFacts]) -> None:
+    # Releases made at once. One after the other, 500 pods ending together held the pod watch for 13 s at 1,000 nodes
+    # (one PATCH each), and the Running of the pods whose events waited behind them was written that much later
+    # (issue 30). The threads live as long as the sync: each keeps its ApiClient and its connection.
+    RELEASE_THREADS = 4
+
+    def _release(self, pods: list[PodFacts]) -> None:
         """Take the usage finalizer off the pods whose GPU time is final and now committed (`PodFacts.releasable`):
-        only then may they leave the cluster. A failure raises, so the watch applies the same event (or list) again
-        and this is retried; a pod released twice is no harm."""
-        for pod in pods:
-            if pod.releasable:
+        only then may they leave the cluster. Every release is tried; a failure then raises, so the watch applies the
+        same event (or list) again and this is retried; a pod released twice is no harm."""
+        releasable = [pod for pod in pods if pod.releasable]
+        if len(releasable) <= 1:
+            for pod in releasable:
                 resources.release_pod(pod.namespace, pod.name)
+            return
+        if self._releaser is None:
+            self._releaser = ThreadPoolExecutor(max_workers=self.RELEASE_THREADS, thread_name_prefix="release")
+        calls = [self._releaser.submit(resources.release_pod, pod.namespace, pod.name) for pod in releasable]
+        futures.wait(calls)
+        for call in calls:
+            call.result()  # the first failure, raised
 
     # --- the portal's Jobs -> jobs (job states) -------------------------------------------------------------
     def _portal_jobs(self, job_objs: list[JobFacts]) -> list[tuple[int, JobFacts]]:

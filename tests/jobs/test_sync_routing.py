@@ -7,6 +7,7 @@ nothing new), intervals counted once and never reopened, a relist settling what 
 honoured only on the job's own Job and pods.
 """
 
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing.models import StaleDay, UsageInterval
+from cluster import resources
+from cluster.errors import ClusterError
 from cluster.facts import JobFacts, NodeFacts, PodFacts, WorkloadFacts, job_facts, node_facts, workload_facts
 from cluster.namespaces import render_resource_quota
 from jobs.choices import JobState
@@ -506,3 +509,29 @@ def test_settling_a_batch_of_pods_jobs_reads_the_same_whatever_its_size(world):
         return sum(q["sql"].startswith("SELECT") for q in captured.captured_queries)
 
     assert reads_for(2) == reads_for(7)
+
+
+def test_ending_pods_are_released_several_at_once_and_all_tried_when_one_fails(world, monkeypatch):
+    """Issue 30: one release after the other held the pod watch for seconds when hundreds of pods ended together.
+    The cluster call is replaced here: what is checked is the sync's order of work (together, every one tried, the
+    failure raised so that the watch applies the batch again); the real release: tests/cluster/test_release_pod_cluster.py."""
+    sync, _pool, alpha, *_ = world
+    together = threading.Barrier(ClusterSync.RELEASE_THREADS, timeout=10)
+    released = []
+
+    def release(namespace, name):
+        together.wait()  # only passes when RELEASE_THREADS releases are under way at once
+        released.append(name)
+        if name == "pod-e2":
+            raise ClusterError("the apiserver refused", status=500)
+        return True
+
+    monkeypatch.setattr(resources, "release_pod", release)
+    ended = [
+        ("MODIFIED", replace(pod(f"e{n}", alpha.namespace, node_name="gpu-a", phase="Succeeded", finished=FINISHED),
+                             held_for_usage=True))
+        for n in range(ClusterSync.RELEASE_THREADS * 2)
+    ]  # fmt: skip
+    with pytest.raises(ClusterError):
+        sync.pod_events(ended)
+    assert sorted(released) == sorted(f"pod-e{n}" for n in range(ClusterSync.RELEASE_THREADS * 2))
