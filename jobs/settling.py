@@ -229,6 +229,13 @@ def gang_waiting(job: Job, running: list, pods: list) -> tuple[str, str, Words, 
     )
 
 
+def lock_jobs(*, job_ids) -> None:
+    """Lock `job_ids` as `settle_jobs` does, all at once in the order of their ids: a transaction that will settle
+    several jobs one at a time (a batch of Workload events, in the order the watch gave them) takes its locks here
+    first, so that it and a batch of pod events, settling together, never wait for each other in a circle."""
+    list(Job.objects.select_for_update(no_key=True).filter(pk__in=job_ids).order_by("pk").values_list("pk"))
+
+
 def settle_job(*, job_id: int) -> bool:
     """`settle_jobs` for one job: True when something changed."""
     return bool(settle_jobs(job_ids=[job_id]))
@@ -243,11 +250,14 @@ def settle_jobs(*, job_ids) -> set[int]:
 
     Not admitted → Queued with Kueue's reason in plain words (from Admitted/Pending/Running: evicted, with why and
     for whom); admitted → Running if a pod runs, Pending while pods wait for or start on a node, else Admitted.
-    Final states come from the Job's own conditions (`observations.observe`), never from here. The jobs are locked
-    in the order of their ids, as every other lock of several jobs is taken; the pool each was admitted in is read
-    with it (its slug), so a Workload's flavor is looked up only when it names another pool."""
+    Final states come from the Job's own conditions (`observations.observe`), never from here. The pool each was
+    admitted in is read with the job (its slug), so a Workload's flavor is looked up only when it names another pool.
+
+    Locks: the jobs' rows FOR NO KEY UPDATE, in the order of their ids, as `lock_jobs` takes them. Settling changes
+    no key, and that lock leaves alone the KEY SHARE locks the same batch took on its jobs a moment before by writing
+    rows that refer to them (its pods, their GPU time, Workloads)."""
     jobs = list(
-        Job.objects.select_for_update(of=("self",))
+        Job.objects.select_for_update(of=("self",), no_key=True)
         .annotate(admitted_pool_slug=F("admitted_pool__slug"))
         .filter(pk__in=job_ids, state__in=ACTIVE_STATES)
         .order_by("pk")

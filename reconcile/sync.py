@@ -344,6 +344,8 @@ class ClusterSync:
             # The batch's stored rows read once (issue 30: one read per event was a sixth of a Workload event's
             # queries), then kept as each event writes them.
             stored = settling.stored_workloads(uids=[facts.uid for _kind, facts in events])
+            gone = {stored[facts.uid]["job_id"] for kind, facts in events if kind == "DELETED" and facts.uid in stored}
+            settling.lock_jobs(job_ids=set(owners.values()) | gone)
             for kind, facts in events:
                 if kind == "DELETED":
                     settling.forget_workload(uid=facts.uid)

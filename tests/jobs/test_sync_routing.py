@@ -7,6 +7,7 @@ nothing new), intervals counted once and never reopened, a relist settling what 
 honoured only on the job's own Job and pods.
 """
 
+import re
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -514,7 +515,8 @@ def test_settling_a_batch_of_pods_jobs_reads_the_same_whatever_its_size(world):
 def test_ending_pods_are_released_several_at_once_and_all_tried_when_one_fails(world, monkeypatch):
     """Issue 30: one release after the other held the pod watch for seconds when hundreds of pods ended together.
     The cluster call is replaced here: what is checked is the sync's order of work (together, every one tried, the
-    failure raised so that the watch applies the batch again); the real release: tests/cluster/test_release_pod_cluster.py."""
+    failure raised so that the watch applies the batch again). The real release:
+    tests/cluster/test_release_pod_cluster.py."""
     sync, _pool, alpha, *_ = world
     together = threading.Barrier(ClusterSync.RELEASE_THREADS, timeout=10)
     released = []
@@ -535,3 +537,25 @@ def test_ending_pods_are_released_several_at_once_and_all_tried_when_one_fails(w
     with pytest.raises(ClusterError):
         sync.pod_events(ended)
     assert sorted(released) == sorted(f"pod-e{n}" for n in range(ClusterSync.RELEASE_THREADS * 2))
+
+
+def test_a_batch_of_workload_events_locks_its_jobs_at_once_in_id_order_before_writing(world):
+    """A batch of pod events locks its jobs in id order (`settle_jobs`); a batch of Workload events settles its jobs
+    one event at a time, so it takes all their locks first, in the same order: the two watches' transactions never
+    wait for each other in a circle (a deadlock PostgreSQL would break by failing one)."""
+    sync, pool, alpha, _beta, job = world
+    older = JobFactory(team=alpha, pool=pool, state=JobState.QUEUED)
+    assert older.pk > job.pk
+    events = [
+        ("ADDED", kueue_workload("wl-late", alpha.namespace, older, pods_ready=False)),
+        ("MODIFIED", kueue_workload("wl-1", alpha.namespace, job, pods_ready=False)),
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        sync.workload_events(events)
+    statements = [q["sql"] for q in queries.captured_queries]
+    first_lock = next(i for i, sql in enumerate(statements) if "FOR NO KEY UPDATE" in sql)
+    first_write = next(i for i, sql in enumerate(statements) if sql.startswith(("INSERT", "UPDATE")))
+    assert first_lock < first_write
+    locked = re.search(r'"jobs_job"\."id" IN \(([\d, ]+)\) ORDER BY 1 ASC FOR NO KEY UPDATE', statements[first_lock])
+    assert locked and {int(pk) for pk in locked.group(1).split(",")} == {job.pk, older.pk}
+    assert Job.objects.get(pk=older.pk).state == JobState.ADMITTED
