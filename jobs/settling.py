@@ -251,14 +251,15 @@ def settle_jobs(*, job_ids) -> set[int]:
     Not admitted → Queued with Kueue's reason in plain words (from Admitted/Pending/Running: evicted, with why and
     for whom); admitted → Running if a pod runs, Pending while pods wait for or start on a node, else Admitted.
     Final states come from the Job's own conditions (`observations.observe`), never from here. The pool each was
-    admitted in is read with the job (its slug), so a Workload's flavor is looked up only when it names another pool.
+    admitted in is read with the job (its slug and name): a Workload's flavor is looked up only when it names another
+    pool.
 
     Locks: the jobs' rows FOR NO KEY UPDATE, in the order of their ids, as `lock_jobs` takes them. Settling changes
     no key, and that lock leaves alone the KEY SHARE locks the same batch took on its jobs a moment before by writing
     rows that refer to them (its pods, their GPU time, Workloads)."""
     jobs = list(
         Job.objects.select_for_update(of=("self",), no_key=True)
-        .annotate(admitted_pool_slug=F("admitted_pool__slug"))
+        .annotate(admitted_pool_slug=F("admitted_pool__slug"), admitted_pool_name=F("admitted_pool__name"))
         .filter(pk__in=job_ids, state__in=ACTIVE_STATES)
         .order_by("pk")
     )
@@ -293,7 +294,7 @@ def _settle(job: Job, workload: Workload, state: str, node_name: str, reason: Wo
     flavor_pool, pool_name = None, None
     if workload.admitted and workload.flavors:
         if workload.flavors[0] == job.admitted_pool_slug:
-            flavor_pool = job.admitted_pool_id
+            flavor_pool, pool_name = job.admitted_pool_id, job.admitted_pool_name
         else:
             flavor_pool, pool_name = (
                 Pool.objects.filter(slug=workload.flavors[0]).order_by().values_list("pk", "name").first()
@@ -315,8 +316,6 @@ def _settle(job: Job, workload: Workload, state: str, node_name: str, reason: Wo
             if workload.evicted_reason == "Preempted":
                 job.preemptions += 1
         elif state == JobState.ADMITTED:
-            if pool_name is None and flavor_pool is not None:
-                pool_name = Pool.objects.filter(pk=flavor_pool).order_by().values_list("name", flat=True).first()
             message = Words(gettext_noop("admitted by Kueue in %(pool)s"), {"pool": pool_name or "?"})
         elif state == JobState.RUNNING:
             message = Words(gettext_noop("running on %(node)s"), {"node": node_name})

@@ -29,8 +29,7 @@ here that routes one to the other, and one row in `reconcile/management/commands
 
 import logging
 import time
-from concurrent import futures
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import timedelta
 
 from django.conf import settings
@@ -267,7 +266,7 @@ class ClusterSync:
         if self._releaser is None:
             self._releaser = ThreadPoolExecutor(max_workers=self.RELEASE_THREADS, thread_name_prefix="release")
         calls = [self._releaser.submit(resources.release_pod, pod.namespace, pod.name) for pod in releasable]
-        futures.wait(calls)
+        wait(calls)
         for call in calls:
             call.result()  # the first failure, raised
 

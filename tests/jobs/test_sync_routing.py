@@ -90,6 +90,22 @@ def k8s_job(namespace, name, job_id, *, complete_at=None) -> JobFacts:
     )
 
 
+def admitted_workload(uid: str, job, pool, *, at: datetime | None = None) -> Workload:
+    """The stored row of a Workload Kueue admitted in `pool`, as the sync writes it."""
+    at = at or timezone.now()
+    return Workload.objects.create(
+        uid=uid,
+        namespace=job.team.namespace,
+        name=f"job-{job.job_name}-x",
+        job=job,
+        quota_reserved=True,
+        admitted=True,
+        flavors=[pool.slug],
+        created_at=at,
+        admitted_at=at,
+    )
+
+
 @pytest.fixture
 def world():
     """Two teams, a pool with one node, and a running job of the first team on it."""
@@ -103,17 +119,7 @@ def world():
         cluster_created_at=timezone.now() - timedelta(hours=1),
     )
     # Kueue admitted it in its pool: from here on its pods decide Admitted / Pending / Running.
-    Workload.objects.create(
-        uid="wl-1",
-        namespace=alpha.namespace,
-        name=f"job-{job.job_name}-x",
-        job=job,
-        quota_reserved=True,
-        admitted=True,
-        flavors=[pool.slug],
-        created_at=timezone.now() - timedelta(hours=1),
-        admitted_at=timezone.now() - timedelta(hours=1),
-    )
+    admitted_workload("wl-1", job, pool, at=timezone.now() - timedelta(hours=1))
     sync = ClusterSync()
     sync.relist_nodes([node("gpu-a", dict(pool.node_selector)), node("cpu-1", {"role": "system"}, gpus=0)], "10")
     return sync, pool, alpha, beta, job
@@ -322,17 +328,7 @@ def test_a_batch_of_pod_events_settles_its_jobs_in_its_own_transaction_without_l
     settled was a transaction of its own and looked its admitted pool up again."""
     sync, pool, alpha, _beta, job = world
     other = JobFactory(team=alpha, pool=pool, state=JobState.PENDING, admitted_pool=pool)
-    Workload.objects.create(
-        uid="wl-other",
-        namespace=alpha.namespace,
-        name=f"job-{other.job_name}-x",
-        job=other,
-        quota_reserved=True,
-        admitted=True,
-        flavors=[pool.slug],
-        created_at=timezone.now(),
-        admitted_at=timezone.now(),
-    )
+    admitted_workload("wl-other", other, pool)
     Job.objects.filter(pk=job.pk).update(admitted_pool=pool)
     events = [
         (kind, pod(uid, alpha.namespace, node_name="gpu-a", job_id=each.pk, owner=each.job_name))
@@ -495,10 +491,7 @@ def test_settling_a_batch_of_pods_jobs_reads_the_same_whatever_its_size(world):
     def reads_for(count: int) -> int:
         jobs = [JobFactory(team=alpha, pool=pool, state=JobState.PENDING, admitted_pool=pool) for _n in range(count)]
         for job in jobs:
-            Workload.objects.create(
-                uid=f"wl-{job.pk}", namespace=alpha.namespace, name=f"wl-{job.pk}", job=job, admitted=True,
-                quota_reserved=True, flavors=[pool.slug], created_at=timezone.now(), admitted_at=timezone.now(),
-            )  # fmt: skip
+            admitted_workload(f"wl-{job.pk}", job, pool)
         batch = [
             ("ADDED", pod(f"r{job.pk}", alpha.namespace, node_name="gpu-a", job_id=job.pk, owner=job.job_name))
             for job in jobs
