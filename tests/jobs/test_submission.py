@@ -9,6 +9,8 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from cluster.facts import workload_facts
@@ -127,6 +129,47 @@ def test_invalid_specs_say_which_field(sent, team, researcher, pool, field, valu
     with pytest.raises(ValidationError) as error:
         services.submit_job(team=team, pool=pool, user=researcher, spec=JobSpec(**values))
     assert error_field in error.value.message_dict
+
+
+# Each check constraint of a job, and what a submission that would break it asks for (spec fields, notify): the service
+# refuses each by its field before the database is asked anything, so it need not ask the database to check them again
+# (a query in a savepoint each, half of a submission's CPU). The state is the service's own (Queued).
+BREAKS_A_CONSTRAINT = {
+    "jobs_job_gpus_positive": ({"gpus": 0}, None, "gpus"),
+    "jobs_job_nodes_positive": ({"nodes": 0}, None, "nodes"),
+    "jobs_job_spill_after_has_minutes": (
+        {"placement": Placement.SPILL_AFTER, "spill_after_minutes": None},
+        None,
+        "spill_after_minutes",
+    ),
+    "jobs_job_valid_notify": ({}, ["start", "sometimes"], "notify"),
+}
+
+
+def test_every_check_constraint_of_a_job_is_a_check_the_submission_makes_first():
+    names = {constraint.name for constraint in Job._meta.constraints if hasattr(constraint, "condition")}
+    assert names == set(BREAKS_A_CONSTRAINT) | {"jobs_job_valid_state"}
+
+
+@pytest.mark.parametrize("constraint", sorted(BREAKS_A_CONSTRAINT))
+def test_a_submission_that_would_break_a_constraint_is_refused_by_its_field(sent, team, researcher, pool, constraint):
+    fields, notify, error_field = BREAKS_A_CONSTRAINT[constraint]
+    quota(team, pool, 8)
+    with pytest.raises(ValidationError) as error:
+        services.submit_job(team=team, pool=pool, user=researcher, spec=spec(**fields), notify=notify)
+    assert error_field in error.value.message_dict
+    assert not Job.objects.exists()
+
+
+def test_a_submission_asks_nothing_it_already_knows(sent, team, researcher, pool):
+    quota(team, pool, 8)
+    with CaptureQueriesContext(connection) as queries:
+        job = services.submit_job(team=team, pool=pool, user=researcher, spec=spec(), notify=["end"])
+    statements = [query["sql"] for query in queries.captured_queries]
+    assert not [sql for sql in statements if '"_check"' in sql]
+    for table in ("portal_team", "pools_pool", "portal_user"):
+        assert not [sql for sql in statements if sql.startswith(f'SELECT 1 AS "a" FROM "{table}"')]
+    assert Job.objects.get(pk=job.pk).notify == ["end"]
 
 
 def test_spill_placement_needs_a_pool_to_spill_into(sent, team, researcher, pool):
