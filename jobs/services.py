@@ -96,10 +96,11 @@ def _check_gang_can_ever_fit(*, pool: Pool, spec: JobSpec, errors: dict) -> None
         ) % {"pool": pool.name, "have": big_enough, "gpus": spec.gpus, "nodes": spec.nodes}
 
 
-def _record(job: Job, event: JobEvent) -> None:
+def _record(job: Job, event: JobEvent, *, update_fields=None) -> None:
     """Save a transition `job.transition_to` made: the job, its event, and the e-mail its submitter asked for about
-    it (`notifications.transition_written`), all in the caller's transaction. Every transition is saved here."""
-    job.save()
+    it (`notifications.transition_written`), all in the caller's transaction. Every transition is saved here.
+    `update_fields`: the job's columns to write (`TRANSITION_FIELDS` and what else the caller changed); None: all."""
+    job.save(update_fields=update_fields)
     event.save()
     notifications.transition_written(job, event)
 

@@ -331,23 +331,13 @@ class ClusterSync:
         self.workload_events([(kind, facts)])
 
     def workload_events(self, events: list[tuple[str, WorkloadFacts]]) -> None:
-        """Events of Workloads, applied one by one in the order the watch gave them — each step of a job's
-        timeline (admitted, evicted, admitted again) is its own event — but in one transaction, with the portal
-        jobs they belong to looked up once for the batch. A failure rolls the whole batch back; the watch reads it
-        again."""
+        """Events of Workloads, applied in the order the watch gave them — each step of a job's timeline (admitted,
+        evicted, admitted again) is its own event — in one transaction, with the portal jobs they belong to looked
+        up once and settled together (`settling.record_workload_events`). A failure rolls the whole batch back; the
+        watch reads it again."""
         owners = {
             facts.uid: job_id
             for job_id, facts in self._portal_workloads([facts for kind, facts in events if kind != "DELETED"])
         }
         with transaction.atomic():
-            # The batch's stored rows read once (issue 30: one read per event was a sixth of a Workload event's
-            # queries), then kept as each event writes them.
-            stored = settling.stored_workloads(uids=[facts.uid for _kind, facts in events])
-            gone = {stored[facts.uid]["job_id"] for kind, facts in events if kind == "DELETED" and facts.uid in stored}
-            settling.lock_jobs(job_ids=set(owners.values()) | gone)
-            for kind, facts in events:
-                if kind == "DELETED":
-                    settling.forget_workload(uid=facts.uid)
-                    stored.pop(facts.uid, None)
-                elif facts.uid in owners:
-                    settling.record_workload(facts=facts, job_id=owners[facts.uid], stored=stored)
+            settling.record_workload_events(events=events, owners=owners)

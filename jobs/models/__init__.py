@@ -2,10 +2,11 @@
 what is kept around it — templates, start-time quotes, e-mails (`records`)."""
 
 from .cluster import FINISHED_POD_PHASES, Pod, PodQuerySet, SyncState, Workload
-from .job import IllegalTransition, Job, JobEvent, JobQuerySet, Words, job_name_for
+from .job import TRANSITION_FIELDS, IllegalTransition, Job, JobEvent, JobQuerySet, Words, job_name_for
 from .records import JobNotification, JobQuote, JobTemplate, JobTemplateQuerySet
 
 __all__ = [
+    "TRANSITION_FIELDS",
     "FINISHED_POD_PHASES",
     "IllegalTransition",
     "Job",

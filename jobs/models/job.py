@@ -127,6 +127,10 @@ class JobQuerySet(TeamScopedQuerySet):
         return self.filter(state__in=ACTIVE_STATES)
 
 
+# The columns `Job.transition_to` writes: a caller that saves only what changed writes these with its own.
+TRANSITION_FIELDS = ("state", "state_changed_at", "started_at", "finished_at")
+
+
 class Job(models.Model):
     """A GPU job of one team in one pool, with its whole lifecycle (see module docstring)."""
 
@@ -298,7 +302,8 @@ class Job(models.Model):
             raise ValidationError({"spill_after_minutes": _("Say after how many minutes the job may spill.")})
 
     def transition_to(self, new_state: str, *, message: "str | Words" = "", actor=None, at=None) -> "JobEvent":
-        """Move to `new_state` along a legal edge and record it. The caller holds a row lock and saves."""
+        """Move to `new_state` along a legal edge and record it, changing only `TRANSITION_FIELDS`. The caller holds
+        a row lock and saves."""
         if new_state not in TRANSITIONS[self.state]:
             raise IllegalTransition(f"job {self.pk}: {self.state} -> {new_state} is not allowed")
         at = at or timezone.now()

@@ -15,11 +15,11 @@ from django.utils import timezone
 
 from cluster.facts import workload_facts
 from jobs import services, settling
-from jobs.choices import JobState, Placement, Priority
-from jobs.models import Job, Pod
+from jobs.choices import TRANSITIONS, JobState, Placement, Priority
+from jobs.models import TRANSITION_FIELDS, Job, Pod
 from jobs.specs import JobSpec
 from pools import services as pool_services
-from tests.factories import NodeFactory, PoolFactory
+from tests.factories import JobFactory, NodeFactory, PoolFactory
 
 
 @pytest.fixture
@@ -170,6 +170,17 @@ def test_a_submission_asks_nothing_it_already_knows(sent, team, researcher, pool
     for table in ("portal_team", "pools_pool", "portal_user"):
         assert not [sql for sql in statements if sql.startswith(f'SELECT 1 AS "a" FROM "{table}"')]
     assert Job.objects.get(pk=job.pk).notify == ["end"]
+
+
+@pytest.mark.parametrize(("source", "target"), [(a, b) for a, edges in TRANSITIONS.items() for b in edges])
+def test_a_transition_changes_only_the_columns_it_says(db, source, target):
+    """The sync saves a settled job's transition with only the columns that changed (`TRANSITION_FIELDS` and its own):
+    a column `transition_to` wrote outside them would be lost."""
+    job = JobFactory(state=source, state_changed_at=timezone.now() - timedelta(hours=1))
+    before = {field.attname: getattr(job, field.attname) for field in Job._meta.concrete_fields}
+    job.transition_to(target, message="step")
+    after = {field.attname: getattr(job, field.attname) for field in Job._meta.concrete_fields}
+    assert {name for name in before if before[name] != after[name]} <= set(TRANSITION_FIELDS)
 
 
 def test_spill_placement_needs_a_pool_to_spill_into(sent, team, researcher, pool):

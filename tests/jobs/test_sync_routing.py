@@ -505,6 +505,23 @@ def test_settling_a_batch_of_pods_jobs_reads_the_same_whatever_its_size(world):
     assert reads_for(2) == reads_for(7)
 
 
+def test_settling_a_batch_of_workload_events_reads_the_same_whatever_its_size(world):
+    """Issue 30: the jobs of a batch of Workload events are settled together once their rows are written (one
+    settling per event was a quarter of the sync's CPU during a burst)."""
+    sync, pool, alpha, *_ = world
+
+    def reads_for(count: int) -> int:
+        jobs = [JobFactory(team=alpha, pool=pool, state=JobState.QUEUED) for _n in range(count)]
+        batch = [("ADDED", kueue_workload(f"wl-n{job.pk}", alpha.namespace, job, pods_ready=False)) for job in jobs]
+        with CaptureQueriesContext(connection) as captured:
+            sync.workload_events(batch)
+        admitted = Job.objects.filter(pk__in=[job.pk for job in jobs], state=JobState.ADMITTED)
+        assert admitted.count() == count
+        return sum(q["sql"].startswith("SELECT") for q in captured.captured_queries)
+
+    assert reads_for(2) == reads_for(7)
+
+
 def test_ending_pods_are_released_several_at_once_and_all_tried_when_one_fails(world, monkeypatch):
     """Issue 30: one release after the other held the pod watch for seconds when hundreds of pods ended together.
     The cluster call is replaced here: what is checked is the sync's order of work (together, every one tried, the
