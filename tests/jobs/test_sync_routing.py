@@ -484,6 +484,14 @@ def test_a_batch_of_workload_events_reads_their_stored_rows_once(world):
     assert Workload.objects.get(uid="wl-3").requeue_count == 2
 
 
+def selects_to_settle(apply, batch: list, jobs: list, state: str) -> int:
+    """The SELECTs `apply(batch)` takes; every one of `jobs` is in `state` after it."""
+    with CaptureQueriesContext(connection) as captured:
+        apply(batch)
+    assert Job.objects.filter(pk__in=[job.pk for job in jobs], state=state).count() == len(jobs)
+    return sum(q["sql"].startswith("SELECT") for q in captured.captured_queries)
+
+
 def test_settling_a_batch_of_pods_jobs_reads_the_same_whatever_its_size(world):
     """Issue 30: one locking read of the jobs, one of their Workloads, one of their pods, for any number of jobs."""
     sync, pool, alpha, *_ = world
@@ -496,11 +504,7 @@ def test_settling_a_batch_of_pods_jobs_reads_the_same_whatever_its_size(world):
             ("ADDED", pod(f"r{job.pk}", alpha.namespace, node_name="gpu-a", job_id=job.pk, owner=job.job_name))
             for job in jobs
         ]
-        with CaptureQueriesContext(connection) as captured:
-            sync.pod_events(batch)
-        running = Job.objects.filter(pk__in=[job.pk for job in jobs], state=JobState.RUNNING)
-        assert running.count() == count
-        return sum(q["sql"].startswith("SELECT") for q in captured.captured_queries)
+        return selects_to_settle(sync.pod_events, batch, jobs, JobState.RUNNING)
 
     assert reads_for(2) == reads_for(7)
 
@@ -513,11 +517,7 @@ def test_settling_a_batch_of_workload_events_reads_the_same_whatever_its_size(wo
     def reads_for(count: int) -> int:
         jobs = [JobFactory(team=alpha, pool=pool, state=JobState.QUEUED) for _n in range(count)]
         batch = [("ADDED", kueue_workload(f"wl-n{job.pk}", alpha.namespace, job, pods_ready=False)) for job in jobs]
-        with CaptureQueriesContext(connection) as captured:
-            sync.workload_events(batch)
-        admitted = Job.objects.filter(pk__in=[job.pk for job in jobs], state=JobState.ADMITTED)
-        assert admitted.count() == count
-        return sum(q["sql"].startswith("SELECT") for q in captured.captured_queries)
+        return selects_to_settle(sync.workload_events, batch, jobs, JobState.ADMITTED)
 
     assert reads_for(2) == reads_for(7)
 
