@@ -1,6 +1,6 @@
-"""Kueue's verdicts mirrored back: the Workload rows the cluster sync keeps (`record_workload`), and the state each
-job's newest Workload and its pods imply (`settle_jobs`), so the order in which the watches deliver Workload and pod
-events does not matter.
+"""Kueue's verdicts mirrored back: the Workload rows the cluster sync keeps (`record_workload_events`), and the
+state each job's newest Workload and its pods imply (`settle_jobs`), so the order in which the watches deliver
+Workload and pod events does not matter.
 
 The sync settles jobs at every step of their Workloads and pods: at 1,000 jobs starting at once that is thousands of
 settlings within a minute, on the watch's one thread. A batch of pod events settles all its jobs together: one
@@ -75,46 +75,32 @@ def _upsert_workload(uid: str, fields: dict) -> None:
 
 
 def stored_workloads(*, uids: list[str]) -> dict[str, dict]:
-    """The kept fields of the stored Workload rows of `uids`, by uid (for `record_workload`'s `stored`)."""
+    """The kept fields of the stored Workload rows of `uids`, by uid."""
     rows = Workload.objects.filter(uid__in=uids).values("uid", *WORKLOAD_FIELDS).order_by()
     return {row.pop("uid"): row for row in rows}
 
 
-@transaction.atomic(savepoint=False)  # within a caller's transaction: no savepoint per call
-def record_workload(*, facts: WorkloadFacts, job_id: int, stored: dict[str, dict] | None = None) -> bool:
-    """Keep the Workload row of `facts` (a Workload of portal job `job_id`) and settle the job. True when the
-    job's state or reason changed.
-
-    Kueue rewrites a Workload's status many times over its life for what the portal does not keep (PodsReady,
-    timestamps of unchanged conditions): when every kept field is as stored, nothing is written and the job is
-    not settled again. The row and the settling commit together, so a failure in between leaves the row as it
-    was and the event read again settles the job.
-
-    `stored`: the rows as `stored_workloads` read them in the caller's transaction for a batch of events (a uid
-    not in it has no row), kept up to date here; without it, the row is read."""
-    fields = _workload_fields(facts, job_id)
-    if stored is None:
-        # uid is unique: no ordering or limit to compile
-        before = next(iter(Workload.objects.filter(uid=facts.uid).values(*WORKLOAD_FIELDS).order_by()), None)
-    else:
-        before = stored.get(facts.uid)
-    if before is not None and all(before[key] == value for key, value in fields.items()):
-        return False
-    _upsert_workload(facts.uid, fields)
-    if stored is not None:
-        stored[facts.uid] = fields
-    return settle_job(job_id=job_id)
+def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
+    """`record_workload_events` for one event of a Workload of portal job `job_id`, in a transaction of its own
+    (none when called in one): True when the job's state or reason changed."""
+    with transaction.atomic(savepoint=False):
+        return job_id in record_workload_events(events=[("MODIFIED", facts)], owners={facts.uid: job_id})
 
 
 def record_workload_events(*, events: list[tuple[str, WorkloadFacts]], owners: dict[str, int]) -> set[int]:
     """A batch of Workload events, in the order the watch gave them, within the caller's transaction (`owners`: uid ->
     portal job id of the portal's Workloads; others are ignored). The ids of the jobs whose state or reason changed.
 
-    The batch's stored rows are read once and its jobs locked first (`lock_jobs`); each event's row is written as
-    `record_workload` writes it (nothing when no kept field changed). The jobs are then settled together — one
-    `settle_jobs` for the batch, not one per event (issue 30: settling each event was a quarter of the sync's CPU
-    during a burst) — except that a job whose Workloads change again within the batch is settled before that next
-    change is written: each step of its timeline (admitted, evicted, admitted again) is still recorded as its own."""
+    Kueue rewrites a Workload's status many times over its life for what the portal does not keep (PodsReady,
+    timestamps of unchanged conditions): when every kept field of an event is as stored, nothing is written and its
+    job is not settled again. The rows and the settling commit together, so a failure in between leaves the rows as
+    they were and the events read again settle the jobs.
+
+    The batch's stored rows are read once and its jobs locked first (`lock_jobs`). The jobs are then settled
+    together — one `settle_jobs` for the batch, not one per event (issue 30: settling each event was a quarter of
+    the sync's CPU during a burst) — except that a job whose Workloads change again within the batch is settled
+    before that next change is written: each step of its timeline (admitted, evicted, admitted again) is still
+    recorded as its own."""
     stored = stored_workloads(uids=[facts.uid for _kind, facts in events])
     gone = {stored[facts.uid]["job_id"] for kind, facts in events if kind == "DELETED" and facts.uid in stored}
     lock_jobs(job_ids=set(owners.values()) | gone)
@@ -169,14 +155,6 @@ def record_workloads(*, workloads: list[tuple[int, WorkloadFacts]]) -> None:
         _upsert_workload(uid, fields)
         touched.add(job_id)
     settle_jobs(job_ids=touched)
-
-
-def forget_workload(*, uid: str) -> None:
-    """A Workload was deleted (its Job was deleted, or Kueue replaced it after the pod template changed)."""
-    job_id = Workload.objects.filter(uid=uid).values_list("job_id", flat=True).first()
-    Workload.objects.filter(uid=uid).delete()
-    if job_id is not None:
-        settle_job(job_id=job_id)
 
 
 def _eviction_message(workload: Workload, job: Job) -> Words:
