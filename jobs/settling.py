@@ -80,6 +80,11 @@ def stored_workloads(*, uids: list[str]) -> dict[str, dict]:
     return {row.pop("uid"): row for row in rows}
 
 
+def _as_stored(before: dict | None, fields: dict) -> bool:
+    """True when a Workload's stored row (`before`, None: no row) already holds every kept field of `fields`."""
+    return before is not None and all(before[key] == value for key, value in fields.items())
+
+
 def record_workload(*, facts: WorkloadFacts, job_id: int) -> bool:
     """`record_workload_events` for one event of a Workload of portal job `job_id`, in a transaction of its own
     (none when called in one): True when the job's state or reason changed."""
@@ -125,7 +130,7 @@ def record_workload_events(*, events: list[tuple[str, WorkloadFacts]], owners: d
             job_id = owners[facts.uid]
             fields = _workload_fields(facts, job_id)
             before = stored.get(facts.uid)
-            if before is not None and all(before[key] == value for key, value in fields.items()):
+            if _as_stored(before, fields):
                 continue
             if job_id in unsettled or (before is not None and before["job_id"] in unsettled):
                 settle_unsettled()
@@ -150,7 +155,7 @@ def record_workloads(*, workloads: list[tuple[int, WorkloadFacts]]) -> None:
     for uid, (job_id, facts) in listed.items():
         fields = _workload_fields(facts, job_id)
         before = stored.get(uid)
-        if before is not None and all(before[key] == value for key, value in fields.items()):
+        if _as_stored(before, fields):
             continue
         _upsert_workload(uid, fields)
         touched.add(job_id)

@@ -6,7 +6,6 @@ from .job import TRANSITION_FIELDS, IllegalTransition, Job, JobEvent, JobQuerySe
 from .records import JobNotification, JobQuote, JobTemplate, JobTemplateQuerySet
 
 __all__ = [
-    "TRANSITION_FIELDS",
     "FINISHED_POD_PHASES",
     "IllegalTransition",
     "Job",
@@ -19,6 +18,7 @@ __all__ = [
     "Pod",
     "PodQuerySet",
     "SyncState",
+    "TRANSITION_FIELDS",
     "Words",
     "Workload",
     "job_name_for",
