@@ -197,12 +197,15 @@ class StreamReader:
                 continue
         return None
 
-    def batches(self, size: int) -> Iterator[list[str]]:
+    def batches(self, size: int, gather_seconds: float = 0.0) -> Iterator[list[str]]:
+        """Batches of at most `size` lines: every line already there; with `gather_seconds`, also those that arrive
+        within that long of the batch's first line (the batch's first event waits that much longer)."""
         while True:
             item = self._next()
             if item is None:
                 return  # stopping: close() cut the stream
             batch: list[str] = []
+            deadline = time.monotonic() + gather_seconds
             while True:
                 if item is self._END:
                     if batch:
@@ -218,7 +221,13 @@ class StreamReader:
                 try:
                     item = self._lines.get_nowait()
                 except queue.Empty:
-                    break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or self._stop.is_set():
+                        break
+                    try:
+                        item = self._lines.get(timeout=remaining)
+                    except queue.Empty:
+                        break
             yield batch
 
     def finish(self) -> None:
@@ -251,6 +260,9 @@ class ListWatch:
     # When given, the events that are already there are handed over together, in order (at most `batch_size`).
     on_events: Callable[[list[tuple[str, Any]]], None] | None = None
     batch_size: int = 500
+    # With `on_events`: how long a batch waits after its first event for more to arrive. Each batch costs its handler a
+    # few queries and a commit whatever its size, so under a steady stream a short wait saves most of them.
+    gather_seconds: float = 0.0
 
     def __post_init__(self):
         self.stop = self.stop or threading.Event()
@@ -315,7 +327,8 @@ class ListWatch:
         saved, saved_at = version, time.monotonic()
         lines = StreamReader(response, self.stop, capacity=self.batch_size * 2)
         try:
-            for batch in lines.batches(self.batch_size):
+            gather = self.gather_seconds if self.on_events is not None else 0.0
+            for batch in lines.batches(self.batch_size, gather):
                 if self.stop.is_set():
                     break
                 events: list[tuple[str, Any]] = []

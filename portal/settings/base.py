@@ -387,6 +387,9 @@ TEAM_ROLE_BINDINGS = env.list("RESERVOIR_TEAM_ROLE_BINDINGS", default=[])
 SYNC_LEASE_NAME = env("RESERVOIR_SYNC_LEASE_NAME", default="reservoir-sync")
 SYNC_LEASE_NAMESPACE = env("RESERVOIR_SYNC_LEASE_NAMESPACE", default="")
 SYNC_LEASE_SECONDS = env.int("RESERVOIR_SYNC_LEASE_SECONDS", default=15)
+# The sync applies the pod and Workload events that arrive within this long of a batch's first as one batch (one
+# transaction, its queries made once): the portal sees a change up to this much later.
+SYNC_GATHER_SECONDS = env.float("RESERVOIR_SYNC_GATHER_SECONDS", default=0.2)
 
 # --- Monitoring: GPU telemetry from Prometheus (DCGM exporter) and alerts ------------------------------------------
 # Prometheus' base URL (`python -m devcluster monitoring env` prints the local one); empty: no telemetry.

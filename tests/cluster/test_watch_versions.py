@@ -6,7 +6,7 @@ import time
 import pytest
 
 from cluster.watch import Gone, HandlerFailed, ListWatch
-from tests.cluster.fake_streams import Stream
+from tests.cluster.fake_streams import PacedStream, Stream
 
 
 def pod_event(version: int, kind: str = "MODIFIED") -> dict:
@@ -134,3 +134,41 @@ def test_an_error_event_ends_the_stream_after_the_events_before_it_are_applied()
     with pytest.raises(Gone):
         watch.watch_from("10")
     assert [name for batch in batches for name in batch] == ["pod-11", "pod-12"]
+
+
+def paced_watch(paced: list[tuple[float, dict]], *, batches: list, gather: float) -> ListWatch:
+    return ListWatch(
+        name="pods",
+        list_call=lambda **kwargs: PacedStream(paced),
+        on_relist=lambda items, version: None,
+        on_event=None,
+        on_events=lambda received: batches.append([obj["metadata"]["name"] for _kind, obj in received]),
+        save_version=lambda version: None,
+        gather_seconds=gather,
+    )
+
+
+def test_events_that_arrive_soon_after_a_batchs_first_are_gathered_into_it():
+    # Three events 50 ms apart, then a fourth a second later: the first three are one batch, the fourth its own.
+    paced = [(0, pod_event(11)), (0.05, pod_event(12)), (0.05, pod_event(13)), (1.0, pod_event(14))]
+    batches = []
+    last = paced_watch(paced, batches=batches, gather=0.5).watch_from("10")
+    assert batches == [["pod-11", "pod-12", "pod-13"], ["pod-14"]]
+    assert last == "14"
+
+
+def test_without_gathering_a_batch_is_only_what_is_already_there():
+    paced = [(0, pod_event(11)), (0.5, pod_event(12)), (0.5, pod_event(13))]
+    batches = []
+    paced_watch(paced, batches=batches, gather=0).watch_from("10")
+    assert batches == [["pod-11"], ["pod-12"], ["pod-13"]]
+
+
+def test_gathering_never_makes_a_batch_larger_than_its_size():
+    paced = [(0, pod_event(v)) for v in range(11, 21)]
+    batches = []
+    watch = paced_watch(paced, batches=batches, gather=0.5)
+    watch.batch_size = 4
+    watch.watch_from("10")
+    assert [name for batch in batches for name in batch] == [f"pod-{v}" for v in range(11, 21)]
+    assert max(len(batch) for batch in batches) <= 4

@@ -61,6 +61,7 @@ def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
             on_events=on_events and _guarded(on_events),
             save_version=_guarded(lambda version, name=name: sync.save_version(name, version)),
             stop=stop,
+            gather_seconds=settings.SYNC_GATHER_SECONDS,
         )
         for name, list_call, list_kwargs, parse, on_relist, on_event, on_events in watched
     ]
