@@ -40,7 +40,7 @@ Reports (the last line printed is a JSON summary), for the portal at the top lev
 - ``portal_profile``: where a first-wave job's time went in the portal phase, stage by stage (submit call, outbox
   publication, queue wait, the submit task, Kueue's admission, the pod's start, the sync writing Running), and
   ``floor_profile`` its floor counterparts (bench/admission_profile.py);
-- ``sync_peak_rss_mb`` (target < 500 MB), CPU seconds per process in each phase, counts of every final state.
+- ``sync_peak_rss_mb`` (target < 500 MB); per phase, CPU seconds by process, ``apiserver_requests`` by kind, states.
 
 Usage: ``python bench/admission.py [--nodes 40] [--teams 10] [--jobs 300] [--run-seconds 20] [--phases
 floor,portal] ...`` (``--help`` lists all); the larger size of issue 30: ``--nodes 1000 --teams 50 --jobs 1000``.
@@ -137,6 +137,7 @@ SUMMARY_KEYS = {
     "drain_seconds": NUMBER_OR_NONE,
     "sync_peak_rss_mb": NUMBER,
     "cpu_seconds.*.*": NUMBER,
+    "apiserver_requests.*.*": int,
     "final_states": dict,
     "run_seconds.*": NUMBER,
     "load_average_1m.min": NUMBER,
@@ -464,7 +465,7 @@ def main() -> int:
     sampler = ProcessSampler()
     observer_out = args.state_dir / "observer.json"
     results: dict[str, dict] = {}
-    cpu: dict[str, dict] = {}
+    cpu, requests = {}, {}  # each phase's CPU seconds by process, and requests made of the apiserver by kind
     drain_seconds = None
     try:
         started = time.monotonic()
@@ -499,13 +500,14 @@ def main() -> int:
             if position:
                 drain_seconds = admission_floor.drain(namespaces, queues, log)
             log(f"phase {phase}: {args.jobs} jobs")
-            before = sampler.cpu_seconds()
+            before, requests_before = sampler.cpu_seconds(), admission_profile.apiserver_requests()
             if phase == "floor":
                 results[phase] = run_floor(args, plans[phase], team_users)
             else:
                 results[phase] = run_portal(args, env, plans[phase], team_users, sampler, children)
             time.sleep(2 * sampler.interval)  # a last sample of the phase
             cpu[phase] = cpu_between(before, sampler.cpu_seconds())
+            requests[phase] = admission_profile.requests_since(requests_before)
         sampler.finish()
         observer.send_signal(signal.SIGTERM)
         observer.wait(timeout=60)
@@ -574,6 +576,7 @@ def main() -> int:
         "drain_seconds": rounded(drain_seconds),
         "sync_peak_rss_mb": round(sampler.peak_rss.get("sync_cluster", 0) / 2**20, 1),
         "cpu_seconds": cpu,
+        "apiserver_requests": requests,
         "run_seconds": {phase: round(result["run_seconds"], 1) for phase, result in results.items()},
         "targets": TARGETS,
     }

@@ -20,21 +20,35 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return None if numerator is None or not denominator else round(numerator / denominator, 2)
 
 
-def first_wave(submitted: list, job_created: dict[int, float], quota: int) -> list:
-    """Per team, the jobs in the order their Jobs were created whose GPUs together fit in the team's quota in the
-    reserved pool: none of them has to wait for another job to finish."""
+def first_wave(submitted: list, queue_order: dict[int, tuple], quota: int) -> list:
+    """Per team, the jobs in the order Kueue takes them (`queue_order`: job id -> a sort key, `kueue_order`) whose GPUs
+    together fit in the team's quota in the reserved pool: none of them has to wait for another job to finish. A job
+    without a key (no Workload seen) ends the team's wave."""
     by_team: dict[int, list] = {}
     for submission in submitted:
         by_team.setdefault(submission.team_index, []).append(submission)
     wave = []
     for team_jobs in by_team.values():
         used = 0
-        for submission in sorted(team_jobs, key=lambda s: (job_created[s.job_id], s.job_id)):
+        for submission in sorted(team_jobs, key=lambda s: (s.job_id not in queue_order, queue_order.get(s.job_id, ()))):
             used += submission.gpus
-            if used > quota:
+            if used > quota or submission.job_id not in queue_order:
                 break
             wave.append(submission)
     return wave
+
+
+def kueue_order(workloads: dict) -> dict[int, tuple]:
+    """Job id -> where Kueue puts its first Workload in its queue: the benchmark's jobs share one priority, so by the
+    Workload's creation time, whole seconds, then by its UID (Kueue v0.17, `baseCompareFunc` in
+    pkg/cache/queue/cluster_queue.go). Jobs created in the same second are taken in an order their own creation times
+    do not tell: a job counted in the wave by those could wait behind one that does not fit."""
+    order: dict[int, tuple] = {}
+    for uid, workload in workloads.items():
+        job_id = portal_job_of(workload)
+        if job_id is not None and "created" in workload:
+            order[job_id] = min(order.get(job_id, (float("inf"), "")), (workload["created"], uid))
+    return order
 
 
 def portal_job_of(workload: dict) -> int | None:
@@ -43,10 +57,10 @@ def portal_job_of(workload: dict) -> int | None:
     return int(name[4:]) if name.startswith("rsv-") and name[4:].isdigit() else None
 
 
-def cluster_figures(*, seen: dict, submitted: list, order: dict[int, float], created: list[float], quota: int):
+def cluster_figures(*, seen: dict, submitted: list, created: list[float], quota: int):
     """The figures both phases share, from the observer: the admission rate of the Workloads of `submitted`'s jobs,
-    the first wave (in `order`: job id -> when its Job was created) and its submit → Running in the cluster, the
-    Jobs created a second (`created`: their creation times). Returns (figures, first wave, admitted Workloads)."""
+    the first wave (in Kueue's order, `kueue_order`) and its submit → Running in the cluster, the Jobs created a
+    second (`created`: their creation times). Returns (figures, first wave, admitted Workloads)."""
     ids = {s.job_id for s in submitted}
     first_submit = min(s.started for s in submitted) if submitted else 0.0
     admitted = {
@@ -61,7 +75,7 @@ def cluster_figures(*, seen: dict, submitted: list, order: dict[int, float], cre
         low, high = int(0.1 * (len(admitted_times) - 1)), int(0.9 * (len(admitted_times) - 1))
         if admitted_times[high] > admitted_times[low]:
             rate_steady = (high - low) / (admitted_times[high] - admitted_times[low])
-    wave = first_wave(submitted, order, quota)
+    wave = first_wave(submitted, kueue_order(seen["workloads"]), quota)
     to_running_cluster = [
         (seen["pods"][str(s.job_id)]["running"] - s.started) * 1000
         for s in wave
@@ -95,7 +109,6 @@ def measure_portal(*, seen: dict, submissions: list, quota_per_team: int):
     figures, wave, admitted = cluster_figures(
         seen=seen,
         submitted=submitted,
-        order={pk: row["created_at"].timestamp() for pk, row in jobs.items()},
         created=[row["cluster_created_at"].timestamp() for row in jobs.values() if row["cluster_created_at"]],
         quota=quota_per_team,
     )
@@ -141,7 +154,7 @@ def measure_floor(*, seen: dict, submissions: list, outcomes: dict[int, str], qu
     submitted = [s for s in submissions if s.job_id is not None and is_floor(s.job_id)]
     created = {s.job_id: s.finished for s in submitted}
     figures, wave, _admitted = cluster_figures(
-        seen=seen, submitted=submitted, order=created, created=list(created.values()), quota=quota_per_team
+        seen=seen, submitted=submitted, created=list(created.values()), quota=quota_per_team
     )
     refused = [s.error for s in submissions if s.job_id is None]
     names = {"Complete": "succeeded", "Failed": "failed"}

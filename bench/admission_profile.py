@@ -178,3 +178,38 @@ def _admitted_by_job(seen: dict) -> dict[int, float]:
         if name.startswith("rsv-") and name[4:].isdigit() and "Admitted" in workload:
             admitted[int(name[4:])] = workload["Admitted"][1]
     return admitted
+
+
+def apiserver_requests() -> dict[str, int]:
+    """The apiserver's requests served so far, by verb and resource (``"PATCH pods"``, ``"PUT workloads/status"``),
+    from its own counter `apiserver_request_total` (its /metrics): the difference over a phase says what each phase
+    asked of it. Watches count when they open, not per event."""
+    from cluster import client
+
+    response = client.core().api_client.call_api(
+        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30
+    )[0]
+    try:
+        text = response.data.decode()
+    finally:
+        response.release_conn()
+    totals: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_text, _, value = line[len("apiserver_request_total{") :].rpartition("} ")
+        labels = dict(part.split("=", 1) for part in labels_text.split('",') if "=" in part)
+        labels = {key: label.strip('"') for key, label in labels.items()}
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        key = f"{labels.get('verb', '?')} {resource or labels.get('group', '?')}"
+        totals[key] = totals.get(key, 0) + int(float(value))
+    return totals
+
+
+def requests_since(before: dict[str, int], *, top: int = 15) -> dict[str, int]:
+    """The `top` kinds of request most made since the `apiserver_requests` reading `before`, most first."""
+    made = {key: count - before.get(key, 0) for key, count in apiserver_requests().items()}
+    ranked = sorted(((count, key) for key, count in made.items() if count > 0), reverse=True)[:top]
+    return {key: count for count, key in ranked}
