@@ -1,16 +1,16 @@
 """List-then-watch over raw JSON, the way informers do it.
 
-`ListWatch.run()` lists a resource (in pages) and hands every object to `on_relist`, then watches from the
-list's resourceVersion, handing each ADDED/MODIFIED/DELETED event to `on_event` — or, given `on_events`, every
-event that has arrived while the previous ones were applied, as one batch in order. Bookmarks advance the
-resourceVersion without objects. A resourceVersion the apiserver has compacted away (410 Gone) means events were
-missed: list again. Transient failures back off and resume from the last version seen. A failure to apply what
-was read (the database unreachable) reads the same events again from the last version fully applied: a relist
-would miss the objects that came and went meanwhile, and their usage with them. The version is given
-to `save_version` so that a restarted process resumes where it stopped instead of listing everything again:
-after a list, then at most once every `save_every_seconds` while events stream in, and when the stream ends. A
-process that dies in between replays at most those seconds of events, which the handlers record idempotently
-(saving after every event cost the sync three database round trips per event: bench/admission.py).
+`ListWatch.run()` lists a resource (in pages) and hands every object to `on_relist`, then watches from the list's
+resourceVersion, handing each ADDED/MODIFIED/DELETED event to `on_event` — or, given `on_events`, every event that
+has arrived while the previous ones were applied, and those arriving within `gather_seconds` of the batch's first,
+as one batch in order. Bookmarks advance the resourceVersion without objects. A resourceVersion the apiserver has
+compacted away (410 Gone) means events were missed: list again. Transient failures back off and resume from the last
+version seen. A failure to apply what was read (the database unreachable) reads the same events again from the last
+version fully applied: a relist would miss the objects that came and went meanwhile, and their usage with them. The
+version is given to `save_version` so that a restarted process resumes where it stopped instead of listing
+everything again: after a list, then at most once every `save_every_seconds` while events stream in, and when the
+stream ends. A process that dies in between replays at most those seconds of events, which the handlers record
+idempotently (saving after every event cost the sync three database round trips per event: bench/admission.py).
 
 Objects stay plain dicts: deserialising tens of thousands of pods into client models costs more than the
 listing itself. A `parse` function, when given, turns each object into what the handlers need (or None: not
