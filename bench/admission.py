@@ -500,7 +500,7 @@ def main() -> int:
             if position:
                 drain_seconds = admission_floor.drain(namespaces, queues, log)
             log(f"phase {phase}: {args.jobs} jobs")
-            before, requests_before = sampler.cpu_seconds(), admission_profile.apiserver_requests()
+            requests_before, before = admission_profile.apiserver_requests(), sampler.cpu_seconds()
             if phase == "floor":
                 results[phase] = run_floor(args, plans[phase], team_users)
             else:

@@ -20,6 +20,10 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return None if numerator is None or not denominator else round(numerator / denominator, 2)
 
 
+# The place in `kueue_order` of a job whose Workload was not seen: after every other.
+NOT_QUEUED = (float("inf"), "")
+
+
 def first_wave(submitted: list, queue_order: dict[int, tuple], quota: int) -> list:
     """Per team, the jobs in the order Kueue takes them (`queue_order`: job id -> a sort key, `kueue_order`) whose GPUs
     together fit in the team's quota in the reserved pool: none of them has to wait for another job to finish. A job
@@ -30,7 +34,7 @@ def first_wave(submitted: list, queue_order: dict[int, tuple], quota: int) -> li
     wave = []
     for team_jobs in by_team.values():
         used = 0
-        for submission in sorted(team_jobs, key=lambda s: (s.job_id not in queue_order, queue_order.get(s.job_id, ()))):
+        for submission in sorted(team_jobs, key=lambda s: queue_order.get(s.job_id, NOT_QUEUED)):
             used += submission.gpus
             if used > quota or submission.job_id not in queue_order:
                 break
@@ -47,7 +51,7 @@ def kueue_order(workloads: dict) -> dict[int, tuple]:
     for uid, workload in workloads.items():
         job_id = portal_job_of(workload)
         if job_id is not None and "created" in workload:
-            order[job_id] = min(order.get(job_id, (float("inf"), "")), (workload["created"], uid))
+            order[job_id] = min(order.get(job_id, NOT_QUEUED), (workload["created"], uid))
     return order
 
 

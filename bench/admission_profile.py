@@ -184,6 +184,8 @@ def apiserver_requests() -> dict[str, int]:
     """The apiserver's requests served so far, by verb and resource (``"PATCH pods"``, ``"PUT workloads/status"``),
     from its own counter `apiserver_request_total` (its /metrics): the difference over a phase says what each phase
     asked of it. Watches count when they open, not per event."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     from cluster import client
 
     response = client.core().api_client.call_api(
@@ -193,18 +195,19 @@ def apiserver_requests() -> dict[str, int]:
         text = response.data.decode()
     finally:
         response.release_conn()
+    # Its own lines only: the rest of the exposition (every histogram's buckets) is not needed here.
+    counted = "\n".join(line for line in text.splitlines() if line.startswith("apiserver_request_total{"))
     totals: dict[str, int] = {}
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels_text, _, value = line[len("apiserver_request_total{") :].rpartition("} ")
-        labels = dict(part.split("=", 1) for part in labels_text.split('",') if "=" in part)
-        labels = {key: label.strip('"') for key, label in labels.items()}
-        resource = labels.get("resource", "")
-        if labels.get("subresource"):
-            resource += "/" + labels["subresource"]
-        key = f"{labels.get('verb', '?')} {resource or labels.get('group', '?')}"
-        totals[key] = totals.get(key, 0) + int(float(value))
+    for family in text_string_to_metric_families(counted):
+        for sample in family.samples:
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            resource = labels.get("resource") or labels.get("group") or "?"
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            key = f"{labels.get('verb', '?')} {resource}"
+            totals[key] = totals.get(key, 0) + int(sample.value)
     return totals
 
 
