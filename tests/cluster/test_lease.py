@@ -71,11 +71,11 @@ def test_a_holder_that_cannot_renew_gives_up_before_the_lease_runs_out(lease_clu
     thread = holder.keep_renewing(stop)
     time.sleep(2 * RETRY)
     assert not holder.lost.is_set()
-    # Another process takes the Lease by force (as an admin would): the holder sees it and stops at once.
+    # Another process takes the Lease by force (as an admin would): the holder sees it and stops at once. A patch
+    # carries no resourceVersion, so the holder's renewals every RETRY seconds cannot make it conflict (a read and a
+    # replace could: a renewal between them answers 409).
     api = kube.CoordinationV1Api(kube_cluster.api_client())
-    lease = api.read_namespaced_lease("sync", lease_cluster)
-    lease.spec.holder_identity = "usurper"
-    api.replace_namespaced_lease("sync", lease_cluster, lease)
+    api.patch_namespaced_lease("sync", lease_cluster, {"spec": {"holderIdentity": "usurper"}})
     assert holder.lost.wait(timeout=3 * RETRY + 2)
     assert stop.is_set()
     thread.join(timeout=5)

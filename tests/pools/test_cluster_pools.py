@@ -33,9 +33,12 @@ def test_quota_changes_reach_the_namespace_and_hand_edits_are_put_back(portal_cl
         "NetworkPolicy/reservoir-isolation": "unchanged",
         "NetworkPolicy/reservoir-gang-isolation": "unchanged",
     }
-    # Someone raises the quota by hand with kubectl: the next reconcile puts it back and says so.
-    quota.spec.hard["requests.nvidia.com/gpu"] = "99"
-    core.replace_namespaced_resource_quota("reservoir-quota", cluster_team.namespace, quota)
+    # Someone raises the quota by hand with kubectl: the next reconcile puts it back and says so. A patch (no
+    # resourceVersion): the quota controller writes the quota's status meanwhile, and a replace of what was read
+    # before that would answer 409.
+    core.patch_namespaced_resource_quota(
+        "reservoir-quota", cluster_team.namespace, {"spec": {"hard": {"requests.nvidia.com/gpu": "99"}}}
+    )
     assert namespaces.reconcile(cluster_team)["ResourceQuota"] == "corrected"
     quota = core.read_namespaced_resource_quota("reservoir-quota", cluster_team.namespace)
     assert quota.spec.hard["requests.nvidia.com/gpu"] == "8"
