@@ -21,7 +21,7 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 # The place in `kueue_order` of a job whose Workload was not seen: after every other.
-NOT_QUEUED = (float("inf"), "")
+NOT_QUEUED = (float("inf"), float("inf"), "")
 
 
 def first_wave(submitted: list, queue_order: dict[int, tuple], quota: int) -> list:
@@ -43,15 +43,22 @@ def first_wave(submitted: list, queue_order: dict[int, tuple], quota: int) -> li
 
 
 def kueue_order(workloads: dict) -> dict[int, tuple]:
-    """Job id -> where Kueue puts its first Workload in its queue: the benchmark's jobs share one priority, so by the
-    Workload's creation time, whole seconds, then by its UID (Kueue v0.17, `baseCompareFunc` in
-    pkg/cache/queue/cluster_queue.go). Jobs created in the same second are taken in an order their own creation times
-    do not tell: a job counted in the wave by those could wait behind one that does not fit."""
+    """Job id -> where Kueue put its first Workload in its queue. The benchmark's jobs share one priority, so Kueue
+    v0.17 keeps a queue ordered by the Workload's creation time, whole seconds, then by its UID (`baseCompareFunc`
+    in pkg/cache/queue/cluster_queue.go) — but each scheduling cycle takes the head of what is in the queue *then*:
+    a Workload that reaches the queue a moment after one of the same second was taken comes after it, whatever their
+    UIDs (seen: a 1-GPU job counted in the wave by UID waited 18 s for a slot that a same-second job, queued first,
+    had taken). So within one second the place is when the observer saw the Workload's quota reserved (a strict FIFO
+    queue reserves in the order it takes them); the UID breaks what is left, and a Workload never admitted goes after
+    its second's admitted ones. Jobs created in the same second are taken in an order their own creation times do
+    not tell: a job counted in the wave by those could wait behind one that does not fit."""
     order: dict[int, tuple] = {}
     for uid, workload in workloads.items():
         job_id = portal_job_of(workload)
         if job_id is not None and "created" in workload:
-            order[job_id] = min(order.get(job_id, NOT_QUEUED), (workload["created"], uid))
+            reserved = workload.get("QuotaReserved")
+            place = (workload["created"], reserved[1] if reserved else float("inf"), uid)
+            order[job_id] = min(order.get(job_id, NOT_QUEUED), place)
     return order
 
 

@@ -1,11 +1,15 @@
 """The admission benchmark's first wave (bench/admission_measure.py) is counted in the order Kueue takes the jobs:
-by their Workloads' creation time, whole seconds, then by the Workloads' UIDs — not by when the benchmark created
-them, which Kueue cannot see within a second. Counted the benchmark's way, a job behind one that does not fit in its
-team's quota was counted as one that waits for nothing, and its 20-second wait for a slot set the phase's p99."""
+by their Workloads' creation time, whole seconds, then — within a second — in the order Kueue reserved their quota,
+which is the order they reached its queue (Kueue's own tie-break, the UID, orders only what is in the queue at a
+scheduling cycle). Counted the benchmark's way, or by UID, a job behind one that does not fit in its team's quota,
+or whose slot a same-second job queued first had taken, was counted as one that waits for nothing, and its
+20-second wait for a slot set the phase's p99."""
 
 from dataclasses import dataclass
 
 from bench.admission_measure import first_wave, kueue_order
+
+INF = float("inf")
 
 
 @dataclass
@@ -15,20 +19,36 @@ class Submitted:
     gpus: int
 
 
-def workload(job_id: int, created: float) -> dict:
-    return {"job": f"rsv-{job_id}", "created": created}
+def workload(job_id: int, created: float, reserved: float | None = None) -> dict:
+    seen = {"job": f"rsv-{job_id}", "created": created}
+    if reserved is not None:
+        seen["QuotaReserved"] = [int(reserved), reserved]  # the condition's time (whole seconds), when it was seen
+    return seen
 
 
-def test_jobs_created_in_the_same_second_are_in_the_wave_in_the_order_of_their_workloads_uids():
-    # Team 0's quota is 4 GPUs: job 1 (2 GPUs) at second 100; jobs 2 (4 GPUs) and 3 (2 GPUs) both at second 101.
-    # The benchmark created 3 before 2, but Kueue takes 2 first (UID "a…" before "b…"): 2 does not fit beside 1,
-    # and 3, behind it in the strict queue, waits too. The wave is job 1 alone.
-    jobs = [Submitted(1, 0, 2), Submitted(3, 0, 2), Submitted(2, 0, 4)]
-    seen = {"c-1": workload(1, 100.0), "a-2": workload(2, 101.0), "b-3": workload(3, 101.0)}
-    assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1]
-    # With the UIDs the other way round Kueue takes 3 first, and 1 and 3 fill the quota.
-    seen = {"c-1": workload(1, 100.0), "b-2": workload(2, 101.0), "a-3": workload(3, 101.0)}
+def test_jobs_created_in_the_same_second_are_in_the_wave_in_the_order_kueue_reserved_their_quota():
+    # Team 0's quota is 4 GPUs: job 1 (2 GPUs) at second 100; jobs 2 and 3 (2 GPUs each) both at second 101. Job 2's
+    # UID sorts first, but job 3 reached the queue first and took the last 2 GPUs at 101.3; job 2 waited for job 1 to
+    # finish (reserved at 125). The wave is jobs 1 and 3: job 2's wait is for a slot, not the portal's.
+    jobs = [Submitted(1, 0, 2), Submitted(2, 0, 2), Submitted(3, 0, 2)]
+    seen = {"c-1": workload(1, 100.0, 100.2), "a-2": workload(2, 101.0, 125.0), "b-3": workload(3, 101.0, 101.3)}
     assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1, 3]
+    # Reserved the other way round, job 2 is in the wave.
+    seen = {"c-1": workload(1, 100.0, 100.2), "a-2": workload(2, 101.0, 101.3), "b-3": workload(3, 101.0, 125.0)}
+    assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1, 2]
+
+
+def test_a_job_never_admitted_comes_after_the_admitted_ones_of_its_second_and_the_uid_breaks_what_is_left():
+    order = kueue_order({"a": workload(1, 101.0), "b": workload(2, 101.0, 101.5), "c": workload(3, 101.0)})
+    assert sorted(order, key=order.get) == [2, 1, 3]
+
+
+def test_a_job_of_an_earlier_second_keeps_its_place_however_late_its_quota_was_reserved():
+    # Job 1 was created a second before job 2 but admitted 20 s later: it stays first, so its wait is counted
+    # (the wave never drops a job for having been slow).
+    jobs = [Submitted(1, 0, 2), Submitted(2, 0, 2)]
+    seen = {"u1": workload(1, 100.0, 121.0), "u2": workload(2, 101.0, 101.2)}
+    assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=2)] == [1]
 
 
 def test_each_team_has_its_own_wave_and_a_job_without_a_workload_ends_it():
@@ -38,5 +58,5 @@ def test_each_team_has_its_own_wave_and_a_job_without_a_workload_ends_it():
 
 
 def test_a_job_whose_workload_was_made_again_keeps_its_first_place():
-    order = kueue_order({"late": workload(7, 50.0), "early": workload(7, 10.0), "other": workload(8, 20.0)})
-    assert order == {7: (10.0, "early"), 8: (20.0, "other")}
+    order = kueue_order({"late": workload(7, 50.0), "early": workload(7, 10.0, 10.5), "other": workload(8, 20.0)})
+    assert order == {7: (10.0, 10.5, "early"), 8: (20.0, INF, "other")}
