@@ -20,6 +20,21 @@ def gone(pid: int) -> bool:
         return True
 
 
+def runs_sleep(pid: int) -> bool:
+    try:
+        return any(child.name() == "sleep" for child in psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:  # a `sleep 0.1` that ended meanwhile
+        return False
+
+
+def wait_until(ready, timeout: float = 30.0) -> None:
+    """Until `ready()` (a process's start is not timed: under a loaded machine it can take seconds)."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, "not ready in time"
+        time.sleep(0.05)
+
+
 def test_a_process_that_ignores_term_is_killed_and_the_rest_still_stopped(tmp_path):
     portal = Portal(dict(os.environ), tmp_path)
     portal.commands = {
@@ -28,7 +43,8 @@ def test_a_process_that_ignores_term_is_killed_and_the_rest_still_stopped(tmp_pa
     }
     portal.start("stubborn")
     portal.start("meek")
-    time.sleep(0.5)  # the supervisors have started what they supervise
+    # The supervisors have started what they supervise, and bash has set its trap (it then runs `sleep`).
+    wait_until(lambda: all(runs_sleep(supervisor.pid) for supervisor in portal.processes.values()))
     processes = [
         process
         for supervisor in portal.processes.values()
@@ -45,17 +61,18 @@ def test_a_process_that_ignores_term_is_killed_and_the_rest_still_stopped(tmp_pa
 def test_a_command_gets_one_term_from_its_supervisor(tmp_path):
     """TERM goes to the supervisor, which passes it on once. A command slow to stop (its handler takes half a second)
     would otherwise get a second TERM inside its handler, as Celery beat did and deadlocked."""
-    terms = tmp_path / "terms"
+    terms, ready = tmp_path / "terms", tmp_path / "ready"
     handler = (
         "import signal, sys, time\n"
         f"def stop(*_):\n    open({str(terms)!r}, 'a').write('TERM\\n'); time.sleep(0.5); sys.exit(0)\n"
         "signal.signal(signal.SIGTERM, stop)\n"
+        f"open({str(ready)!r}, 'w').close()\n"
         "while True:\n    time.sleep(0.05)\n"
     )
     portal = Portal(dict(os.environ), tmp_path)
     portal.commands = {"slow": [sys.executable, "-c", handler]}
     portal.start("slow")
-    time.sleep(1)  # Python has started and set its handler
+    wait_until(ready.exists)  # Python has started and set its handler
     portal.stop_all(timeout=10)
     assert terms.read_text() == "TERM\n"
 
