@@ -45,7 +45,12 @@ def observe(kubeconfig: str, out: Path) -> None:
         with lock:
             seen = workloads.setdefault(
                 metadata.get("uid", ""),
-                {"job": owner, "created": _epoch(metadata.get("creationTimestamp")), "first_seen": now},
+                {
+                    "job": owner,
+                    "namespace": metadata.get("namespace", ""),
+                    "created": _epoch(metadata.get("creationTimestamp")),
+                    "first_seen": now,
+                },
             )
             for condition in (obj.get("status") or {}).get("conditions") or []:
                 kind_ = condition.get("type")

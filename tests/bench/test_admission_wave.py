@@ -1,7 +1,8 @@
 """The admission benchmark's first wave (bench/admission_measure.py) is counted in the order Kueue takes the jobs:
-by their Workloads' creation time, whole seconds, then — within a second — in the order Kueue reserved their quota,
-which is the order they reached its queue (Kueue's own tie-break, the UID, orders only what is in the queue at a
-scheduling cycle). Counted the benchmark's way, or by UID, a job behind one that does not fit in its team's quota,
+by their Workloads' creation time, whole seconds, then — within a second — first the jobs admitted before any job of
+their team finished, in the order Kueue reserved their quota (the order they reached its queue: Kueue's own
+tie-break, the UID, orders only what is in the queue at a scheduling cycle), then those that waited for a slot
+together, by UID. Counted the benchmark's way, or by UID, a job behind one that does not fit in its team's quota,
 or whose slot a same-second job queued first had taken, was counted as one that waits for nothing, and its
 20-second wait for a slot set the phase's p99."""
 
@@ -19,10 +20,15 @@ class Submitted:
     gpus: int
 
 
-def workload(job_id: int, created: float, reserved: float | None = None) -> dict:
-    seen = {"job": f"rsv-{job_id}", "created": created}
+def workload(
+    job_id: int, created: float, reserved: float | None = None, finished: float | None = None, namespace: str = "t0"
+) -> dict:
+    seen = {"job": f"rsv-{job_id}", "namespace": namespace, "created": created}
+    # Each condition: its time (whole seconds), and when the observer saw it.
     if reserved is not None:
-        seen["QuotaReserved"] = [int(reserved), reserved]  # the condition's time (whole seconds), when it was seen
+        seen["QuotaReserved"] = [int(reserved), reserved]
+    if finished is not None:
+        seen["Finished"] = [int(finished), finished]
     return seen
 
 
@@ -31,11 +37,29 @@ def test_jobs_created_in_the_same_second_are_in_the_wave_in_the_order_kueue_rese
     # UID sorts first, but job 3 reached the queue first and took the last 2 GPUs at 101.3; job 2 waited for job 1 to
     # finish (reserved at 125). The wave is jobs 1 and 3: job 2's wait is for a slot, not the portal's.
     jobs = [Submitted(1, 0, 2), Submitted(2, 0, 2), Submitted(3, 0, 2)]
-    seen = {"c-1": workload(1, 100.0, 100.2), "a-2": workload(2, 101.0, 125.0), "b-3": workload(3, 101.0, 101.3)}
+    first = workload(1, 100.0, 100.2, finished=124.0)
+    seen = {"c-1": first, "a-2": workload(2, 101.0, 125.0), "b-3": workload(3, 101.0, 101.3)}
     assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1, 3]
     # Reserved the other way round, job 2 is in the wave.
-    seen = {"c-1": workload(1, 100.0, 100.2), "a-2": workload(2, 101.0, 101.3), "b-3": workload(3, 101.0, 125.0)}
+    seen = {"c-1": first, "a-2": workload(2, 101.0, 101.3), "b-3": workload(3, 101.0, 125.0)}
     assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1, 2]
+
+
+def test_same_second_jobs_that_both_waited_for_a_slot_are_in_the_queues_uid_order_whatever_was_seen_first():
+    # Job 2 (4 GPUs, UID "a…") heads the strict queue and does not fit beside job 1; job 3 (1 GPU) waits behind it.
+    # Job 1 finishes at 121 and both are reserved in one moment, job 3 seen a hair first. Job 3 waited for job 2, a
+    # job that waited for a slot: neither is in the wave.
+    jobs = [Submitted(1, 0, 2), Submitted(2, 0, 4), Submitted(3, 0, 1)]
+    seen = {
+        "c-1": workload(1, 100.0, 100.2, finished=121.0),
+        "a-2": workload(2, 101.0, 121.31),
+        "b-3": workload(3, 101.0, 121.30),
+    }
+    assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1]
+    # Another team's finish says nothing of this team's queue: reserved before its own first finish, at once.
+    seen["c-1"] = workload(1, 100.0, 100.2, finished=130.0)
+    seen["d-4"] = workload(4, 99.0, 99.1, finished=110.0, namespace="t1")
+    assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1, 3]
 
 
 def test_a_job_never_admitted_comes_after_the_admitted_ones_of_its_second_and_the_uid_breaks_what_is_left():
