@@ -49,22 +49,27 @@ def kueue_order(workloads: dict) -> dict[int, tuple]:
     a Workload that reaches the queue a moment after one of the same second was taken comes after it, whatever their
     UIDs (seen: a 1-GPU job counted in the wave by UID waited 18 s for a slot that a same-second job, queued first,
     had taken). So within one second, the Workloads whose quota was reserved before any Workload of their team
-    (namespace) finished come first, in the order the observer saw them reserved (a strict FIFO queue reserves in
-    the order it takes); the others of that second waited in the queue together for a slot, where Kueue orders them
-    by UID (seen: two jobs admitted in one moment after a finish, the observer saw them reserved in the other order
-    than the queue held them). Across seconds the creation time decides, so a job made late keeps its place and its
-    wait counts."""
-    first_finish: dict[str, float] = {}
+    (namespace) finished in the same phase come first, in the order the observer saw them reserved (a strict FIFO
+    queue reserves in the order it takes); the others of that second waited in the queue together for a slot, where
+    Kueue orders them by UID (seen: two jobs admitted in one moment after a finish, the observer saw them reserved
+    in the other order than the queue held them). Across seconds the creation time decides, so a job made late
+    keeps its place and its wait counts."""
+
+    def queue(workload: dict, job_id: int) -> tuple[str, bool]:  # a team's queue in one phase
+        return workload.get("namespace", ""), is_floor(job_id)
+
+    first_finish: dict[tuple[str, bool], float] = {}
     for workload in workloads.values():
-        if "Finished" in workload:
-            namespace = workload.get("namespace", "")
-            first_finish[namespace] = min(first_finish.get(namespace, float("inf")), workload["Finished"][1])
+        job_id = portal_job_of(workload)
+        if job_id is not None and "Finished" in workload:
+            key = queue(workload, job_id)
+            first_finish[key] = min(first_finish.get(key, float("inf")), workload["Finished"][1])
     order: dict[int, tuple] = {}
     for uid, workload in workloads.items():
         job_id = portal_job_of(workload)
         if job_id is not None and "created" in workload:
             reserved = (workload.get("QuotaReserved") or [None, float("inf")])[1]
-            at_once = reserved < first_finish.get(workload.get("namespace", ""), float("inf"))
+            at_once = reserved < first_finish.get(queue(workload, job_id), float("inf"))
             place = (workload["created"], reserved if at_once else float("inf"), uid)
             order[job_id] = min(order.get(job_id, NOT_QUEUED), place)
     return order

@@ -8,6 +8,7 @@ or whose slot a same-second job queued first had taken, was counted as one that 
 
 from dataclasses import dataclass
 
+from bench.admission_floor import FLOOR_ID_BASE
 from bench.admission_measure import first_wave, kueue_order
 
 INF = float("inf")
@@ -56,9 +57,11 @@ def test_same_second_jobs_that_both_waited_for_a_slot_are_in_the_queues_uid_orde
         "b-3": workload(3, 101.0, 121.30),
     }
     assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1]
-    # Another team's finish says nothing of this team's queue: reserved before its own first finish, at once.
+    # Another team's finish, or the other phase's in this team's namespace, says nothing of this team's queue in this
+    # phase: reserved before its own first finish, at once.
     seen["c-1"] = workload(1, 100.0, 100.2, finished=130.0)
     seen["d-4"] = workload(4, 99.0, 99.1, finished=110.0, namespace="t1")
+    seen["e-floor"] = workload(FLOOR_ID_BASE + 1, 50.0, 50.1, finished=70.0)
     assert [s.job_id for s in first_wave(jobs, kueue_order(seen), quota=4)] == [1, 3]
 
 
