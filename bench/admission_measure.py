@@ -58,16 +58,15 @@ def kueue_order(workloads: dict) -> dict[int, tuple]:
     def queue(workload: dict, job_id: int) -> tuple[str, bool]:  # a team's queue in one phase
         return workload.get("namespace", ""), is_floor(job_id)
 
+    jobs = [(uid, seen, job_id) for uid, seen in workloads.items() if (job_id := portal_job_of(seen)) is not None]
     first_finish: dict[tuple[str, bool], float] = {}
-    for workload in workloads.values():
-        job_id = portal_job_of(workload)
-        if job_id is not None and "Finished" in workload:
+    for _uid, workload, job_id in jobs:
+        if "Finished" in workload:
             key = queue(workload, job_id)
             first_finish[key] = min(first_finish.get(key, float("inf")), workload["Finished"][1])
     order: dict[int, tuple] = {}
-    for uid, workload in workloads.items():
-        job_id = portal_job_of(workload)
-        if job_id is not None and "created" in workload:
+    for uid, workload, job_id in jobs:
+        if "created" in workload:
             reserved = (workload.get("QuotaReserved") or [None, float("inf")])[1]
             at_once = reserved < first_finish.get(queue(workload, job_id), float("inf"))
             place = (workload["created"], reserved if at_once else float("inf"), uid)

@@ -11,6 +11,7 @@ import pytest
 
 from bench import faults
 from bench.faults_services import Portal, Redis
+from tests.clusterkit import wait_for
 
 
 def gone(pid: int) -> bool:
@@ -27,14 +28,6 @@ def runs_sleep(pid: int) -> bool:
         return False
 
 
-def wait_until(ready, timeout: float = 30.0) -> None:
-    """Until `ready()` (a process's start is not timed: under a loaded machine it can take seconds)."""
-    deadline = time.monotonic() + timeout
-    while not ready():
-        assert time.monotonic() < deadline, "not ready in time"
-        time.sleep(0.05)
-
-
 def test_a_process_that_ignores_term_is_killed_and_the_rest_still_stopped(tmp_path):
     portal = Portal(dict(os.environ), tmp_path)
     portal.commands = {
@@ -44,7 +37,11 @@ def test_a_process_that_ignores_term_is_killed_and_the_rest_still_stopped(tmp_pa
     portal.start("stubborn")
     portal.start("meek")
     # The supervisors have started what they supervise, and bash has set its trap (it then runs `sleep`).
-    wait_until(lambda: all(runs_sleep(supervisor.pid) for supervisor in portal.processes.values()))
+    wait_for(
+        lambda: all(runs_sleep(supervisor.pid) for supervisor in portal.processes.values()),
+        interval=0.05,
+        what="the supervised commands",
+    )
     processes = [
         process
         for supervisor in portal.processes.values()
@@ -72,7 +69,7 @@ def test_a_command_gets_one_term_from_its_supervisor(tmp_path):
     portal = Portal(dict(os.environ), tmp_path)
     portal.commands = {"slow": [sys.executable, "-c", handler]}
     portal.start("slow")
-    wait_until(ready.exists)  # Python has started and set its handler
+    wait_for(ready.exists, interval=0.05, what="Python's TERM handler")
     portal.stop_all(timeout=10)
     assert terms.read_text() == "TERM\n"
 
