@@ -17,7 +17,8 @@ What runs, each as it runs in production:
   - ``floor`` (bench/admission_floor.py): each job's Job as the portal renders it (suspended, in its team's
     LocalQueue, the same pod template), created with the Kubernetes client — no portal process runs;
   - ``portal``: `manage.py sync_cluster` (its resident memory sampled with psutil) and real Celery workers
-    (``celery -A portal worker -Q cluster``, thread pool, ``-E``) started for it; each job submitted through
+    (``celery -A portal worker -Q cluster -P threads -E``: the chart's cluster worker, two replicas of 8 threads;
+    ``--worker-pool prefork`` for processes instead) started for it; each job submitted through
     `jobs.services.submit_job`, as web requests would, the submit task `jobs.submit_job` creating its Job;
 - an observer process that watches Kueue's Workloads and the portal's pods and notes when it sees each change
   (millisecond clock), and database triggers (in the benchmark's own database only) that note when the sync wrote
@@ -50,11 +51,10 @@ says what the tuning gives the floor and the portal apart (``sizes.control_plane
 Uses its own cluster state directory (.state/devcluster-bench-admission) and its own database (`<DATABASE_URL
 name>_admissionbench`, another name for another --state-dir; dropped and made afresh each run); REDIS_URL's
 database (default 15) is purged of queued tasks, so give it one of its own (and each run beside another its own).
-The smoke tests (tests/bench/) run it with ``--shared-cluster --nodes 4 --teams 2 --jobs 6 --run-seconds 2
---workers 1``.
+The smoke tests (tests/bench/) run: ``--shared-cluster --nodes 4 --teams 2 --jobs 6 --run-seconds 2 --workers 1``.
 
 The pipeline it drives (cluster, pools, sync, workers, the database marks) is bench/pipeline.py, shared with the
-lending benchmark; the observer is bench/observer.py.
+lending benchmark; the observer, bench/observer.py.
 """
 
 from __future__ import annotations
@@ -318,6 +318,7 @@ def parse_args():
     parser.add_argument("--submitters", type=int, default=8, help="threads calling the submit service (or creating)")
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes (queue: cluster)")
     parser.add_argument("--worker-threads", type=int, default=8, help="threads per Celery worker")
+    parser.add_argument("--worker-pool", choices=("threads", "prefork"), default="threads", help="the workers' pool")
     parser.add_argument(
         "--profile",
         action=argparse.BooleanOptionalAction,
@@ -411,12 +412,11 @@ def run_portal(args, env: dict, submissions: list[Submission], team_users: list,
     try:
         pipeline.wait_listed(("nodes", "pods", "jobs", "workloads"), sync)
         names = {f"bench-admission-{number}" for number in range(args.workers)}
-        for name in sorted(names):
-            worker = pipeline.start_worker(env, args.state_dir, name, args.worker_threads, events=args.profile)
-            processes.append(worker)
-            children.append(worker)
-            sampler.watch("celery_workers", worker.pid)
+        workers = pipeline.start_workers(env, args, names, sampler, events=args.profile)
+        processes += workers
+        children += workers
         pipeline.wait_workers(celery_app, names, children, log)
+        pipeline.watch_children(workers, sampler, "celery_workers")  # prefork: the tasks run in the children
         timer = admission_profile.PublishTimer() if args.profile else None
         if events is not None:
             events.start()
@@ -556,7 +556,7 @@ def main() -> int:
             "quota_per_team": quota,
             "elastic_quota_per_team": ELASTIC_QUOTA,
             "submitter_threads": args.submitters,
-            "celery": f"{args.workers} worker processes x {args.worker_threads} threads",
+            "celery": f"{args.workers} worker processes x {args.worker_threads} {args.worker_pool}",
             "node_lease_seconds": node_lease_seconds,
             "control_plane": control_plane,
             "shared_cluster": args.shared_cluster,

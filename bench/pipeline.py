@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -195,11 +196,14 @@ def start_sync(env: dict, log_dir: Path) -> subprocess.Popen:
     )
 
 
-def start_worker(env: dict, log_dir: Path, name: str, threads: int, *, events: bool = False) -> subprocess.Popen:
-    """A Celery worker on the queue `cluster` (thread pool), named `name`@host, logging to `log_dir`/<name>.log; with
-    `events`, sending its task events (``-E``: when each task was received, started and ended)."""
+def start_worker(
+    env: dict, log_dir: Path, name: str, threads: int, *, events: bool = False, pool: str = "threads"
+) -> subprocess.Popen:
+    """A Celery worker on the queue `cluster` (a pool of `threads` threads, as the chart's cluster worker runs; with
+    `pool` "prefork", that many processes), named `name`@host, logging to `log_dir`/<name>.log; with `events`,
+    sending its task events (``-E``: when each task was received, started and ended)."""
     return subprocess.Popen(  # noqa: S603 - celery from this venv
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "cluster", "-P", "threads", "-c", str(threads)]
+        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "cluster", "-P", pool, "-c", str(threads)]
         + ["-n", f"{name}@%h", "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"]
         + (["-E"] if events else []),
         cwd=REPO_ROOT,
@@ -207,6 +211,29 @@ def start_worker(env: dict, log_dir: Path, name: str, threads: int, *, events: b
         stdout=subprocess.DEVNULL,
         stderr=open(log_dir / f"{name}.log", "w"),  # noqa: SIM115 - closed with the process
     )
+
+
+def start_workers(env: dict, args, names, sampler, *, events: bool) -> list[subprocess.Popen]:
+    """`start_worker` for each of `names` with `args.worker_threads` and `args.worker_pool`, logging to
+    `args.state_dir`, each watched by `sampler` as "celery_workers"."""
+    workers = []
+    for name in sorted(names):
+        workers.append(
+            start_worker(env, args.state_dir, name, args.worker_threads, events=events, pool=args.worker_pool)
+        )
+        sampler.watch("celery_workers", workers[-1].pid)
+    return workers
+
+
+def watch_children(workers: list[subprocess.Popen], sampler, label: str) -> None:
+    """Have `sampler` watch the workers' child processes too (prefork: they run the tasks; a thread pool has none).
+    Call once the workers are ready."""
+    import psutil
+
+    for worker in workers:
+        with contextlib.suppress(psutil.Error):
+            for child in psutil.Process(worker.pid).children(recursive=True):
+                sampler.watch(label, child.pid)
 
 
 def stop_children(children: list[subprocess.Popen]) -> None:
