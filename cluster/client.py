@@ -24,6 +24,23 @@ def _load_configuration() -> client.Configuration:
     return configuration
 
 
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+class BoundedApiClient(client.ApiClient):
+    """The Kubernetes client with a bound on every call: one that names no timeout of its own (watches, live reads
+    and the Lease do) waits at most 5 s to connect and `KUBE_REQUEST_TIMEOUT_SECONDS` for each read of the answer,
+    then fails as "apiserver did not answer in time" (transient: retried as any such failure). A silent apiserver
+    otherwise holds the calling thread for good: in the cluster worker's thread pool no time limit of Celery's ends
+    a task (docs/failures.md)."""
+
+    def request(self, method, url, *args, _request_timeout=None, **kwargs):
+        if _request_timeout is None:
+            read = settings.KUBE_REQUEST_TIMEOUT_SECONDS
+            _request_timeout = (min(CONNECT_TIMEOUT_SECONDS, read), read)
+        return super().request(method, url, *args, _request_timeout=_request_timeout, **kwargs)
+
+
 def api_client() -> client.ApiClient:
     """This thread's ApiClient (created on first use, after settings are loaded)."""
     api = getattr(_local, "api", None)
@@ -31,7 +48,7 @@ def api_client() -> client.ApiClient:
     if api is None or getattr(_local, "path", None) != path:
         if api is not None:
             api.close()
-        api = client.ApiClient(_load_configuration())
+        api = BoundedApiClient(_load_configuration())
         _local.api = api
         _local.path = path
     return api

@@ -63,6 +63,10 @@ def describe(error: BaseException) -> str:
             except ValueError:
                 message = body[:300]
         return f"apiserver answered {error.status} {reason}: {message}".strip().rstrip(":")
+    if isinstance(error, urllib3.exceptions.MaxRetryError) and isinstance(
+        error.reason, urllib3.exceptions.ReadTimeoutError
+    ):  # connected, then no answer within the call's timeout (cluster/client.py)
+        return "apiserver did not answer in time"
     if isinstance(error, urllib3.exceptions.MaxRetryError | urllib3.exceptions.NewConnectionError | ConnectionError):
         return f"apiserver unreachable: {error.__class__.__name__}"
     if isinstance(error, urllib3.exceptions.TimeoutError | TimeoutError):

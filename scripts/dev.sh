@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make dev`: PostgreSQL, Redis, the local Kubernetes control plane with demo GPU pools, migrations and demo data,
-# then the web server, a Celery worker, Celery beat, the outbox dispatcher and the cluster sync, each in the
-# background with a pid file and a log under .state/. `make stop` stops them; `make status` tells what runs.
+# then the web server, two Celery workers (the cluster's queue, and the others), Celery beat, the outbox dispatcher
+# and the cluster sync, each in the background with a pid file and a log under .state/. `make stop` stops them;
+# `make status` tells what runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/inotify.sh
@@ -14,7 +15,7 @@ PY=.venv/bin/python
 mkdir -p "$PIDS" "$LOGS"
 export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-portal.settings.dev}
 
-PROCESSES=(web worker beat outbox)
+PROCESSES=(web worker cluster-worker beat outbox)
 
 say() { printf '[dev] %s\n' "$*"; }
 
@@ -95,7 +96,9 @@ if [ -z "${RESERVOIR_OIDC_ISSUER:-}" ] && [ -z "${RESERVOIR_NO_SSO:-}" ]; then
 fi
 
 start web $PY manage.py runserver "127.0.0.1:$PORT" --noreload
-start worker .venv/bin/celery -A portal worker -Q default,cluster,billing -c 2 --loglevel=INFO
+start worker .venv/bin/celery -A portal worker -Q default,billing -c 2 --loglevel=INFO
+# The cluster's tasks wait on the API server: a thread pool, as the chart's cluster worker (docs/architecture.md).
+start cluster-worker .venv/bin/celery -A portal worker -Q cluster -P threads -c 8 -n cluster@%h --loglevel=INFO
 start beat .venv/bin/celery -A portal beat --loglevel=INFO --schedule "$STATE_DIR/celerybeat-schedule"
 # Sends task messages that a committed change left in the outbox while Redis was unreachable (portal/outbox.py).
 start outbox $PY manage.py dispatch_outbox

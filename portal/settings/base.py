@@ -313,7 +313,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TASK_MAX_COUNTDOWN_SECO
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
-# Cluster I/O and billing get queues of their own so that one cannot starve the other.
+# Cluster I/O and billing get queues of their own so that one cannot starve the other: the cluster worker serves
+# `cluster` in a thread pool, the worker `default` and `billing` (docs/running-in-a-cluster.md).
 CELERY_TASK_QUEUES = (Queue("default"), Queue("cluster"), Queue("billing"))
 CELERY_TASK_ROUTES = {
     # Mail, not cluster I/O (an exact name wins over the patterns).
@@ -380,6 +381,9 @@ LOG_TAIL_MAX_BYTES = env.int("RESERVOIR_LOG_TAIL_MAX_BYTES", default=64 * 1024)
 CONVERGENCE_GRACE_SECONDS = env.int("RESERVOIR_CONVERGENCE_GRACE_SECONDS", default=20)
 # Attempts of one cluster call on transient failures outside tasks (the sync, pages, commands); tasks try once.
 KUBE_CALL_ATTEMPTS = env.int("RESERVOIR_KUBE_CALL_ATTEMPTS", default=4)
+# The longest wait for each read of the API server's answer to a call that names no timeout of its own
+# (cluster/client.py); connecting waits at most 5 s.
+KUBE_REQUEST_TIMEOUT_SECONDS = env.float("RESERVOIR_KUBE_REQUEST_TIMEOUT_SECONDS", default=30.0)
 # Installed by the Helm chart (deploy/helm/reservoir): the ClusterRoles the namespace reconciler binds in each team
 # namespace, as "<clusterrole>=<namespace>/<serviceaccount>" entries (empty: none, e.g. with an admin kubeconfig);
 # and the Lease the sync replicas share (cluster/lease.py; namespace empty: the pod's own, else "default").

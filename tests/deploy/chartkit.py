@@ -71,6 +71,12 @@ class Release:
         [found] = [o for o in self.of_kind("Deployment") if o["metadata"]["name"] == f"{self.fullname}-{component}"]
         return found
 
+    def account_of(self, component: str) -> str:
+        """The ServiceAccount the component's Deployment runs as, by its component name (the cluster worker runs as
+        the worker)."""
+        name = self.deployment(component)["spec"]["template"]["spec"]["serviceAccountName"]
+        return name.removeprefix(f"{self.fullname}-")
+
     # -- in the cluster --------------------------------------------------------------------------------------------
     def create_namespace(self) -> None:
         metadata = {"name": self.namespace, "labels": RESTRICTED}

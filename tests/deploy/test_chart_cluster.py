@@ -53,7 +53,7 @@ def test_every_object_passes_a_server_side_dry_run_and_every_pod_the_restricted_
         for obj in templates
     ]
     admitted = release.apply(pods, "--dry-run=server")
-    assert admitted.stdout.count("(server dry run)") == len(templates) == 6
+    assert admitted.stdout.count("(server dry run)") == len(templates) == 7  # six Deployments and the hook Job
     # The standard is really enforced there: a pod that keeps its capabilities is refused.
     container = {**pods[0]["spec"]["containers"][0], "securityContext": {"runAsNonRoot": True}}
     loose = {**pods[0], "metadata": {"name": "loose"}, "spec": {**pods[0]["spec"], "containers": [container]}}

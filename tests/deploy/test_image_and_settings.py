@@ -12,7 +12,7 @@ from tests.portal.test_docs_links import SETTINGS_ENV_READ
 DEV_SCRIPT = ROOT / "scripts" / "dev.sh"
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-PROCESSES = {"web", "worker", "beat", "outbox", "sync"}
+PROCESSES = {"web", "worker", "cluster-worker", "beat", "outbox", "sync"}
 # Read outside portal/settings: by manage.py, wsgi and Celery (which settings module), and by cluster/client.py.
 READ_ELSEWHERE = {"DJANGO_SETTINGS_MODULE", "KUBECONFIG"}
 REQUIRED_IN_PRODUCTION = {"DATABASE_URL", "REDIS_URL", "DJANGO_SECRET_KEY"}
@@ -73,7 +73,7 @@ def test_what_production_requires_is_set_and_secrets_come_from_secrets(rendered_
 def _dev_commands() -> dict[str, str]:
     """`start <name> <command...>` lines of scripts/dev.sh, by process name."""
     text = DEV_SCRIPT.read_text(encoding="utf-8")
-    return {m.group(1): m.group(2) for m in re.finditer(r"^\s*start (\w+) (.+)$", text, re.M)}
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\s*start ([\w-]+) (.+)$", text, re.M)}
 
 
 def _normalise(command: str) -> str:
@@ -102,6 +102,45 @@ def test_the_chart_and_compose_run_the_processes_make_dev_runs(rendered_chart):
         assert _normalise(chart[process]).startswith(same), (process, chart[process], dev[process])
         assert _normalise(services[process]).startswith(same), (process, services[process], dev[process])
     assert chart["web"].startswith("gunicorn portal.wsgi:application") and services["web"] == chart["web"]
+
+
+def _queues(command: list[str]) -> set[str]:
+    return set(command[command.index("-Q") + 1].split(",")) if "-Q" in command else set()
+
+
+def test_each_task_queue_has_one_kind_of_worker_and_the_clusters_runs_a_thread_pool(rendered_chart, settings):
+    """Every queue the tasks are routed to is served, by one process kind only, in the chart, compose and make dev;
+    the cluster's tasks (which wait on the API server) in a thread pool, the others in prefork processes, where
+    Celery's time limits apply."""
+    queues = {queue.name for queue in settings.CELERY_TASK_QUEUES}
+    chart = {
+        obj["metadata"]["labels"]["app.kubernetes.io/component"]: obj["spec"]["template"]["spec"]["containers"][0][
+            "command"
+        ]
+        for obj in rendered_chart
+        if obj["kind"] == "Deployment"
+    }
+    services = {name: spec["command"] for name, spec in compose()["services"].items() if spec.get("build")}
+    dev = {name: command.split() for name, command in _dev_commands().items()}
+    for where, commands in (("chart", chart), ("compose", services), ("make dev", dev)):
+        served = {name: _queues(command) for name, command in commands.items() if "worker" in command}
+        assert sorted(queue for names in served.values() for queue in names) == sorted(queues), (where, served)
+        assert served["cluster-worker"] == {"cluster"}, where
+        cluster = commands["cluster-worker"]
+        assert cluster[cluster.index("-P") + 1] == "threads", where
+        assert "-P" not in commands["worker"], where  # prefork, Celery's default
+    # The cluster worker runs as the worker (its rights are the cluster tasks'), with the API token.
+    [cluster_worker] = [o for o in rendered_chart if o["metadata"]["name"].endswith("-cluster-worker")]
+    [worker] = [
+        o
+        for o in rendered_chart
+        if o["kind"] == "Deployment"
+        and o["metadata"]["name"].endswith("-worker")
+        and not o["metadata"]["name"].endswith("-cluster-worker")
+    ]
+    for spec in (cluster_worker["spec"]["template"]["spec"], worker["spec"]["template"]["spec"]):
+        assert spec["serviceAccountName"] == worker["metadata"]["name"]
+        assert spec["automountServiceAccountToken"] is True
 
 
 def test_the_image_runs_as_the_non_root_user_the_chart_names_with_static_files_and_translations_built(

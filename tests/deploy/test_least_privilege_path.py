@@ -1,7 +1,8 @@
-"""The whole path with the chart's least privilege, on the real local cluster: the web process (gunicorn), the
-Celery worker and beat, the outbox dispatcher and the sync run as the chart runs them (its commands, its
-environment), each with a kubeconfig that holds only its own ServiceAccount's TokenRequest token, the RBAC objects
-applied from `helm template`. Everything is asked of the web process's API, as people would:
+"""The whole path with the chart's least privilege, on the real local cluster: the web process (gunicorn), the two
+Celery workers (the cluster's queue in a thread pool, and the others) and beat, the outbox dispatcher and the sync
+run as the chart runs them (its commands, its environment), each with a kubeconfig that holds only its
+ServiceAccount's TokenRequest token, the RBAC objects applied from `helm template`. Everything is asked of the web
+process's API, as people would:
 
 team created → namespace, its RoleBindings, ResourceQuota, LimitRange, Kueue queues; a job submitted → Admitted →
 Running → Succeeded → metered; a cancel; a secret saved and rotated; a volume claimed; a lender's reclaim.
@@ -53,7 +54,7 @@ CHART_VALUES = (
     # session cookie must come back without TLS.
     "extraEnv.DJANGO_SECURE_COOKIES=false",
 )
-PROCESSES = ("web", "worker", "beat", "outbox", "sync")
+PROCESSES = ("web", "worker", "cluster-worker", "beat", "outbox", "sync")
 
 
 class Portal:
@@ -140,7 +141,7 @@ def portal(portal_cluster, tmp_path, throwaway_redis):
         env = chart_environment(release, name, secrets)
         # In a pod the token is mounted and found by the in-cluster configuration; here a kubeconfig holds it.
         # beat and outbox get no token in the chart: here a token of their ServiceAccount, which has no right.
-        env["KUBECONFIG"] = str(release.kubeconfig(name))
+        env["KUBECONFIG"] = str(release.kubeconfig(release.account_of(name)))
         processes[name] = PortalProcess(name, command, env, tmp_path / f"{name}.log")
     # The test process: a token without rights, and tasks sent to the real worker rather than run here.
     settings.KUBECONFIG = str(release.kubeconfig("outbox"))

@@ -22,8 +22,10 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* The ServiceAccount a process kind runs as: its own, or the one it shares ("account": the cluster worker runs as
+     the worker, whose rights are the cluster tasks'). */}}
 {{- define "reservoir.serviceAccount" -}}
-{{ include "reservoir.fullname" .root }}-{{ .component }}
+{{ include "reservoir.fullname" .root }}-{{ .account | default .component }}
 {{- end -}}
 
 {{- define "reservoir.image" -}}
