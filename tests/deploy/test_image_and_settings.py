@@ -129,18 +129,16 @@ def test_each_task_queue_has_one_kind_of_worker_and_the_clusters_runs_a_thread_p
         cluster = commands["cluster-worker"]
         assert cluster[cluster.index("-P") + 1] == "threads", where
         assert "-P" not in commands["worker"], where  # prefork, Celery's default
-    # The cluster worker runs as the worker (its rights are the cluster tasks'), with the API token.
-    [cluster_worker] = [o for o in rendered_chart if o["metadata"]["name"].endswith("-cluster-worker")]
-    [worker] = [
-        o
-        for o in rendered_chart
-        if o["kind"] == "Deployment"
-        and o["metadata"]["name"].endswith("-worker")
-        and not o["metadata"]["name"].endswith("-cluster-worker")
-    ]
-    for spec in (cluster_worker["spec"]["template"]["spec"], worker["spec"]["template"]["spec"]):
-        assert spec["serviceAccountName"] == worker["metadata"]["name"]
-        assert spec["automountServiceAccountToken"] is True
+    # The cluster worker runs as the worker's ServiceAccount (its rights are the cluster tasks') with its token; the
+    # worker, which never calls the API, mounts none.
+    deployments = {
+        obj["metadata"]["labels"]["app.kubernetes.io/component"]: obj["spec"]["template"]["spec"]
+        for obj in rendered_chart
+        if obj["kind"] == "Deployment"
+    }
+    cluster_worker, worker = deployments["cluster-worker"], deployments["worker"]
+    assert cluster_worker["serviceAccountName"] == worker["serviceAccountName"] == "rsv-reservoir-worker"
+    assert cluster_worker["automountServiceAccountToken"] is True and worker["automountServiceAccountToken"] is False
 
 
 def test_the_image_runs_as_the_non_root_user_the_chart_names_with_static_files_and_translations_built(
@@ -169,8 +167,9 @@ def test_the_pods_are_written_for_the_restricted_pod_security_standard(rendered_
             mounts = {m["mountPath"] for m in container["volumeMounts"]}
             assert "/tmp" in mounts, name
         tokens = spec.get("automountServiceAccountToken")
-        component = name.rsplit("-", 1)[-1]
-        assert tokens is (component in {"web", "worker", "sync"}), f"{name}: only those that call the API get a token"
+        component = name.split("/", 1)[1].removeprefix("rsv-reservoir-")
+        calls_the_api = component in {"web", "cluster-worker", "sync"}
+        assert tokens is calls_the_api, f"{name}: only those that call the API get a token"
 
 
 def test_a_setting_that_holds_a_secret_comes_from_a_secret_never_inline():

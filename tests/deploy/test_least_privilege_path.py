@@ -139,9 +139,11 @@ def portal(portal_cluster, tmp_path, throwaway_redis):
         if name == "beat":
             command[command.index("/tmp/celerybeat-schedule")] = str(tmp_path / "celerybeat-schedule")
         env = chart_environment(release, name, secrets)
-        # In a pod the token is mounted and found by the in-cluster configuration; here a kubeconfig holds it.
-        # beat and outbox get no token in the chart: here a token of their ServiceAccount, which has no right.
-        env["KUBECONFIG"] = str(release.kubeconfig(release.account_of(name)))
+        # In a pod the token is mounted and found by the in-cluster configuration; here a kubeconfig holds it. The
+        # worker, beat and outbox get no token in the chart: here one without any right (the outbox's account), so
+        # a call to the API from any of them would be refused, and fail the test.
+        mounted = release.deployment(name)["spec"]["template"]["spec"]["automountServiceAccountToken"]
+        env["KUBECONFIG"] = str(release.kubeconfig(release.account_of(name) if mounted else "outbox"))
         processes[name] = PortalProcess(name, command, env, tmp_path / f"{name}.log")
     # The test process: a token without rights, and tasks sent to the real worker rather than run here.
     settings.KUBECONFIG = str(release.kubeconfig("outbox"))
