@@ -3,14 +3,15 @@
 Starts everything of its own, on free loopback ports, and never touches the shared services: a PostgreSQL cluster
 (`pg_createcluster <version> benchfaults`), a Redis with append-only persistence (as `make dev` runs it), a local
 control plane (.state/devcluster-bench-faults), and the portal's processes as `make dev` starts them — web
-(gunicorn), Celery worker, Celery beat, the outbox dispatcher and the cluster sync.
+(gunicorn), the two Celery workers (the cluster's queue in a thread pool, and the others), Celery beat, the outbox
+dispatcher and the cluster sync.
 
 Faults, one at a time, each during its own burst (submissions at a steady rate, every CANCEL_EVERY-th accepted
-job cancelled a moment later): worker SIGKILL (right after it received a submit task, so that one is cut off
-mid-run with its message unacknowledged), Redis restart, `redis-wipe` (the worker stalls with SIGSTOP so that
-messages pile up in Redis, then Redis restarts with its data gone, as without persistence: every queued submit,
-delete and retry is lost), PostgreSQL restart, sync SIGKILL, apiserver restart, and Kueue restart when the
-devcluster runs a `kueue` component (skipped with a note otherwise). A killed process is started again by its
+job cancelled a moment later): worker SIGKILL (the cluster worker, right after it received a submit task, so that
+one is cut off mid-run with its message unacknowledged), Redis restart, `redis-wipe` (the workers stall with
+SIGSTOP so that messages pile up in Redis, then Redis restarts with its data gone, as without persistence: every
+queued submit, delete and retry is lost), PostgreSQL restart, sync SIGKILL, apiserver restart, and Kueue restart
+when the devcluster runs a `kueue` component (skipped with a note otherwise). A killed process is started again by its
 supervisor (scripts/supervise.sh, as under `make dev`) a second later; a stopped Redis or PostgreSQL is started
 again after --outage seconds (5).
 
@@ -142,7 +143,7 @@ class Bench:
             pipeline.clear_earlier_runs([TEAM], log)
         token = self._seed_team()
         self.portal = Portal(env, self.logs)
-        for name in ("web", "worker", "beat", "outbox", "sync"):
+        for name in ("web", "worker", "cluster-worker", "beat", "outbox", "sync"):
             self.portal.start(name)
         self.api = Api(self.portal.web_port, token)
         from django.conf import settings
@@ -193,7 +194,7 @@ class Bench:
         portal = self.portal
         if fault in ("worker", "sync"):
             # Killed, then started again by its supervisor a second later (as under `make dev`).
-            worker_log = self.logs / "worker.log"
+            worker_log = self.logs / "cluster-worker.log"  # the submit tasks' worker
             readies = worker_log.read_text().count(" ready.")
             if fault == "worker":
                 self.notes["killed_mid_task"] = self._kill_worker_mid_task(worker_log)
@@ -208,10 +209,11 @@ class Bench:
             time.sleep(self.args.outage)
             self.redis.start()
         elif fault == "redis-wipe":
-            # The worker stalls, so messages pile up in Redis; then Redis restarts with its data gone, as a Redis
+            # The workers stall, so messages pile up in Redis; then Redis restarts with its data gone, as a Redis
             # without persistence would: every queued message (submits, deletes, retries) is lost.
-            worker = self.portal.processes["worker"]
-            os.killpg(worker.pid, signal.SIGSTOP)
+            workers = [self.portal.processes[name] for name in ("cluster-worker", "worker")]
+            for worker in workers:
+                os.killpg(worker.pid, signal.SIGSTOP)
             time.sleep(self.args.outage)
             self.notes["messages_wiped"] = sum(
                 int(subprocess.run(["redis-cli", "-p", str(self.redis.port), "llen", q], capture_output=True).stdout)
@@ -220,7 +222,8 @@ class Bench:
             self.redis.stop()
             shutil.rmtree(self.redis.directory)
             self.redis.start()
-            os.killpg(worker.pid, signal.SIGCONT)
+            for worker in workers:
+                os.killpg(worker.pid, signal.SIGCONT)
         elif fault == "postgres":
             self.postgres.stop()
             time.sleep(self.args.outage)
@@ -233,7 +236,8 @@ class Bench:
         return time.monotonic()
 
     def _kill_worker_mid_task(self, worker_log: Path) -> str:
-        """SIGKILL the worker right after it received a submit task (within its run); returns the task's id."""
+        """SIGKILL the cluster worker right after it received a submit task (within its run); returns the task's
+        id."""
         import re
 
         offset = worker_log.stat().st_size
@@ -247,7 +251,7 @@ class Bench:
             task_id = found.group(1) if found else ""
             if not task_id:
                 time.sleep(0.01)
-        self.portal.crash("worker")
+        self.portal.crash("cluster-worker")
         finished = task_id and re.search(rf"{task_id}\] (succeeded|retry|raised)", worker_log.read_text())
         return f"{task_id} ({'had finished' if finished else 'was running'})" if task_id else "no task seen in 10 s"
 

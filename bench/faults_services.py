@@ -116,8 +116,10 @@ class Portal:
         self.commands = {
             "web": [gunicorn, "portal.wsgi:application", "--bind", f"127.0.0.1:{self.web_port}"]
             + ["--worker-class", "gthread", "--workers", "2", "--threads", "4", "--log-level", "warning"],
-            "worker": [celery, "-A", "portal", "worker", "-Q", "default,cluster,billing", "-c", "2"]
+            "worker": [celery, "-A", "portal", "worker", "-Q", "default,billing", "-c", "2"]
             + ["--loglevel=INFO", "--without-mingle", "--without-gossip"],
+            "cluster-worker": [celery, "-A", "portal", "worker", "-Q", "cluster", "-P", "threads", "-c", "8"]
+            + ["-n", "cluster@%h", "--loglevel=INFO", "--without-mingle", "--without-gossip"],
             "beat": [celery, "-A", "portal", "beat", "--loglevel=INFO", "--schedule", str(logs / "beat-schedule")],
             "outbox": [python, "manage.py", "dispatch_outbox"],
             "sync": [python, "manage.py", "sync_cluster"],
