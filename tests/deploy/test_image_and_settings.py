@@ -113,13 +113,12 @@ def test_each_task_queue_has_one_kind_of_worker_and_the_clusters_runs_a_thread_p
     the cluster's tasks (which wait on the API server) in a thread pool, the others in prefork processes, where
     Celery's time limits apply."""
     queues = {queue.name for queue in settings.CELERY_TASK_QUEUES}
-    chart = {
-        obj["metadata"]["labels"]["app.kubernetes.io/component"]: obj["spec"]["template"]["spec"]["containers"][0][
-            "command"
-        ]
+    deployments = {
+        obj["metadata"]["labels"]["app.kubernetes.io/component"]: obj["spec"]["template"]["spec"]
         for obj in rendered_chart
         if obj["kind"] == "Deployment"
     }
+    chart = {name: spec["containers"][0]["command"] for name, spec in deployments.items()}
     services = {name: spec["command"] for name, spec in compose()["services"].items() if spec.get("build")}
     dev = {name: command.split() for name, command in _dev_commands().items()}
     for where, commands in (("chart", chart), ("compose", services), ("make dev", dev)):
@@ -131,11 +130,6 @@ def test_each_task_queue_has_one_kind_of_worker_and_the_clusters_runs_a_thread_p
         assert "-P" not in commands["worker"], where  # prefork, Celery's default
     # The cluster worker runs as the worker's ServiceAccount (its rights are the cluster tasks') with its token; the
     # worker, which never calls the API, mounts none.
-    deployments = {
-        obj["metadata"]["labels"]["app.kubernetes.io/component"]: obj["spec"]["template"]["spec"]
-        for obj in rendered_chart
-        if obj["kind"] == "Deployment"
-    }
     cluster_worker, worker = deployments["cluster-worker"], deployments["worker"]
     assert cluster_worker["serviceAccountName"] == worker["serviceAccountName"] == "rsv-reservoir-worker"
     assert cluster_worker["automountServiceAccountToken"] is True and worker["automountServiceAccountToken"] is False
