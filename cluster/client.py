@@ -25,20 +25,32 @@ def _load_configuration() -> client.Configuration:
 
 
 CONNECT_TIMEOUT_SECONDS = 5.0
+# How long the API server keeps a watch open that names no timeoutSeconds: at most twice --min-request-timeout
+# (1,800 s by default).
+WATCH_LIMIT_SECONDS = 3600.0
+
+
+def default_timeout(query_params) -> tuple[float, float]:
+    """(connect, read) seconds for a call that names no timeout of its own: each read of the answer waits at most
+    `KUBE_REQUEST_TIMEOUT_SECONDS`; a watch, silent while nothing changes, as long as the server keeps it open
+    (its timeoutSeconds, else the server's own limit) and that much more."""
+    read = settings.KUBE_REQUEST_TIMEOUT_SECONDS
+    params = dict(query_params or ())
+    if str(params.get("watch", "")).lower() == "true":
+        read += float(params.get("timeoutSeconds") or WATCH_LIMIT_SECONDS)
+    return min(CONNECT_TIMEOUT_SECONDS, read), read
 
 
 class BoundedApiClient(client.ApiClient):
-    """The Kubernetes client with a bound on every call: one that names no timeout of its own (watches, live reads
-    and the Lease do) waits at most 5 s to connect and `KUBE_REQUEST_TIMEOUT_SECONDS` for each read of the answer,
-    then fails as "apiserver did not answer in time" (transient: retried as any such failure). A silent apiserver
-    otherwise holds the calling thread for good: in the cluster worker's thread pool no time limit of Celery's ends
-    a task (docs/failures.md)."""
+    """The Kubernetes client with a bound on every call: one that names no timeout of its own (the sync's watches,
+    live reads and the Lease do) gets `default_timeout`, then fails as "apiserver did not answer in time"
+    (transient: retried as any such failure). A silent apiserver otherwise holds the calling thread for good: in the
+    cluster worker's thread pool no time limit of Celery's ends a task (docs/failures.md)."""
 
-    def request(self, method, url, *args, _request_timeout=None, **kwargs):
+    def request(self, method, url, query_params=None, *args, _request_timeout=None, **kwargs):
         if _request_timeout is None:
-            read = settings.KUBE_REQUEST_TIMEOUT_SECONDS
-            _request_timeout = (min(CONNECT_TIMEOUT_SECONDS, read), read)
-        return super().request(method, url, *args, _request_timeout=_request_timeout, **kwargs)
+            _request_timeout = default_timeout(query_params)
+        return super().request(method, url, query_params, *args, _request_timeout=_request_timeout, **kwargs)
 
 
 def api_client() -> client.ApiClient:

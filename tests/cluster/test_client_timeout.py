@@ -91,3 +91,20 @@ def test_a_call_that_names_its_own_timeout_keeps_it(silent_apiserver, settings):
 
     finished, outcome = call_in_thread(read, wait=3)
     assert not finished, f"the call's own 60 s read timeout was cut short: {outcome}"
+
+
+def test_a_watch_that_names_no_timeout_waits_as_long_as_the_server_keeps_it_open(silent_apiserver, settings):
+    """A watch is silent while nothing changes: the read bound does not cut it, its timeoutSeconds (or the server's
+    own limit) does, with the same margin."""
+    kubeconfig, _ = silent_apiserver
+    settings.KUBECONFIG = str(kubeconfig)
+    settings.KUBE_REQUEST_TIMEOUT_SECONDS = 0.2
+
+    def watch():
+        return client.core().list_namespace(watch=True, timeout_seconds=60, _preload_content=False)
+
+    finished, outcome = call_in_thread(watch, wait=3)
+    assert not finished, f"a quiet watch was cut by the read bound: {outcome}"
+    assert client.default_timeout([("timeoutSeconds", 60), ("watch", True)]) == (5.0, 60.2)
+    assert client.default_timeout([("watch", True)]) == (5.0, 3600.2)
+    assert client.default_timeout([("limit", 500)]) == (0.2, 0.2)
