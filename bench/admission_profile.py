@@ -37,10 +37,10 @@ class PublishTimer:
         self._local = threading.local()
         original = outbox.publish_now
 
-        def timed(message_id: int) -> bool:
+        def timed(message) -> bool:
             started = time.time()
             try:
-                return original(message_id)
+                return original(message)
             finally:
                 self._local.last = (started, time.time())
 

@@ -11,7 +11,8 @@ team and pool, and JOBS jobs (about a third running), then measures two requests
    (every middleware, token authentication, DRF) against the floor — the same page read with one SQL query and
    serialised with the standard library's json; for the PATCH, one UPDATE and one audit INSERT — in alternating
    blocks, median block of each, and the ratio. Targets: both ratios <= 3. The floor's answer is checked against
-   the API's first (`floor_equals_api`).
+   the API's first (`floor_equals_api`). Beside the quota change, the same PATCH refused by its validation (nothing
+   written) against the same floor (`refused_cpu_ms`, `refused_cpu_ratio`): what the request costs before the change.
 2. Load: gunicorn on 127.0.0.1 with the production code path (token auth, tasks sent to a Redis broker database of
    its own, which is emptied afterwards), for each of CLIENTS (8 and 50) concurrent keep-alive clients sending back
    to back for DURATION seconds: requests a second, p50 / p95 / p99 latency measured by the clients (request sent to
@@ -61,6 +62,9 @@ SUMMARY_KEYS = {
         for figure in ("floor_cpu_ms", "real_cpu_ms", "floor_wall_ms", "real_wall_ms", "queries")
     },
     **{f"cpu_per_request.{request}.cpu_ratio": NUMBER_OR_NONE for request in REQUESTS},
+    # The quota change refused by its validation (nothing written), against the same floor: the request's frame.
+    "cpu_per_request.quota_update.refused_cpu_ms": NUMBER,
+    "cpu_per_request.quota_update.refused_cpu_ratio": NUMBER_OR_NONE,
     **{f"cpu_per_request.{request}.floor_equals_api": bool for request in REQUESTS},
     **{
         f"load.*.{scenario}.{figure}": NUMBER
@@ -262,6 +266,12 @@ def compare_cpu(args, world: dict, database_url: str) -> dict:
         status, _body = call("PATCH", f"/api/v1/quotas/{quota_ids[index % len(quota_ids)]}/", body=body)
         assert status == 200, status
 
+    def refused_patch(index):
+        # The same request refused by its validation: token, middleware, DRF's dispatch, the quota's lookup and the
+        # body's check, nothing written. What any quota change costs before it changes anything.
+        status, _body = call("PATCH", f"/api/v1/quotas/{quota_ids[index % len(quota_ids)]}/", body=b'{"max_gpus": -1}')
+        assert status == 400, status
+
     def floor_patch(index):
         api_floor.floor_quota_update(
             floor_db,
@@ -298,6 +308,12 @@ def compare_cpu(args, world: dict, database_url: str) -> dict:
             "queries": queries(real),
             "floor_equals_api": equal,
         }
+        if name == "quota_update":
+            refused = api_floor.compare(
+                floor=floor, real=refused_patch, requests=args.cpu_requests, rounds=args.cpu_rounds
+            )
+            results[name]["refused_cpu_ms"] = refused["real_cpu_ms"]
+            results[name]["refused_cpu_ratio"] = refused["cpu_ratio"]
         print(name, json.dumps(results[name]), flush=True)
         if args.profile:
             api_floor.profile(real, requests=args.cpu_requests, label=name)

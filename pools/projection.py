@@ -13,8 +13,8 @@ the projection in the cluster was rendered, although no version changed."""
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Max, Sum
+from django.db import connection, transaction
+from django.db.models import Max, Sum
 from django.utils import timezone
 
 from cluster import kueue as render
@@ -50,13 +50,21 @@ def kueue_changed() -> None:
     transaction.on_commit(_changed, robust=True)
 
 
+# The bump and the version it made in one statement, written once (issue 30): it runs after every change of what
+# Kueue's objects are rendered from, and the ORM's update and read back cost more to compile than to run.
+_KUEUE_TABLE = KueueProjection._meta.db_table
+_BUMP_KUEUE = f"UPDATE {_KUEUE_TABLE} SET desired_version = desired_version + 1 WHERE id = %s RETURNING desired_version"
+
+
 def _changed() -> None:
-    bump = KueueProjection.objects.filter(pk=KueueProjection.SINGLETON_PK)
-    if not bump.update(desired_version=F("desired_version") + 1):
-        kueue_row()
-        bump.update(desired_version=F("desired_version") + 1)
-    version = KueueProjection.objects.values_list("desired_version", flat=True).get(pk=KueueProjection.SINGLETON_PK)
-    outbox.task_named("pools.reconcile_kueue").delay(version)
+    with connection.cursor() as cursor:
+        cursor.execute(_BUMP_KUEUE, [KueueProjection.SINGLETON_PK])
+        row = cursor.fetchone()
+        if row is None:  # no state row yet: the first change makes it
+            kueue_row()
+            cursor.execute(_BUMP_KUEUE, [KueueProjection.SINGLETON_PK])
+            row = cursor.fetchone()
+    outbox.task_named("pools.reconcile_kueue").delay(row[0])
 
 
 def gpus_per_node_by_pool(pools: list[Pool] | None = None) -> dict[int, int]:
@@ -152,14 +160,47 @@ def kueue_state() -> dict:
 # --- team namespaces ---------------------------------------------------------------------------------------------
 
 
-def namespace_changed(team: Team) -> None:
-    """Record that the team's quotas or limits changed, and reconcile once the change is committed."""
-    bump = TeamNamespace.objects.filter(team=team)
-    if not bump.update(desired_version=F("desired_version") + 1):
-        _state, created = TeamNamespace.objects.get_or_create(team=team)  # the team's first change: its first version
-        if not created:  # another change made the row meanwhile (the sync's, not under the team's lock): count this one
-            bump.update(desired_version=F("desired_version") + 1)
+_NAMESPACE_STATE = "desired_version, applied_version, applied_at, last_error"
+# The bump and the state it leaves in one statement, written once (issue 30), as `_BUMP_KUEUE`.
+_BUMP_NAMESPACE = (
+    f"UPDATE {TeamNamespace._meta.db_table} SET desired_version = desired_version + 1 WHERE team_id = %s "
+    f"RETURNING {_NAMESPACE_STATE}"
+)
+
+
+def namespace_changed(team: Team) -> dict:
+    """Record that the team's quotas or limits changed, and reconcile once the change is committed. Returns the
+    namespace's state after the change (`namespace_state`'s answer), as the bump left it."""
+    with connection.cursor() as cursor:
+        cursor.execute(_BUMP_NAMESPACE, [team.pk])
+        row = cursor.fetchone()
+        if row is None:  # the team's first change: its first version
+            state, created = TeamNamespace.objects.get_or_create(team=team)
+            row = (state.desired_version, state.applied_version, state.applied_at, state.last_error)
+            if not created:  # another change made the row meanwhile (the sync's, not under the team's lock): count this
+                cursor.execute(_BUMP_NAMESPACE, [team.pk])
+                row = cursor.fetchone()
     outbox.send("pools.reconcile_team_namespace", team.pk)
+    return _namespace_answer(*row)
+
+
+def namespace_state(team_id: int) -> dict:
+    """Whether the team namespace's ResourceQuota and LimitRange hold the latest change: versions, when, the last
+    error. A team never changed reads as nothing applied."""
+    state = TeamNamespace.objects.filter(team_id=team_id).values_list(*_NAMESPACE_STATE.split(", ")).first()
+    if state is None:
+        return {"applied": False, "desired_version": 0, "applied_version": 0, "applied_at": None, "last_error": ""}
+    return _namespace_answer(*state)
+
+
+def _namespace_answer(desired_version: int, applied_version: int, applied_at, last_error: str) -> dict:
+    return {
+        "applied": applied_version >= desired_version,  # as TeamNamespace.is_applied
+        "desired_version": desired_version,
+        "applied_version": applied_version,
+        "applied_at": applied_at,
+        "last_error": last_error,
+    }
 
 
 def namespace_spec(team: Team, *, cluster_storage_classes=()) -> NamespaceSpec:

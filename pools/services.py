@@ -235,9 +235,11 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
         quota.full_clean(exclude=["team", "pool"], validate_constraints=False)
     quota.save()
     audit.record(actor=user, action="quota.set", instance=quota, before=before, after=audit.snapshot(quota))
-    projection.namespace_changed(team)
+    # What the quota API answers with, known here and not read again: the namespace's state as this change left it,
+    # and the GPUs in use (`gpus_in_use_of`) as read under the lock.
+    quota.changed_namespace_state = projection.namespace_changed(team)
     projection.kueue_changed()
-    quota.gpus_in_use = in_use  # as the quota API shows it (`gpus_in_use_of`): read under the lock, not again
+    quota.gpus_in_use = in_use
     return quota
 
 

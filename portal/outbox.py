@@ -7,10 +7,10 @@ published at once (best effort: an unreachable broker is logged, never turned in
 change is already saved). `manage.py dispatch_outbox`, a small loop of its own, publishes whatever is still
 pending once the broker answers again. Nothing needs to survive in Redis for that.
 
-Each publication claims its row with `SELECT ... FOR UPDATE SKIP LOCKED`, publishes, and marks the row sent in the
-same transaction, so the request that wrote the row and the dispatcher never both send it. A publisher that dies
-between publishing and its commit leaves the row pending and it is sent again: delivery is at least once, which is
-why every task is idempotent (STYLE.md, convention 5).
+Each publication claims its row (locked, `SKIP LOCKED`), marks it sent and publishes in one transaction, so the
+request that wrote the row and the dispatcher never both send it, and a publication that fails leaves it pending. A
+publisher that dies between publishing and its commit leaves the row pending and it is sent again: delivery is at
+least once, which is why every task is idempotent (STYLE.md, convention 5).
 """
 
 import logging
@@ -46,7 +46,7 @@ def send(task: str, *args, **kwargs) -> OutboxMessage:
 
     Arguments must be JSON values (ids, not model instances)."""
     message = OutboxMessage.objects.create(task=task, args=list(args), kwargs=kwargs)
-    transaction.on_commit(lambda: publish_now(message.pk))
+    transaction.on_commit(lambda: publish_now(message))
     return message
 
 
@@ -71,23 +71,29 @@ def _publish(message: OutboxMessage) -> None:
     task.delay(*message.args, **message.kwargs)
 
 
-def publish_now(message_id: int) -> bool:
-    """Publish one message right after its commit. True when sent now; on any failure it stays pending for the
-    dispatcher, and the caller (a request whose change is committed) carries on."""
+# Claims a pending message for the caller's transaction and marks it sent in one statement: the row stays locked
+# until that transaction ends, so that a publication that fails rolls the mark back, and a message the dispatcher
+# holds (locked) or has sent is skipped rather than waited for. Written once (issue 30): it runs after every change
+# that asks for a task, and the ORM's two queries (lock, then mark) cost more to compile than to run.
+_TABLE = OutboxMessage._meta.db_table
+_CLAIM = (
+    f"UPDATE {_TABLE} SET sent_at = %s WHERE id = "
+    f"(SELECT id FROM {_TABLE} WHERE id = %s AND sent_at IS NULL FOR UPDATE SKIP LOCKED)"
+)
+
+
+def publish_now(message: OutboxMessage) -> bool:
+    """Publish one message (the row `send` wrote) right after its commit. True when sent now; on any failure it
+    stays pending for the dispatcher, and the caller (a request whose change is committed) carries on."""
     try:
-        with transaction.atomic():
-            message = (
-                OutboxMessage.objects.select_for_update(skip_locked=True)
-                .filter(pk=message_id, sent_at__isnull=True)
-                .first()
-            )
-            if message is None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_CLAIM, [timezone.now(), message.pk])
+            if cursor.rowcount == 0:
                 return False  # the dispatcher has it, or has sent it already
-            _publish(message)
-            OutboxMessage.objects.filter(pk=message.pk).update(sent_at=timezone.now())
+            _publish(message)  # what the row holds: `send` wrote it from these very values
         return True
     except Exception as error:  # noqa: BLE001 - whatever it is, the dispatcher retries and the change stands
-        log.warning("outbox message %s not sent now, the dispatcher will send it: %s", message_id, error)
+        log.warning("outbox message %s not sent now, the dispatcher will send it: %s", message.pk, error)
         return False
 
 

@@ -9,7 +9,7 @@ from portal.models import Team
 
 from .. import projection
 from ..choices import Lending
-from ..models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation, TeamNamespace
+from ..models import NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 from ..occupancy import JOB_SIZES
 
 
@@ -124,19 +124,6 @@ class NamespaceStateSerializer(serializers.Serializer):
     last_error = serializers.CharField(allow_blank=True)
 
 
-def namespace_state(team_id: int) -> dict:
-    state = TeamNamespace.objects.filter(team_id=team_id).first()
-    if state is None:
-        return {"applied": False, "desired_version": 0, "applied_version": 0, "applied_at": None, "last_error": ""}
-    return {
-        "applied": state.is_applied,
-        "desired_version": state.desired_version,
-        "applied_version": state.applied_version,
-        "applied_at": state.applied_at,
-        "last_error": state.last_error,
-    }
-
-
 class KueueStateSerializer(serializers.Serializer):
     """Whether Kueue's objects in the cluster (flavors, cluster queues, local queues) match the portal yet."""
 
@@ -221,7 +208,8 @@ class QuotaSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(NamespaceStateSerializer)
     def get_namespace(self, quota) -> dict:
-        return namespace_state(quota.team_id)
+        # A quota `set_quota` changed carries the state its change left (`changed_namespace_state`): not read again.
+        return getattr(quota, "changed_namespace_state", None) or projection.namespace_state(quota.team_id)
 
     @extend_schema_field(KueueStateSerializer)
     def get_kueue(self, quota) -> dict:
@@ -252,7 +240,7 @@ class NamespaceLimitsSerializer(FullCleanMixin, serializers.ModelSerializer):
 
     @extend_schema_field(NamespaceStateSerializer)
     def get_namespace(self, limits) -> dict:
-        return namespace_state(limits.team_id)
+        return projection.namespace_state(limits.team_id)
 
 
 class QuotaRequestSerializer(serializers.ModelSerializer):

@@ -115,3 +115,55 @@ def test_two_threads_asking_first_for_a_task_both_find_it(monkeypatch):
     second.join(5)
     assert errors == []
     assert found == ["the task", "the task"]
+
+
+def test_publishing_right_after_the_commit_sends_once_and_skips_what_the_dispatcher_holds(throwaway_redis):
+    """`publish_now` claims the row, marks it sent and publishes in one transaction: sent once; a row another
+    transaction holds (the dispatcher mid-batch) is left to it without waiting; a failed publication leaves the row
+    pending."""
+    import threading
+
+    from django.db import connection as this_connection
+
+    throwaway_redis.start()
+    with celery_broker(throwaway_redis.url):
+        sent = OutboxMessage.objects.create(task="jobs.delete_job", args=[1])
+        assert outbox.publish_now(sent) is True
+        assert outbox.publish_now(sent) is False  # already sent: not again
+        sent.refresh_from_db()
+        assert sent.sent_at is not None
+
+        held = OutboxMessage.objects.create(task="jobs.delete_job", args=[2])
+        locked, release, done = threading.Event(), threading.Event(), threading.Event()
+
+        def dispatcher_holds_it():
+            from django.db import connection
+
+            try:
+                with transaction.atomic():
+                    OutboxMessage.objects.select_for_update().filter(pk=held.pk).first()
+                    locked.set()
+                    release.wait(10)
+            finally:
+                connection.close()
+                done.set()
+
+        holder = threading.Thread(target=dispatcher_holds_it)
+        holder.start()
+        try:
+            assert locked.wait(10)
+            assert outbox.publish_now(held) is False  # at once: SKIP LOCKED, not a wait for the holder
+            assert not release.is_set()
+        finally:
+            release.set()
+            holder.join(10)
+        assert done.is_set()
+        held.refresh_from_db()
+        assert held.sent_at is None  # still the holder's (here: pending, for the dispatcher's next round)
+
+        refused = OutboxMessage.objects.create(task="jobs.no_such_task", args=[3])
+        assert outbox.publish_now(refused) is False
+        refused.refresh_from_db()
+        assert refused.sent_at is None  # the mark was rolled back with the failed publication
+        assert this_connection.in_atomic_block is False
+    assert throwaway_redis.messages("cluster") == [{"task": "jobs.delete_job", "args": "(1,)"}]
