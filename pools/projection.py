@@ -160,11 +160,12 @@ def kueue_state() -> dict:
 # --- team namespaces ---------------------------------------------------------------------------------------------
 
 
-_NAMESPACE_STATE = "desired_version, applied_version, applied_at, last_error"
+# A namespace's state as `_namespace_answer` takes it, in this order.
+_NAMESPACE_STATE = ("desired_version", "applied_version", "applied_at", "last_error")
 # The bump and the state it leaves in one statement, written once (issue 30), as `_BUMP_KUEUE`.
 _BUMP_NAMESPACE = (
     f"UPDATE {TeamNamespace._meta.db_table} SET desired_version = desired_version + 1 WHERE team_id = %s "
-    f"RETURNING {_NAMESPACE_STATE}"
+    f"RETURNING {', '.join(_NAMESPACE_STATE)}"
 )
 
 
@@ -176,7 +177,7 @@ def namespace_changed(team: Team) -> dict:
         row = cursor.fetchone()
         if row is None:  # the team's first change: its first version
             state, created = TeamNamespace.objects.get_or_create(team=team)
-            row = (state.desired_version, state.applied_version, state.applied_at, state.last_error)
+            row = tuple(getattr(state, name) for name in _NAMESPACE_STATE)
             if not created:  # another change made the row meanwhile (the sync's, not under the team's lock): count this
                 cursor.execute(_BUMP_NAMESPACE, [team.pk])
                 row = cursor.fetchone()
@@ -187,7 +188,7 @@ def namespace_changed(team: Team) -> dict:
 def namespace_state(team_id: int) -> dict:
     """Whether the team namespace's ResourceQuota and LimitRange hold the latest change: versions, when, the last
     error. A team never changed reads as nothing applied."""
-    state = TeamNamespace.objects.filter(team_id=team_id).values_list(*_NAMESPACE_STATE.split(", ")).first()
+    state = TeamNamespace.objects.filter(team_id=team_id).values_list(*_NAMESPACE_STATE).first()
     if state is None:
         return {"applied": False, "desired_version": 0, "applied_version": 0, "applied_at": None, "last_error": ""}
     return _namespace_answer(*state)
