@@ -37,18 +37,18 @@ are rational; they are summed per team and UTC day from running sums per pool, i
 and B / Σ idle lendable × seconds (24 decimal places): P_over and P_lend. A team's part over a stretch where its level
 is constant is its level × the difference of P between the stretch's ends; summed by parts, Σ level × ΔP = Σ over its
 events of P × (level before − level after), so each event needs only P at its own instant and the query stays at three
-passes: the teams' levels (sorted by pool, team, time), the pool's (sorted again only within each pool), and the sums by
-pool, day and team (sorted only within each day); pairing every team segment with every pool segment it covers was
-quadratic per pool, and reading P at each event's next one took a third full sort. Each day's parts are rounded to the
-GPU-microsecond by largest remainder (remainders compared to 15 places; ties: lower team id), so that per pool and day Σ
-lent = Σ borrowed = Σ B × seconds exactly, to the last Decimal digit. Days are the rounding unit in both modes
-(midnights are always change points), so the days of a month add up exactly to the month metered in one go. Elastic and
-shared pools lend nothing and their R and S are linear in the intervals: in that query each of their intervals and
-reservations is cut at midnight and its GPU-microseconds summed per team and day by hashing, without the sort the step
-functions need (about a tenth of the month's time at the benchmark's size)."""
+passes: the teams' levels (sorted by pool, team, time), the pool's (sorted again only within each pool, on day and time
+packed in one bigint), and the sums by pool, day and team (by hashing); pairing every team segment with every pool
+segment it covers was quadratic per pool, and reading P at each event's next one took a third full sort. Each day's
+parts are rounded to the GPU-microsecond by largest remainder (remainders compared to 15 places; ties: lower team id),
+so that per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the last Decimal digit. Days are the rounding
+unit in both modes (midnights are always change points), so the days of a month add up exactly to the month metered in
+one go. Elastic and shared pools lend nothing and their R and S are linear in the intervals: in that query each of their
+intervals and reservations is cut at midnight and its GPU-microseconds summed per team and day by hashing, without the
+sort the step functions need (about a tenth of the month's time at the benchmark's size)."""
 
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connection, transaction
@@ -59,6 +59,12 @@ from pools.choices import Lending, lendable_gpus_sql
 METERING_WORK_MEM = "256MB"
 # Instants are microseconds since the period's start; a UTC day has this many.
 US_PER_DAY = 86_400_000_000
+# With lending, the pools' pass orders each pool's events by day, then instant, as one bigint, `day << AT_DAY_SHIFT | t`
+# (one integer per comparison: 6 % less CPU for the month at 2,000,000 intervals than sorting on the two). It
+# holds while every instant is under 2**47 microseconds (about 4.46 years) after the period's start, and so while the
+# period is at most MAX_PERIOD long; days stay under 2**16.
+AT_DAY_SHIFT = 47
+MAX_PERIOD = timedelta(days=4 * 365 + 1)
 
 
 def prepare_session(cursor) -> None:
@@ -244,9 +250,8 @@ pooled AS (
                        (sum(contract_delta) OVER wp)::int AS pool_contract,
                        lead(t) OVER wp AS pool_t_next
                 FROM levels
-                -- in time order (the day grows with it): the aggregation by pool, day and team below only sorts
-                -- each day
-                WINDOW wp AS (PARTITION BY pool_id ORDER BY day, t ROWS UNBOUNDED PRECEDING)
+                -- in time order: by day, then instant, packed in one bigint, which sorts faster than the two
+                WINDOW wp AS (PARTITION BY pool_id ORDER BY (day::bigint << {day_shift}) | t ROWS UNBOUNDED PRECEDING)
             ) pool_levels
         ) borrowing
     ) segments
@@ -260,7 +265,9 @@ pool_sums AS (
            sum(over_rate) OVER before AS per_over,
            sum(lend_rate) OVER before AS per_lend
     FROM pooled
-    WINDOW before AS (PARTITION BY pool_id ORDER BY day, t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    WINDOW before AS (
+        PARTITION BY pool_id ORDER BY (day::bigint << {day_shift}) | t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+    )
 ),
 -- Per team, pool and UTC day (a team's segments never cross midnight: midnights are change points of every team): the
 -- step functions' integrals, and each borrower's and lender's exact share summed by parts — Σ over segments of
@@ -450,6 +457,7 @@ def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bo
         day_bucket="(%(start)s AT TIME ZONE 'UTC')::date + td.day" if by_day else "NULL::date",
         team_filter=team_filter,
         us_per_day=US_PER_DAY,
+        day_shift=AT_DAY_SHIFT,
     )
 
 
@@ -458,6 +466,8 @@ def check_period(start: datetime, end: datetime, now: datetime) -> None:
         raise ValueError(f"cannot meter up to {end:%Y-%m-%d %H:%M}: it is after now ({now:%Y-%m-%d %H:%M})")
     if start.utcoffset() is None or end.utcoffset() is None or now.utcoffset() is None:
         raise ValueError("metering needs timezone-aware datetimes")
+    if end - start > MAX_PERIOD:
+        raise ValueError(f"cannot meter more than {MAX_PERIOD.days} days at once")
 
 
 def meter(

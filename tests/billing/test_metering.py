@@ -10,6 +10,7 @@ from billing.models import DailyUsage
 from billing.money import hourly_cost, hours, round_half_up, to_cents
 from billing.periods import month_bounds
 from tests.billing.conftest import at
+from tests.factories import ReservationFactory, TeamFactory
 
 MARCH = at(1).date()
 HOUR = Decimal(3600)
@@ -193,3 +194,36 @@ def test_the_pools_month_counts_the_contract_as_it_changed(reserved_pool):
     ContractChange.objects.create(pool=reserved_pool, contracted_gpus=8, effective_from=at(3, 12))
     [row] = [row for row in selectors.pool_month(month=MARCH, now=at(5)) if row["pool"] == reserved_pool]
     assert row["contracted_gpu_hours"] == hours((16 * Decimal("2.5") + 8 * Decimal("1.5")) * 24 * HOUR)
+
+
+def test_a_period_longer_than_the_pools_pass_can_order_is_refused(team, reserved_pool):
+    start = at(1, year=2025)
+    with pytest.raises(ValueError, match="more than 1461 days"):
+        metering.meter(start=start, end=start + metering.MAX_PERIOD + timedelta(microseconds=1), now=at(1, year=2030))
+
+
+def test_the_packed_day_and_instant_hold_the_longest_period():
+    # The pools' pass orders by `day << AT_DAY_SHIFT | t` (billing/metering.py): every instant of the longest period
+    # must fit below the shift, and its last day above it must still fit in a bigint.
+    last_instant = metering.MAX_PERIOD // timedelta(microseconds=1)
+    last_day = metering.MAX_PERIOD.days + 1
+    assert last_instant < 2**metering.AT_DAY_SHIFT
+    assert (last_day << metering.AT_DAY_SHIFT) | last_instant < 2**63
+
+
+def test_lending_on_the_last_day_of_the_longest_period(team, reserved_pool, pod):
+    # Two teams hold all 16 GPUs of the pool; in the period's last hour the lender idles and the borrower runs 3 GPUs
+    # over its reservation: ordered by the packed key, the borrowing is the same as in a period of one day.
+    start = at(1, year=2025)
+    end = start + metering.MAX_PERIOD
+    lender = TeamFactory()
+    ReservationFactory(team=team, pool=reserved_pool, gpus=4, starts_at=start, ends_at=end)
+    ReservationFactory(team=lender, pool=reserved_pool, gpus=12, starts_at=start, ends_at=end)
+    pod(end - timedelta(hours=1), end - timedelta(microseconds=1), gpus=7)
+    pod(end - timedelta(hours=1), end - timedelta(minutes=30), gpus=2, for_team=lender)
+    last_day = end - timedelta(days=1)
+    long = {(row.team_id, row.pool_id): row for row in metering.meter(start=start, end=end, now=end)}
+    short = {(row.team_id, row.pool_id): row for row in metering.meter(start=last_day, end=end, now=end)}
+    borrowed = 3 * (HOUR - Decimal("0.000001"))
+    assert long[(team.pk, reserved_pool.pk)].borrowed == short[(team.pk, reserved_pool.pk)].borrowed == borrowed
+    assert long[(lender.pk, reserved_pool.pk)].lent == short[(lender.pk, reserved_pool.pk)].lent == borrowed
