@@ -227,3 +227,13 @@ def test_lending_on_the_last_day_of_the_longest_period(team, reserved_pool, pod)
     borrowed = 3 * (HOUR - Decimal("0.000001"))
     assert long[(team.pk, reserved_pool.pk)].borrowed == short[(team.pk, reserved_pool.pk)].borrowed == borrowed
     assert long[(lender.pk, reserved_pool.pk)].lent == short[(lender.pk, reserved_pool.pk)].lent == borrowed
+
+
+def test_stale_days_are_metered_in_runs_no_longer_than_the_longest_period():
+    first = at(1, year=2020).date()
+    days = [first + timedelta(days=n) for n in range(3000)] + [first + timedelta(days=3001)]
+    runs = services._contiguous_runs(days)
+    assert [(last - start).days + 1 for start, last in runs] == [1461, 1461, 78, 1]
+    assert runs[0][0] == first
+    assert all(runs[n][1] + timedelta(days=1) == runs[n + 1][0] for n in range(2))
+    assert runs[-1] == (days[-1], days[-1])
