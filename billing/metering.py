@@ -65,6 +65,8 @@ US_PER_DAY = 86_400_000_000
 # period is at most MAX_PERIOD long; days stay under 2**16.
 AT_DAY_SHIFT = 47
 MAX_PERIOD = timedelta(days=4 * 365 + 1)
+# The order of both windows of the pools' pass, written once.
+_POOL_ORDER = f"(day::bigint << {AT_DAY_SHIFT}) | t"
 
 
 def prepare_session(cursor) -> None:
@@ -251,7 +253,7 @@ pooled AS (
                        lead(t) OVER wp AS pool_t_next
                 FROM levels
                 -- in time order: by day, then instant, packed in one bigint, which sorts faster than the two
-                WINDOW wp AS (PARTITION BY pool_id ORDER BY (day::bigint << {day_shift}) | t ROWS UNBOUNDED PRECEDING)
+                WINDOW wp AS (PARTITION BY pool_id ORDER BY {pool_order} ROWS UNBOUNDED PRECEDING)
             ) pool_levels
         ) borrowing
     ) segments
@@ -265,9 +267,7 @@ pool_sums AS (
            sum(over_rate) OVER before AS per_over,
            sum(lend_rate) OVER before AS per_lend
     FROM pooled
-    WINDOW before AS (
-        PARTITION BY pool_id ORDER BY (day::bigint << {day_shift}) | t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    )
+    WINDOW before AS (PARTITION BY pool_id ORDER BY {pool_order} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 -- Per team, pool and UTC day (a team's segments never cross midnight: midnights are change points of every team): the
 -- step functions' integrals, and each borrower's and lender's exact share summed by parts — Σ over segments of
@@ -457,7 +457,7 @@ def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bo
         day_bucket="(%(start)s AT TIME ZONE 'UTC')::date + td.day" if by_day else "NULL::date",
         team_filter=team_filter,
         us_per_day=US_PER_DAY,
-        day_shift=AT_DAY_SHIFT,
+        pool_order=_POOL_ORDER,
     )
 
 

@@ -72,9 +72,10 @@ WHERE reserved > 0 OR in_reservation > 0 OR overage > 0 OR spill > 0 OR lent > 0
 """
 
 
-def _contiguous_runs(days: list[date], *, longest: int = metering.MAX_PERIOD.days) -> list[tuple[date, date]]:
-    """`days` (sorted) as runs of consecutive days, each metered in one query: at most `longest` days each, the longest
-    period the metering query orders correctly (billing/metering.py, MAX_PERIOD). Pure."""
+def _contiguous_runs(days: list[date]) -> list[tuple[date, date]]:
+    """`days` (sorted) as runs of consecutive days, each metered in one query: at most MAX_PERIOD's days each, the
+    longest period the metering query orders correctly (billing/metering.py). Pure."""
+    longest = metering.MAX_PERIOD.days
     runs: list[tuple[date, date]] = []
     for day in days:
         if runs and runs[-1][1] + timedelta(days=1) == day and (day - runs[-1][0]).days < longest:
