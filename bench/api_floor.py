@@ -8,11 +8,12 @@ transaction, and the changed row as JSON. No Django, no DRF: psycopg2 on a conne
 How CPU time is compared, like with like: both paths run in this one process, one after the other in alternating
 blocks (floor, real, floor, real, ...), each block timed with `time.process_time()` (this process's CPU, user +
 system; PostgreSQL's own CPU is in neither) and `time.perf_counter()`. The real path is the production WSGI
-application (`portal.wsgi.application`: every middleware, token authentication, DRF, its JSON renderer) called with
-the environ gunicorn would give it; what gunicorn itself spends parsing HTTP and writing the answer is in neither
-path, so the ratio is the portal's own cost over the floor's. The median block of each is reported, and their ratio.
-Before timing, the floor's answer is checked against the API's (parsed JSON, equal but for the quota's Kueue and
-namespace state, which the floor does not read): a floor that answered less would flatter the ratio.
+application (`portal.wsgi.application`: the middleware chain of a token request, portal/token_lane.py, token
+authentication, DRF, its JSON renderer) called with the environ gunicorn would give it; what gunicorn itself spends
+parsing HTTP and writing the answer is in neither path, so the ratio is the portal's own cost over the floor's. The
+median block of each is reported, and their ratio. Before timing, the floor's answer is checked against the API's
+(parsed JSON, equal but for the quota's Kueue and namespace state, which the floor does not read): a floor that
+answered less would flatter the ratio.
 
 `profile(...)` runs the real path under cProfile and prints the functions that cost most (``--profile``).
 """

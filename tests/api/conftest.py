@@ -1,6 +1,8 @@
 """API test helpers: a client per role (session or token), and a small world around team `alpha`."""
 
 import pytest
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
 from rest_framework.test import APIClient
 
 from portal import services as portal_services
@@ -31,6 +33,17 @@ def token_client(platform_admin):
         return client
 
     return make
+
+
+@pytest.fixture
+def wsgi_keeps_the_test_connection():
+    """For a test that calls the WSGI application itself, as Django's test client does: a request must not close the
+    connection that holds the test's transaction."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
 
 
 @pytest.fixture

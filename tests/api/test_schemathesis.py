@@ -1,30 +1,22 @@
-"""Property-based requests generated from the OpenAPI schema (schemathesis) against the WSGI app, as a platform
-admin with an API token: no request, however odd, may answer 5xx."""
+"""Property-based requests generated from the OpenAPI schema (schemathesis) against the WSGI application gunicorn
+serves, as a platform admin with an API token (so through its token lane, portal/token_lane.py): no request, however
+odd, may answer 5xx."""
 
 import pytest
 import schemathesis
-from django.core.signals import request_finished, request_started
-from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
 from portal import services as portal_services
+from portal.wsgi import application
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.usefixtures("wsgi_keeps_the_test_connection"),
+]
 
-schema = schemathesis.from_dict(SchemaGenerator().get_schema(request=None, public=True), app=get_wsgi_application())
-
-
-@pytest.fixture(autouse=True)
-def keep_the_test_connection():
-    """Like Django's test client: a request must not close the connection that holds the test's transaction."""
-    request_started.disconnect(close_old_connections)
-    request_finished.disconnect(close_old_connections)
-    yield
-    request_started.connect(close_old_connections)
-    request_finished.connect(close_old_connections)
+schema = schemathesis.from_dict(SchemaGenerator().get_schema(request=None, public=True), app=application)
 
 
 @pytest.fixture

@@ -133,3 +133,26 @@ def test_pages_carry_a_content_security_policy_and_no_inline_script_or_style(cli
     html = response.content.decode()
     assert not re.search(r"<script(?![^>]*\bsrc=)[^>]*>", html), "inline <script>"
     assert "<style" not in html and not re.search(r"\son[a-z]+=", html), "inline style element or handler"
+
+
+def test_the_served_application_builds_its_token_lane_under_production_settings():
+    """gunicorn's application (portal/token_lane.py) under production settings: WhiteNoise in both chains, the
+    browser-only middleware in the whole chain only."""
+    probe = (
+        "import json\n"
+        "from portal.wsgi import application\n"
+        "from portal.token_lane import BROWSER_ONLY_MIDDLEWARE, token_lane_middleware\n"
+        "from django.conf import settings\n"
+        "print(json.dumps([settings.MIDDLEWARE, token_lane_middleware(settings.MIDDLEWARE),"
+        " type(application.lane).__name__]))\n"
+    )
+    result = run_prod(["-c", probe])
+    assert result.returncode == 0, result.stdout + result.stderr
+    whole, lane, lane_type = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (
+        "whitenoise.middleware.WhiteNoiseMiddleware" in whole and "whitenoise.middleware.WhiteNoiseMiddleware" in lane
+    )
+    assert (
+        "django.middleware.csrf.CsrfViewMiddleware" in whole and "django.middleware.csrf.CsrfViewMiddleware" not in lane
+    )
+    assert lane_type == "_LaneHandler"
