@@ -17,9 +17,11 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.handlers.wsgi import WSGIHandler
 
+from portal.authentication import KEYWORDS
+
 # The REST API's routes, all DRF views (dashboard/api/urls.py); the schema and its docs page are pages.
 API_PREFIX = "/api/v1/"
-TOKEN_KEYWORDS = ("bearer", "token")  # as portal.authentication.KEYWORDS, lower case
+TOKEN_KEYWORDS = tuple(keyword.decode() for keyword in KEYWORDS)  # the token authentication's, lower case
 BROWSER_ONLY_MIDDLEWARE = (
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
