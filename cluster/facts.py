@@ -111,8 +111,12 @@ class PodFacts:
 
     @property
     def releasable(self) -> bool:
-        """True when the portal's finalizer may come off once these facts are recorded (`usage_final`)."""
-        return self.held_for_usage and self.usage_final
+        """True when the portal's finalizer may come off once these facts are recorded: the pod is being deleted and
+        its GPU time is final (`usage_final`). A pod that has ended but is not being deleted keeps it: the finalizer
+        matters only to a deletion, and taking it off at the end was one more pod write at the busiest moment, when
+        the control plane is starting the jobs that follow (issue 30). Its Job's deletion (a cancel, the TTL, a
+        preemption) deletes it, and then the sync records it once more and releases it."""
+        return self.held_for_usage and self.deleting and self.usage_final
 
 
 def _container_gpus(container: dict) -> int:

@@ -8,13 +8,15 @@ twice — after a relist, a restart of this process, or a replayed watch — wri
 second one: nothing is counted twice. A relist also settles what disappeared while nobody watched: admitted jobs
 whose Job is gone fail with that reason.
 
-GPU time ends at the pod's own finish time, also when nobody watched it end. The pods of portal Jobs carry the
-portal's finalizer (`cluster.manifests.USAGE_FINALIZER`), so a pod that finishes and is deleted while the sync is
-away (an apiserver restart, a sync restart, a cancel, a preemption, a TTL) stays in the apiserver, terminated, with
-its finish time: the next event or list records it, and only after that is committed does the sync take the
-finalizer off (`ClusterSync._release`). This holds per pod, so it holds for jobs of several pods alike. Pods without
-the finalizer (other owners' GPU pods, which the portal meters but does not shape) can still vanish unseen: the
-relist closes their intervals at the time of the relist, the earliest moment the portal can know.
+GPU time ends at the pod's own finish time, also when nobody watched it end. The pods of portal Jobs carry the portal's
+finalizer (`cluster.manifests.USAGE_FINALIZER`), so a pod that finishes and is deleted while the sync is away (an
+apiserver restart, a sync restart, a cancel, a preemption, a TTL) stays in the apiserver, terminated, with its finish
+time: the next event or list records it, and only after that is committed does the sync take the finalizer off
+(`ClusterSync._release`). It does so only for a pod being deleted: a pod that has ended and stays (its Job keeps it
+until the Job goes) keeps the finalizer, which costs nothing, and is released when it is deleted. This holds per pod, so
+it holds for jobs of several pods alike. Pods without the finalizer (other owners' GPU pods, which the portal meters but
+does not shape) can still vanish unseen: the relist closes their intervals at the time of the relist, the earliest
+moment the portal can know.
 
 A label proves nothing: anyone who may create a pod or a Job in some namespace can write `reservoir.io/job-id`.
 An object belongs to portal job N only if it is the Job `rsv-N` in N's own team namespace, or a pod that Job
@@ -249,15 +251,15 @@ class ClusterSync:
             observations.remove_pods(uids=deleted)
         self._release([pod for kind, pod in latest.values() if kind != "DELETED"])
 
-    # Releases made at once. One after the other, 500 pods ending together held the pod watch for 13 s at 1,000 nodes
+    # Releases made at once. One after the other, 500 pods released together held the pod watch for 13 s at 1,000 nodes
     # (one PATCH each), and the Running of the pods whose events waited behind them was written that much later
     # (issue 30). The threads live as long as the sync: each keeps its ApiClient and its connection.
     RELEASE_THREADS = 4
 
     def _release(self, pods: list[PodFacts]) -> None:
-        """Take the usage finalizer off the pods whose GPU time is final and now committed (`PodFacts.releasable`):
-        only then may they leave the cluster. Every release is tried; a failure then raises, so the watch applies the
-        same event (or list) again and this is retried; a pod released twice is no harm."""
+        """Take the usage finalizer off the pods being deleted whose GPU time is final and now committed
+        (`PodFacts.releasable`): only then may they leave the cluster. Every release is tried; a failure then raises, so
+        the watch applies the same event (or list) again and this is retried; a pod released twice is no harm."""
         releasable = [pod for pod in pods if pod.releasable]
         if len(releasable) <= 1:
             for pod in releasable:

@@ -141,15 +141,18 @@ def held(raw: dict, *, deleting: bool = False) -> dict:
 SCHEDULED = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-03-01T10:00:05Z"}]
 
 
-def test_a_held_pod_is_released_only_once_its_gpu_time_is_final():
+def test_a_held_pod_is_released_only_once_it_is_deleted_and_its_gpu_time_is_final():
     running = pod_facts(held(pod(phase="Running", conditions=SCHEDULED)))
     assert running.held_for_usage and not running.usage_final and not running.releasable
     # Deleted while it runs: held until it has terminated, so its finish time is recorded first.
     stopping = pod_facts(held(pod(phase="Running", conditions=SCHEDULED), deleting=True))
     assert stopping.deleting and not stopping.releasable
     for phase in ("Succeeded", "Failed"):
-        ended = pod_facts(held(pod(phase=phase, conditions=SCHEDULED), deleting=True))
-        assert ended.usage_final and ended.releasable
+        # Ended and staying beside its Job: its GPU time is final, but the finalizer stays until it is deleted.
+        ended = pod_facts(held(pod(phase=phase, conditions=SCHEDULED)))
+        assert ended.usage_final and not ended.releasable
+        deleted = pod_facts(held(pod(phase=phase, conditions=SCHEDULED), deleting=True))
+        assert deleted.usage_final and deleted.releasable
 
 
 def test_a_pod_deleted_before_it_was_bound_is_released_it_never_held_a_gpu():

@@ -522,8 +522,25 @@ def test_settling_a_batch_of_workload_events_reads_the_same_whatever_its_size(wo
     assert reads_for(2) == reads_for(7)
 
 
-def test_ending_pods_are_released_several_at_once_and_all_tried_when_one_fails(world, monkeypatch):
-    """Issue 30: one release after the other held the pod watch for seconds when hundreds of pods ended together.
+def test_an_ended_pod_keeps_the_finalizer_until_it_is_deleted(world, monkeypatch):
+    """Issue 30: taking the finalizer off as a pod ends was one more pod write while the control plane starts the jobs
+    that follow; it matters only to a deletion, so the sync releases a pod when it is deleted, after recording it."""
+    sync, _pool, alpha, *_ = world
+    released = []
+    monkeypatch.setattr(resources, "release_pod", lambda namespace, name: released.append(name) or True)
+    ended = replace(
+        pod("done", alpha.namespace, node_name="gpu-a", phase="Succeeded", finished=FINISHED), held_for_usage=True
+    )
+    sync.pod_events([("MODIFIED", ended)])
+    sync.relist_pods([ended], version="7")
+    assert released == []
+    assert UsageInterval.objects.get(pod_uid=ended.uid).ended_at == at(FINISHED)
+    sync.pod_events([("MODIFIED", replace(ended, deleting=True))])
+    assert released == ["pod-done"]
+
+
+def test_deleted_pods_are_released_several_at_once_and_all_tried_when_one_fails(world, monkeypatch):
+    """Issue 30: one release after the other held the pod watch for seconds when hundreds of pods went together.
     The cluster call is replaced here: what is checked is the sync's order of work (together, every one tried, the
     failure raised so that the watch applies the batch again). The real release:
     tests/cluster/test_release_pod_cluster.py."""
@@ -541,7 +558,7 @@ def test_ending_pods_are_released_several_at_once_and_all_tried_when_one_fails(w
     monkeypatch.setattr(resources, "release_pod", release)
     ended = [
         ("MODIFIED", replace(pod(f"e{n}", alpha.namespace, node_name="gpu-a", phase="Succeeded", finished=FINISHED),
-                             held_for_usage=True))
+                             held_for_usage=True, deleting=True))
         for n in range(ClusterSync.RELEASE_THREADS * 2)
     ]  # fmt: skip
     with pytest.raises(ClusterError):
