@@ -141,7 +141,7 @@ def test_the_served_application_builds_its_token_lane_under_production_settings(
     probe = (
         "import json\n"
         "from portal.wsgi import application\n"
-        "from portal.token_lane import BROWSER_ONLY_MIDDLEWARE, token_lane_middleware\n"
+        "from portal.token_lane import token_lane_middleware\n"
         "from django.conf import settings\n"
         "print(json.dumps([settings.MIDDLEWARE, token_lane_middleware(settings.MIDDLEWARE),"
         " type(application.lane).__name__]))\n"
