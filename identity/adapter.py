@@ -2,12 +2,16 @@
 at every sign-in through the provider (before the session starts: a user whose groups give nothing is not signed
 in and sees why)."""
 
+import logging
+
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.shortcuts import render
 
 from . import oidc, services
+
+logger = logging.getLogger(__name__)
 
 
 class AccountAdapter(DefaultAccountAdapter):
@@ -46,3 +50,16 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
                     status=400,
                 )
             )
+
+    def on_authentication_error(self, request, provider, error=None, exception=None, extra_context=None):
+        """Say in the log why a sign-in through the provider failed: the page the user sees only says that it did."""
+        logger.warning(
+            "sign-in through %s failed: error=%s, provider said %r (%r), exception=%r",
+            getattr(provider, "id", provider),
+            error,
+            request.GET.get("error", ""),
+            request.GET.get("error_description", "")[:300],
+            exception,
+            exc_info=exception,
+        )
+        super().on_authentication_error(request, provider, error, exception, extra_context)

@@ -7,6 +7,7 @@ import os
 import re
 import secrets
 import urllib.parse
+from pathlib import Path
 
 import pytest
 import requests
@@ -19,6 +20,8 @@ from tests.factories import TeamFactory
 CLIENT_ID = "reservoir-tests"
 LABEL = "Hydra"
 TEST_SERVER = "http://testserver"
+# hydra's log, printed (into the captured output a failed test shows) when a sign-in does not come back signed in.
+HYDRA_LOG: list[Path] = []
 
 
 def database_server_url() -> str:
@@ -32,6 +35,12 @@ def hydra(tmp_path_factory):
     base_url = database_server_url()
     database = f"rsv_hydra_{os.getpid()}_{secrets.token_hex(3)}"
     hydra_module.create_database(base_url, database, drop_first=True)
+    # The stand-in provider's commits do not wait for the disk: its durability is nothing the tests check, and
+    # under the cluster's etcd a commit waiting for fsync took seconds, past the portal's budget for a provider call.
+    server = hydra_module._server(base_url)
+    with server.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{database}" SET synchronous_commit = off')
+    server.close()
     app = hydra_module.LoginConsentApp(admin_url="").start()
     server = hydra_module.Hydra(
         dsn=hydra_module.database_url(base_url, database),
@@ -40,6 +49,7 @@ def hydra(tmp_path_factory):
     )
     try:
         server.start()
+        HYDRA_LOG[:] = [server.log_path]
         app.admin_url = server.admin_url
         server.login_app = app
         server.client_secret = secrets.token_urlsafe(24)
@@ -135,4 +145,10 @@ def start_sign_in(client):
 def sign_in(client, username: str, *, password: str = hydra_module.DEMO_PASSWORD):
     """Sign `username` in through hydra with the Django test client; return the portal's answer to the callback."""
     callback = walk_the_provider(start_sign_in(client), username, password, TEST_SERVER)
-    return client.get(callback.removeprefix(TEST_SERVER))
+    answer = client.get(callback.removeprefix(TEST_SERVER))
+    if answer.status_code != 302:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(callback).query)
+        print(f"sign-in of {username}: {answer.status_code}; the provider's error: {query.get('error_description')}")
+        for log in HYDRA_LOG:
+            print(f"--- the end of {log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-30:]))
+    return answer

@@ -25,6 +25,7 @@ class ForgingProvider:
         self.claims: dict = {}
         self.discovery_issuer: str | None = None
         self.signing_key = self.key
+        self.token_delay = 0.0
         provider = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -53,6 +54,7 @@ class ForgingProvider:
 
             def do_POST(self):
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                time.sleep(provider.token_delay)
                 token = jwt.encode(provider.claims, provider.signing_key, algorithm="RS256", headers={"kid": KID})
                 self._json({"access_token": "opaque", "token_type": "Bearer", "expires_in": 300, "id_token": token})
 
@@ -127,9 +129,34 @@ def test_a_token_for_another_audience_is_refused(client, forger):
     assert refused(client, sign_in_with(client, forger, aud="another-client"))
 
 
-def test_an_expired_token_is_refused(client, forger):
+def test_an_expired_token_is_refused_and_the_log_says_why(client, forger, caplog):
     now = int(time.time())
     assert refused(client, sign_in_with(client, forger, iat=now - 900, exp=now - 600))
+    (record,) = [r for r in caplog.records if r.name == "identity.adapter"]
+    assert record.levelname == "WARNING" and "Signature has expired" in caplog.text
+
+
+def test_a_provider_slower_than_the_configured_timeout_is_refused_and_a_slow_one_within_it_is_not(
+    client, forger, settings, caplog
+):
+    settings.SOCIALACCOUNT_REQUESTS_TIMEOUT = 0.5
+    forger.token_delay = 1.5
+    assert refused(client, sign_in_with(client, forger))
+    assert "ReadTimeout" in caplog.text
+
+    settings.SOCIALACCOUNT_REQUESTS_TIMEOUT = 5
+    assert sign_in_with(client, forger).status_code == 302
+
+
+def test_an_error_the_provider_sends_back_is_refused_and_logged_in_its_words(client, forger, caplog):
+    answer = client.post("/accounts/oidc/sso/login/", {"process": "login"})
+    state = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(answer["Location"]).query))["state"]
+    query = urllib.parse.urlencode(
+        {"error": "server_error", "error_description": "the database is gone", "state": state}
+    )
+    answer = client.get(f"/accounts/oidc/sso/login/callback/?{query}")
+    assert answer.status_code == 401 and "Sign-in failed" in answer.content.decode()
+    assert "'server_error'" in caplog.text and "the database is gone" in caplog.text
 
 
 def test_a_token_from_an_unknown_issuer_is_refused(client, forger):
