@@ -269,9 +269,9 @@ SOCIALACCOUNT_EMAIL_REQUIRED = False
 SOCIALACCOUNT_QUERY_EMAIL = False
 ACCOUNT_EMAIL_VERIFICATION = "none"
 SOCIALACCOUNT_STORE_TOKENS = False
-# Each call to the provider (discovery, the token exchange, its keys, userinfo) may take this long. allauth's 5 s
-# failed sign-ins while a provider's database waited for its disk; a code is single-use, so a timed-out exchange
-# means starting over.
+# Each call to the provider (discovery, the token exchange, its keys, userinfo) may take this long. allauth's 5 s is
+# tight for a provider whose database waits for its disk; a code is single-use, so a timed-out exchange means
+# starting over.
 SOCIALACCOUNT_REQUESTS_TIMEOUT = env.float("RESERVOIR_OIDC_TIMEOUT_SECONDS", default=10.0)
 
 # --- Redis and Celery -------------------------------------------------------------------------------------------

@@ -26,6 +26,22 @@ def _wait_gone(pids: list[int], timeout: float = 15.0) -> None:
         time.sleep(0.1)
 
 
+def _database_settings(base_url: str, database: str) -> list[str]:
+    """The settings made for `database` itself (ALTER DATABASE ... SET)."""
+    connection = hydra_module._server(base_url)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT setconfig FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase"
+                " WHERE d.datname = %s AND s.setrole = 0",
+                [database],
+            )
+            row = cursor.fetchone()
+    finally:
+        connection.close()
+    return list(row[0]) if row else []
+
+
 def test_the_demo_provider_starts_again_on_the_database_a_start_before_left(tmp_path):
     base_url = database_server_url()
     database = f"rsv_hydra_dev_{os.getpid()}_{secrets.token_hex(3)}"
@@ -40,6 +56,7 @@ def test_the_demo_provider_starts_again_on_the_database_a_start_before_left(tmp_
                 assert answer.status == 200
                 assert json.load(answer)["issuer"] == state["issuer"]
             issuers.append(state["issuer"])
+            assert _database_settings(base_url, database) == ["synchronous_commit=off"]
             stopped = hydra_module.dev_down(tmp_path)
             assert sorted(stopped) == sorted(state["pids"])
             _wait_gone(stopped)
