@@ -35,7 +35,7 @@ def hydra(tmp_path_factory):
     base_url = database_server_url()
     database = f"rsv_hydra_{os.getpid()}_{secrets.token_hex(3)}"
     # The stand-in provider's commits do not wait for the disk: its durability is nothing the tests check, and with
-    # a disk kept busy (the test cluster's etcd fsyncs all the time) a sign-in's calls to it took up to 4 s.
+    # the disk busy (a load of fsync'd writes beside it) a sign-in's calls to it took up to 4 s.
     hydra_module.create_database(base_url, database, drop_first=True, durable=False)
     app = hydra_module.LoginConsentApp(admin_url="").start()
     server = hydra_module.Hydra(
