@@ -206,3 +206,23 @@ def ratios(portal: dict, floor: dict | None) -> dict:
         "p99_ratio": ratio(p99(portal, "submit_to_running_ms"), p99(floor, "submit_to_running_ms")),
         "p99_ratio_cluster": ratio(p99(portal, "submit_to_running_cluster_ms"), p99(floor, "submit_to_running_ms")),
     }
+
+
+# The targets are ratios to the floor measured in the same run (issue 30); the absolute figures are reported.
+TARGETS = {
+    "admitted_per_s_ratio_min": 0.8,
+    "p99_ratio_max": 1.5,
+    "workload_sync_lag_p99_ms": 2000.0,
+    "sync_peak_rss_mb": 500.0,
+}
+
+
+def targets_met(summary: dict) -> dict[str, bool]:
+    admitted, p99 = summary["admitted_per_s_ratio"], summary["p99_ratio"]
+    lag = (summary.get("workload_sync_lag_ms") or {}).get("p99")
+    return {
+        "admitted_per_s_ratio": admitted is not None and admitted >= TARGETS["admitted_per_s_ratio_min"],
+        "p99_ratio": p99 is not None and p99 <= TARGETS["p99_ratio_max"],
+        "workload_sync_lag_p99": lag is not None and lag < TARGETS["workload_sync_lag_p99_ms"],
+        "sync_peak_rss": summary["sync_peak_rss_mb"] < TARGETS["sync_peak_rss_mb"],
+    }

@@ -211,6 +211,9 @@ class ProcessSampler:
         self.psutil = psutil
         self.interval = interval
         self.watched: dict[str, list] = {}  # label -> [psutil.Process, ...]
+        self.parents: dict[str, object] = {}  # label -> psutil.Process whose children join the label as they come
+        self.from_zero: set[int] = set()  # children started after the sampler: all their CPU counts
+        self.began = time.time()
         self.cpu: dict[int, tuple[str, float, float]] = {}  # pid -> (label, first seen, last seen)
         self.peak_rss: dict[str, int] = {}
         self.stop = threading.Event()
@@ -221,11 +224,34 @@ class ProcessSampler:
         with contextlib.suppress(self.psutil.Error):
             self.watched.setdefault(label, []).append(self.psutil.Process(pid))
 
+    def watch_children_of(self, label: str, pid: int) -> None:
+        """Watch, at every sample, the children `pid` has then, as `label`: PostgreSQL's backends come and go with
+        their connections. A child started after the sampler counts from zero; what a child spends between its last
+        sample and its exit is missed, so the figure is a lower bound."""
+        with contextlib.suppress(self.psutil.Error):
+            self.parents[label] = self.psutil.Process(pid)
+
+    def _discover(self) -> None:
+        for label, parent in list(self.parents.items()):
+            try:
+                children = parent.children()
+            except self.psutil.Error:
+                continue
+            known = {process.pid for process in self.watched.get(label, [])}
+            for child in children:
+                with contextlib.suppress(self.psutil.Error):
+                    if child.pid not in known:
+                        if child.create_time() >= self.began:
+                            self.from_zero.add(child.pid)
+                        self.watched.setdefault(label, []).append(child)
+
     def start(self) -> None:
+        self.began = time.time()
         self.started = True
         self.thread.start()
 
     def _sample(self) -> None:
+        self._discover()
         for label, processes in list(self.watched.items()):
             rss = 0
             for process in processes:
@@ -235,7 +261,8 @@ class ProcessSampler:
                     rss += process.memory_info().rss
                 except self.psutil.Error:
                     continue
-                first = self.cpu.get(process.pid, (label, total, total))[1]
+                baseline = 0.0 if process.pid in self.from_zero else total
+                first = self.cpu.get(process.pid, (label, baseline, total))[1]
                 self.cpu[process.pid] = (label, first, total)
             self.peak_rss[label] = max(self.peak_rss.get(label, 0), rss)
 

@@ -185,10 +185,15 @@ def make_bench_pools(reserved_nodes: int, elastic_nodes: int):
 # === The processes beside the benchmark =============================================================================
 
 
-def start_sync(env: dict, log_dir: Path) -> subprocess.Popen:
+def niced(command: list[str], nice: int) -> list[str]:
+    """`command` run at CPU priority `nice` (0: as it is; `nice` execs it, so the pid is the command's)."""
+    return ["nice", "-n", str(nice), *command] if nice else command
+
+
+def start_sync(env: dict, log_dir: Path, *, nice: int = 0) -> subprocess.Popen:
     """`manage.py sync_cluster --relist`, its errors logged to `log_dir`/sync.log."""
     return subprocess.Popen(  # noqa: S603 - our own management command
-        [sys.executable, "manage.py", "sync_cluster", "--relist"],
+        niced([sys.executable, "manage.py", "sync_cluster", "--relist"], nice),
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -197,15 +202,18 @@ def start_sync(env: dict, log_dir: Path) -> subprocess.Popen:
 
 
 def start_worker(
-    env: dict, log_dir: Path, name: str, threads: int, *, events: bool = False, pool: str = "threads"
+    env: dict, log_dir: Path, name: str, threads: int, *, events: bool = False, pool: str = "threads", nice: int = 0
 ) -> subprocess.Popen:
     """A Celery worker on the queue `cluster` (a pool of `threads` threads, as the chart's cluster worker runs; with
     `pool` "prefork", that many processes), named `name`@host, logging to `log_dir`/<name>.log; with `events`,
     sending its task events (``-E``: when each task was received, started and ended)."""
     return subprocess.Popen(  # noqa: S603 - celery from this venv
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "cluster", "-P", pool, "-c", str(threads)]
-        + ["-n", f"{name}@%h", "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"]
-        + (["-E"] if events else []),
+        niced(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", "cluster", "-P", pool, "-c", str(threads)]
+            + ["-n", f"{name}@%h", "--loglevel=WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+            + (["-E"] if events else []),
+            nice,
+        ),
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -219,10 +227,35 @@ def start_workers(env: dict, args, names, sampler, *, events: bool) -> list[subp
     workers = []
     for name in sorted(names):
         workers.append(
-            start_worker(env, args.state_dir, name, args.worker_threads, events=events, pool=args.worker_pool)
+            start_worker(
+                env,
+                args.state_dir,
+                name,
+                args.worker_threads,
+                events=events,
+                pool=args.worker_pool,
+                nice=getattr(args, "portal_nice", 0),
+            )
         )
         sampler.watch("celery_workers", workers[-1].pid)
     return workers
+
+
+def watch_services(sampler) -> None:
+    """Have `sampler` count the CPU of the PostgreSQL server's processes ("postgresql": its backends as they come)
+    and of the Redis server ("redis") when they run on this machine: the portal's share of the machine is theirs
+    too. Says nothing when they are elsewhere."""
+    import psutil
+    from django.db import connection
+
+    with contextlib.suppress(psutil.Error), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = psutil.Process(cursor.fetchone()[0])
+        if backend.name().startswith("postgres"):
+            sampler.watch_children_of("postgresql", backend.ppid())
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] == "redis-server":
+            sampler.watch("redis", process.pid)
 
 
 def watch_children(workers: list[subprocess.Popen], sampler, label: str) -> None:
