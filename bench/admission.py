@@ -42,8 +42,9 @@ Reports (the last line printed is a JSON summary), for the portal at the top lev
   publication, queue wait, the submit task, Kueue's admission, the pod's start, the sync writing Running), and
   ``floor_profile`` its floor counterparts (bench/admission_profile.py);
 - ``sync_peak_rss_mb`` (target < 500 MB); per phase, CPU seconds by process (PostgreSQL's and Redis's too, when
-  they run here), ``apiserver_requests`` by kind, states. ``--portal-nice N`` runs the portal's processes at CPU
-  niceness N beside the control plane: a diagnostic of what sharing two cores costs the portal, not a target figure.
+  they run here), ``apiserver_requests`` by kind and ``apiserver_latency`` (the apiserver's mean time per Job create,
+  unsuspend, pod create..., and its priority-and-fairness queueing), states. ``--portal-nice N`` runs the portal's
+  processes at CPU niceness N: a diagnostic of what sharing two cores costs the portal, not a target figure.
 
 Usage: ``python bench/admission.py [--nodes 40] [--teams 10] [--jobs 300] [--run-seconds 20] [--phases
 floor,portal] ...`` (``--help`` lists all); the larger size of issue 30: ``--nodes 1000 --teams 50 --jobs 1000``.
@@ -89,10 +90,9 @@ DEFAULT_STATE_NAME = "devcluster-bench-admission"
 # Reservations take this share of the reserved pool's contract; the quotas add up to all of it.
 RESERVED_SHARE = 0.75
 ELASTIC_QUOTA = 8
-# The figures the README quotes: the admission rate, submit → Running of the first wave, the Workload sync lag, the
-# jobs' final states, the sync's memory and each process's CPU, the load beside the run — of the portal phase, of the
-# floor, and their ratios; where the portal's time went. A rate, a percentile or a ratio is None when nothing was
-# measured (no job admitted, no sample, a phase not run).
+# The figures the documents quote: admission rate, first-wave submit → Running, Workload sync lag, final states, the
+# sync's memory, CPU by process, the apiserver's time, the load — of the portal, of the floor, their ratios; where the
+# portal's time went. A rate, a percentile or a ratio is None when nothing was measured (none admitted, no phase).
 SPREAD = ("p50", "p99")
 SUMMARY_KEYS = {
     "sizes.nodes": int,
@@ -133,6 +133,7 @@ SUMMARY_KEYS = {
     "sync_peak_rss_mb": NUMBER,
     "cpu_seconds.*.*": NUMBER,
     "apiserver_requests.*.*": int,
+    "apiserver_latency": dict,
     "final_states": dict,
     "run_seconds.*": NUMBER,
     "load_average_1m.min": NUMBER,
@@ -469,7 +470,8 @@ def main() -> int:
     sampler = ProcessSampler()
     observer_out = args.state_dir / "observer.json"
     results: dict[str, dict] = {}
-    cpu, requests = {}, {}  # each phase's CPU seconds by process, and requests made of the apiserver by kind
+    # Each phase's CPU seconds by process, requests made of the apiserver by kind, and its time serving them.
+    cpu, requests, latency = {}, {}, {}
     drain_seconds = None
     try:
         started = time.monotonic()
@@ -512,7 +514,9 @@ def main() -> int:
                 results[phase] = run_portal(args, env, plans[phase], team_users, sampler, children)
             time.sleep(2 * sampler.interval)  # a last sample of the phase
             cpu[phase] = cpu_between(before, sampler.cpu_seconds())
-            requests[phase] = admission_profile.requests_since(requests_before)
+            requests_after = admission_profile.apiserver_requests()
+            requests[phase] = admission_profile.requests_since(requests_before, requests_after)
+            latency[phase] = admission_profile.apiserver_latency(requests_before, requests_after)
         sampler.finish()
         observer.send_signal(signal.SIGTERM)
         observer.wait(timeout=60)
@@ -583,6 +587,7 @@ def main() -> int:
         "sync_peak_rss_mb": round(sampler.peak_rss.get("sync_cluster", 0) / 2**20, 1),
         "cpu_seconds": cpu,
         "apiserver_requests": requests,
+        "apiserver_latency": latency,
         "run_seconds": {phase: round(result["run_seconds"], 1) for phase, result in results.items()},
         "targets": admission_measure.TARGETS,
     }

@@ -180,12 +180,8 @@ def _admitted_by_job(seen: dict) -> dict[int, float]:
     return admitted
 
 
-def apiserver_requests() -> dict[str, int]:
-    """The apiserver's requests served so far, by verb and resource (``"PATCH pods"``, ``"PUT workloads/status"``),
-    from its own counter `apiserver_request_total` (its /metrics): the difference over a phase says what each phase
-    asked of it. Watches count when they open, not per event."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+def _metrics_lines(*prefixes: str) -> str:
+    """The lines of the apiserver's /metrics that start with one of `prefixes`."""
     from cluster import client
 
     response = client.core().api_client.call_api(
@@ -195,24 +191,73 @@ def apiserver_requests() -> dict[str, int]:
         text = response.data.decode()
     finally:
         response.release_conn()
-    # Its own lines only: the rest of the exposition (every histogram's buckets) is not needed here.
-    counted = "\n".join(line for line in text.splitlines() if line.startswith("apiserver_request_total{"))
-    totals: dict[str, int] = {}
+    return "\n".join(line for line in text.splitlines() if line.startswith(prefixes))
+
+
+def _request_kind(labels: dict) -> str:
+    resource = labels.get("resource") or labels.get("group") or "?"
+    if labels.get("subresource"):
+        resource += "/" + labels["subresource"]
+    return f"{labels.get('verb', '?')} {resource}"
+
+
+def apiserver_requests() -> dict[str, int]:
+    """The apiserver's requests served so far, by verb and resource (``"PATCH pods"``, ``"PUT workloads/status"``),
+    from its own counter `apiserver_request_total` (its /metrics): the difference over a phase says what each phase
+    asked of it. Watches count when they open, not per event. Beside them, for the kinds in LATENCY_KINDS, the
+    seconds the apiserver took to serve them in all (``"seconds POST jobs"``, `apiserver_request_duration_seconds`),
+    and the seconds requests waited in its priority-and-fairness queues by priority level (``"queued
+    workload-low"``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counted = _metrics_lines(
+        "apiserver_request_total{",
+        "apiserver_request_duration_seconds_sum{",
+        "apiserver_flowcontrol_request_wait_duration_seconds_sum{",
+    )
+    totals: dict[str, float] = {}
     for family in text_string_to_metric_families(counted):
         for sample in family.samples:
-            if sample.name != "apiserver_request_total":
-                continue
-            labels = sample.labels
-            resource = labels.get("resource") or labels.get("group") or "?"
-            if labels.get("subresource"):
-                resource += "/" + labels["subresource"]
-            key = f"{labels.get('verb', '?')} {resource}"
-            totals[key] = totals.get(key, 0) + int(sample.value)
+            if sample.name == "apiserver_request_total":
+                key = _request_kind(sample.labels)
+                totals[key] = totals.get(key, 0) + int(sample.value)
+            elif sample.name == "apiserver_request_duration_seconds_sum":
+                key = _request_kind(sample.labels)
+                if key in LATENCY_KINDS:
+                    totals[f"seconds {key}"] = totals.get(f"seconds {key}", 0.0) + sample.value
+            elif sample.name == "apiserver_flowcontrol_request_wait_duration_seconds_sum":
+                key = f"queued {sample.labels.get('priority_level', '?')}"
+                totals[key] = totals.get(key, 0.0) + sample.value
     return totals
 
 
-def requests_since(before: dict[str, int], *, top: int = 15) -> dict[str, int]:
+# The requests whose time in the apiserver each phase reports (mean milliseconds): the Job's creation, Kueue's
+# unsuspending it, the Job controller's pod and its status writes.
+LATENCY_KINDS = ("POST jobs", "PATCH jobs", "PUT jobs/status", "POST pods", "POST workloads")
+
+
+def apiserver_latency(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Over a phase: the mean milliseconds the apiserver took per request of each of LATENCY_KINDS, and the seconds
+    requests waited in its priority-and-fairness queues by priority level (those that waited at all)."""
+    latency = {}
+    for kind in LATENCY_KINDS:
+        count = after.get(kind, 0) - before.get(kind, 0)
+        seconds = after.get(f"seconds {kind}", 0.0) - before.get(f"seconds {kind}", 0.0)
+        if count > 0:
+            latency[f"{kind} ms"] = round(1000 * seconds / count, 1)
+    for key, value in after.items():
+        waited = value - before.get(key, 0.0)
+        if key.startswith("queued ") and waited > 0.0005:
+            latency[f"{key} s"] = round(waited, 3)
+    return latency
+
+
+def requests_since(before: dict[str, float], after: dict[str, float], *, top: int = 15) -> dict[str, int]:
     """The `top` kinds of request most made since the `apiserver_requests` reading `before`, most first."""
-    made = {key: count - before.get(key, 0) for key, count in apiserver_requests().items()}
+    made = {
+        key: int(count - before.get(key, 0))
+        for key, count in after.items()
+        if not key.startswith(("seconds ", "queued "))
+    }
     ranked = sorted(((count, key) for key, count in made.items() if count > 0), reverse=True)[:top]
     return {key: count for count, key in ranked}

@@ -1,6 +1,6 @@
-"""The admission benchmark's observer: a process of its own that watches Kueue's Workloads and the portal's pods and
-notes when it sees each change (the millisecond clock of this machine), so that the benchmark can tell the cluster's
-moments from the sync's. It writes what it saw to a JSON file when it gets SIGTERM.
+"""The admission benchmark's observer: a process of its own that watches Kueue's Workloads and the portal's Jobs
+and pods and notes when it sees each change (the millisecond clock of this machine), so that the benchmark can tell
+the cluster's moments from the sync's. It writes what it saw to a JSON file when it gets SIGTERM.
 
 Usage (bench/admission.py starts it): ``python bench/observer.py KUBECONFIG OUT``.
 """
@@ -36,6 +36,7 @@ def observe(kubeconfig: str, out: Path) -> None:
     stop = threading.Event()
     workloads: dict[str, dict] = {}
     pods: dict[str, dict] = {}
+    jobs: dict[str, dict] = {}  # portal job id -> when its Job was first seen, and seen unsuspended
     lock = threading.Lock()
 
     def on_workload(kind: str, obj: dict) -> None:
@@ -72,6 +73,17 @@ def observe(kubeconfig: str, out: Path) -> None:
             if phase == "Running" and "running" not in seen:
                 seen["running"] = now
 
+    def on_job(kind: str, obj: dict) -> None:
+        now = time.time()
+        metadata = obj.get("metadata") or {}
+        job_id = (metadata.get("labels") or {}).get("reservoir.io/job-id")
+        if not job_id:
+            return
+        with lock:
+            seen = jobs.setdefault(job_id, {"first_seen": now})
+            if (obj.get("spec") or {}).get("suspend") is False and "unsuspended" not in seen:
+                seen["unsuspended"] = now
+
     def relisted(handler):
         def on_relist(items: list[dict], version: str) -> None:
             for item in items:
@@ -95,6 +107,14 @@ def observe(kubeconfig: str, out: Path) -> None:
             on_event=on_pod,
             stop=stop,
         ),
+        ListWatch(
+            name="jobs",
+            list_call=client.BatchV1Api(api).list_job_for_all_namespaces,
+            list_kwargs={"label_selector": "app.kubernetes.io/managed-by=reservoir"},
+            on_relist=relisted(on_job),
+            on_event=on_job,
+            stop=stop,
+        ),
     ]
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     run_forever(watches, versions={})
@@ -103,7 +123,7 @@ def observe(kubeconfig: str, out: Path) -> None:
     for watch in watches:
         watch.close()
     with lock:
-        out.write_text(json.dumps({"workloads": workloads, "pods": pods}))
+        out.write_text(json.dumps({"workloads": workloads, "pods": pods, "jobs": jobs}))
 
 
 def start(env: dict, out: Path):
