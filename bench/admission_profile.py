@@ -5,15 +5,17 @@ timestamps the run has anyway or takes cheaply:
   inside the submit call), timed in the submitting thread;
 - `TaskEvents`: the Celery workers' own task events (the benchmark starts them with ``-E``): when each submit task
   started and ended, on the worker's clock (this machine's);
-- the observer (bench/observer.py): when the job's Workload was admitted and its pod ran;
+- the observer (bench/observer.py): when the job's Workload was admitted, its Job unsuspended and its pod ran;
 - the database marks (bench/pipeline.py): when the sync wrote the job Running.
 
 `breakdown` turns them into the stages of one job, each a spread over the first wave's jobs (p50, p99):
 ``submit_call`` (the submit service, the outbox publication included), of which ``outbox_publish``;
 ``queue_wait`` (published → the task starts); ``task`` (the task: its reads, the namespace and LocalQueue checks,
 the create call, the job marked created); ``kueue_admission`` (the task's end → the Workload admitted);
-``pod_start`` (admitted → the pod Running); ``sync_running`` (the pod Running → the job Running in the database).
-The floor's counterparts (`floor_breakdown`): ``create_call``, ``kueue_admission`` from its end, ``pod_start``.
+``pod_start`` (admitted → the pod Running), of which ``unsuspend`` (admitted → Kueue's unsuspending of the Job
+seen); ``sync_running`` (the pod Running → the job Running in the database).
+The floor's counterparts (`floor_breakdown`): ``create_call``, ``kueue_admission`` from its end, ``pod_start``,
+``unsuspend``.
 What the portal adds is its submit call, the queue wait, the task beyond a create call, and the sync.
 """
 
@@ -111,7 +113,19 @@ class TaskEvents:
         return runs
 
 
-STAGES = ("submit_call", "outbox_publish", "queue_wait", "task", "kueue_admission", "pod_start", "sync_running")
+STAGES = (
+    "submit_call",
+    "outbox_publish",
+    "queue_wait",
+    "task",
+    "kueue_admission",
+    "pod_start",
+    "unsuspend",
+    "sync_running",
+)
+# Stages inside another (the outbox publication inside the submit call, Kueue unsuspending the Job inside the pod's
+# start): not counted again in the shares of the median.
+INNER_STAGES = ("outbox_publish", "unsuspend")
 
 
 def _ms(start: float | None, end: float | None) -> float | None:
@@ -129,6 +143,7 @@ def breakdown(*, wave: list, seen: dict, task_runs: dict[int, tuple[float, float
         task = task_runs.get(submission.job_id)
         admitted = admitted_at.get(submission.job_id)
         running = seen["pods"].get(job, {}).get("running")
+        unsuspended = seen.get("jobs", {}).get(job, {}).get("unsuspended")
         values = {
             "submit_call": _ms(submission.started, submission.finished),
             "outbox_publish": _ms(*publish) if publish else None,
@@ -136,13 +151,14 @@ def breakdown(*, wave: list, seen: dict, task_runs: dict[int, tuple[float, float
             "task": _ms(*task) if task else None,
             "kueue_admission": _ms(task[1], admitted) if task else None,
             "pod_start": _ms(admitted, running),
+            "unsuspend": _ms(admitted, unsuspended),
             "sync_running": _ms(running, running_db.get(job)),
         }
         for stage, value in values.items():
             if value is not None:
                 samples[stage].append(value)
     spreads = {stage: spread(values) for stage, values in samples.items()}
-    medians = {stage: spreads[stage]["p50"] or 0.0 for stage in STAGES if stage != "outbox_publish"}
+    medians = {stage: spreads[stage]["p50"] or 0.0 for stage in STAGES if stage not in INNER_STAGES}
     total = sum(medians.values())
     return {
         "stages_ms": spreads,
@@ -154,16 +170,18 @@ def breakdown(*, wave: list, seen: dict, task_runs: dict[int, tuple[float, float
 
 def floor_breakdown(*, wave: list, seen: dict) -> dict:
     """The floor's counterparts: its create call, Kueue's admission and the pod's start (ms spreads)."""
-    samples: dict[str, list[float]] = {"create_call": [], "kueue_admission": [], "pod_start": []}
+    samples: dict[str, list[float]] = {"create_call": [], "kueue_admission": [], "pod_start": [], "unsuspend": []}
     admitted_at = _admitted_by_job(seen)
     for submission in wave:
         job = str(submission.job_id)
         admitted = admitted_at.get(submission.job_id)
         running = seen["pods"].get(job, {}).get("running")
+        unsuspended = seen.get("jobs", {}).get(job, {}).get("unsuspended")
         for stage, value in (
             ("create_call", _ms(submission.started, submission.finished)),
             ("kueue_admission", _ms(submission.finished, admitted)),
             ("pod_start", _ms(admitted, running)),
+            ("unsuspend", _ms(admitted, unsuspended)),
         ):
             if value is not None:
                 samples[stage].append(value)
