@@ -59,29 +59,27 @@ def observe(kubeconfig: str, out: Path) -> None:
                 if wanted and condition.get("status") == "True":
                     seen[kind_] = [_epoch(condition.get("lastTransitionTime")), now]
 
+    def entry(table: dict[str, dict], obj: dict, now: float) -> dict | None:
+        """The portal job's entry in `table` (made when first seen), or None for an object without the job label."""
+        job_id = ((obj.get("metadata") or {}).get("labels") or {}).get("reservoir.io/job-id")
+        return table.setdefault(job_id, {"first_seen": now}) if job_id else None
+
     def on_pod(kind: str, obj: dict) -> None:
         now = time.time()
-        metadata = obj.get("metadata") or {}
-        job_id = (metadata.get("labels") or {}).get("reservoir.io/job-id")
-        if not job_id:
-            return
         with lock:
-            seen = pods.setdefault(job_id, {"first_seen": now})
-            phase = (obj.get("status") or {}).get("phase")
+            seen = entry(pods, obj, now)
+            if seen is None:
+                return
             if (obj.get("spec") or {}).get("nodeName") and "bound" not in seen:
                 seen["bound"] = now
-            if phase == "Running" and "running" not in seen:
+            if (obj.get("status") or {}).get("phase") == "Running" and "running" not in seen:
                 seen["running"] = now
 
     def on_job(kind: str, obj: dict) -> None:
         now = time.time()
-        metadata = obj.get("metadata") or {}
-        job_id = (metadata.get("labels") or {}).get("reservoir.io/job-id")
-        if not job_id:
-            return
         with lock:
-            seen = jobs.setdefault(job_id, {"first_seen": now})
-            if (obj.get("spec") or {}).get("suspend") is False and "unsuspended" not in seen:
+            seen = entry(jobs, obj, now)
+            if seen is not None and (obj.get("spec") or {}).get("suspend") is False and "unsuspended" not in seen:
                 seen["unsuspended"] = now
 
     def relisted(handler):
