@@ -421,7 +421,7 @@ def run_portal(args, env: dict, submissions: list[Submission], team_users: list,
         pipeline.wait_workers(celery_app, names, children, log)
         pipeline.watch_children(workers, sampler, "celery_workers")  # prefork: the tasks run in the children
         timer = admission_profile.PublishTimer() if args.profile else None
-        os.setpriority(os.PRIO_PROCESS, 0, args.portal_nice)  # this thread; the submitters' threads inherit it
+        pipeline.renice_this_thread(args.portal_nice)  # the submitters' threads inherit it
         if events is not None:
             events.start()
         started = time.time()
@@ -438,7 +438,7 @@ def run_portal(args, env: dict, submissions: list[Submission], team_users: list,
             "task_runs": events.by_job() if events is not None else {},
         }
     finally:
-        os.setpriority(os.PRIO_PROCESS, 0, 0)
+        pipeline.renice_this_thread(0)
         if events is not None:
             events.stop()
         pipeline.stop_children(processes)

@@ -190,6 +190,14 @@ def niced(command: list[str], nice: int) -> list[str]:
     return ["nice", "-n", str(nice), *command] if nice else command
 
 
+def renice_this_thread(nice: int) -> None:
+    """Set the calling thread's niceness (Linux: threads it starts inherit it). Nothing when it is already that; going
+    back down needs the privilege to (root here): without it the thread stays where it was."""
+    if os.getpriority(os.PRIO_PROCESS, 0) != nice:
+        with contextlib.suppress(PermissionError):
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+
+
 def start_sync(env: dict, log_dir: Path, *, nice: int = 0) -> subprocess.Popen:
     """`manage.py sync_cluster --relist`, its errors logged to `log_dir`/sync.log."""
     return subprocess.Popen(  # noqa: S603 - our own management command

@@ -1,15 +1,18 @@
 """The benchmarks' CPU sampler counts the children a process starts after the sampling began, as PostgreSQL starts a
 backend per connection (bench/harness.py, `ProcessSampler.watch_children_of`): all their CPU, from zero, under the
-parent's label; a process started with a niceness keeps its pid (bench/pipeline.py, `niced`)."""
+parent's label; a process started with a niceness keeps its pid (bench/pipeline.py, `niced`), and a thread reniced
+changes only itself (`renice_this_thread`)."""
 
+import os
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
 
 from bench.harness import ProcessSampler
-from bench.pipeline import niced
+from bench.pipeline import niced, renice_this_thread
 
 # A parent that, once told (a line on stdin), starts a child burning about 0.6 s of CPU, then waits for it.
 PARENT = """
@@ -55,3 +58,19 @@ def test_a_niced_command_runs_at_that_niceness_under_its_own_pid():
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_thread_reniced_changes_only_itself():
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    wanted = before + 3 if before <= 16 else before - 3  # niceness goes up to 19; down needs root (this suite's)
+    seen = {}
+
+    def run():
+        renice_this_thread(wanted)
+        seen["inside"] = os.getpriority(os.PRIO_PROCESS, 0)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert seen["inside"] == wanted
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
