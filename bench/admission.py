@@ -507,14 +507,14 @@ def main() -> int:
             if position:
                 drain_seconds = admission_floor.drain(namespaces, queues, log)
             log(f"phase {phase}: {args.jobs} jobs")
-            requests_before, before = admission_profile.apiserver_requests(), sampler.cpu_seconds()
+            requests_before, before = admission_profile.apiserver_reading(), sampler.cpu_seconds()
             if phase == "floor":
                 results[phase] = run_floor(args, plans[phase], team_users)
             else:
                 results[phase] = run_portal(args, env, plans[phase], team_users, sampler, children)
             time.sleep(2 * sampler.interval)  # a last sample of the phase
             cpu[phase] = cpu_between(before, sampler.cpu_seconds())
-            requests_after = admission_profile.apiserver_requests()
+            requests_after = admission_profile.apiserver_reading()
             requests[phase] = admission_profile.requests_since(requests_before, requests_after)
             latency[phase] = admission_profile.apiserver_latency(requests_before, requests_after)
         sampler.finish()

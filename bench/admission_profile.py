@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import threading
+from dataclasses import dataclass
 
 from bench.harness import rounded, spread
 
@@ -219,13 +220,26 @@ def _request_kind(labels: dict) -> str:
     return f"{labels.get('verb', '?')} {resource}"
 
 
-def apiserver_requests() -> dict[str, int]:
-    """The apiserver's requests served so far, by verb and resource (``"PATCH pods"``, ``"PUT workloads/status"``),
-    from its own counter `apiserver_request_total` (its /metrics): the difference over a phase says what each phase
-    asked of it. Watches count when they open, not per event. Beside them, for the kinds in LATENCY_KINDS, the
-    seconds the apiserver took to serve them in all (``"seconds POST jobs"``, `apiserver_request_duration_seconds`),
-    and the seconds requests waited in its priority-and-fairness queues by priority level (``"queued
-    workload-low"``)."""
+# The requests whose time in the apiserver each phase reports (mean milliseconds): the Job's creation, Kueue's
+# unsuspending it, the Job controller's pod and its status writes.
+LATENCY_KINDS = ("POST jobs", "PATCH jobs", "PUT jobs/status", "POST pods", "POST workloads")
+
+
+@dataclass(frozen=True)
+class ApiserverReading:
+    """What the apiserver had served so far (its /metrics), read at a phase's start and end: requests by verb and
+    resource (``"PATCH pods"``, ``"PUT workloads/status"``; watches count when they open, not per event), the seconds
+    it took serving those of LATENCY_KINDS, and the seconds requests waited in its priority-and-fairness queues by
+    priority level."""
+
+    requests: dict[str, int]
+    seconds: dict[str, float]
+    queued: dict[str, float]
+
+
+def apiserver_reading() -> ApiserverReading:
+    """The apiserver's counters now: `apiserver_request_total`, `apiserver_request_duration_seconds` (its sums) and
+    `apiserver_flowcontrol_request_wait_duration_seconds` (its sums)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     counted = _metrics_lines(
@@ -233,49 +247,40 @@ def apiserver_requests() -> dict[str, int]:
         "apiserver_request_duration_seconds_sum{",
         "apiserver_flowcontrol_request_wait_duration_seconds_sum{",
     )
-    totals: dict[str, float] = {}
+    reading = ApiserverReading(requests={}, seconds={}, queued={})
     for family in text_string_to_metric_families(counted):
         for sample in family.samples:
             if sample.name == "apiserver_request_total":
                 key = _request_kind(sample.labels)
-                totals[key] = totals.get(key, 0) + int(sample.value)
+                reading.requests[key] = reading.requests.get(key, 0) + int(sample.value)
             elif sample.name == "apiserver_request_duration_seconds_sum":
                 key = _request_kind(sample.labels)
                 if key in LATENCY_KINDS:
-                    totals[f"seconds {key}"] = totals.get(f"seconds {key}", 0.0) + sample.value
+                    reading.seconds[key] = reading.seconds.get(key, 0.0) + sample.value
             elif sample.name == "apiserver_flowcontrol_request_wait_duration_seconds_sum":
-                key = f"queued {sample.labels.get('priority_level', '?')}"
-                totals[key] = totals.get(key, 0.0) + sample.value
-    return totals
+                key = sample.labels.get("priority_level", "?")
+                reading.queued[key] = reading.queued.get(key, 0.0) + sample.value
+    return reading
 
 
-# The requests whose time in the apiserver each phase reports (mean milliseconds): the Job's creation, Kueue's
-# unsuspending it, the Job controller's pod and its status writes.
-LATENCY_KINDS = ("POST jobs", "PATCH jobs", "PUT jobs/status", "POST pods", "POST workloads")
-
-
-def apiserver_latency(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def apiserver_latency(before: ApiserverReading, after: ApiserverReading) -> dict[str, float]:
     """Over a phase: the mean milliseconds the apiserver took per request of each of LATENCY_KINDS, and the seconds
     requests waited in its priority-and-fairness queues by priority level (those that waited at all)."""
     latency = {}
     for kind in LATENCY_KINDS:
-        count = after.get(kind, 0) - before.get(kind, 0)
-        seconds = after.get(f"seconds {kind}", 0.0) - before.get(f"seconds {kind}", 0.0)
+        count = after.requests.get(kind, 0) - before.requests.get(kind, 0)
+        seconds = after.seconds.get(kind, 0.0) - before.seconds.get(kind, 0.0)
         if count > 0:
             latency[f"{kind} ms"] = round(1000 * seconds / count, 1)
-    for key, value in after.items():
-        waited = value - before.get(key, 0.0)
-        if key.startswith("queued ") and waited > 0.0005:
-            latency[f"{key} s"] = round(waited, 3)
+    for level, value in after.queued.items():
+        waited = value - before.queued.get(level, 0.0)
+        if waited > 0.0005:
+            latency[f"queued {level} s"] = round(waited, 3)
     return latency
 
 
-def requests_since(before: dict[str, float], after: dict[str, float], *, top: int = 15) -> dict[str, int]:
-    """The `top` kinds of request most made since the `apiserver_requests` reading `before`, most first."""
-    made = {
-        key: int(count - before.get(key, 0))
-        for key, count in after.items()
-        if not key.startswith(("seconds ", "queued "))
-    }
+def requests_since(before: ApiserverReading, after: ApiserverReading, *, top: int = 15) -> dict[str, int]:
+    """The `top` kinds of request most made between two readings, most first."""
+    made = {key: count - before.requests.get(key, 0) for key, count in after.requests.items()}
     ranked = sorted(((count, key) for key, count in made.items() if count > 0), reverse=True)[:top]
     return {key: count for count, key in ranked}
