@@ -37,15 +37,16 @@ are rational; they are summed per team and UTC day from running sums per pool, i
 and B / Σ idle lendable × seconds (24 decimal places): P_over and P_lend. A team's part over a stretch where its level
 is constant is its level × the difference of P between the stretch's ends; summed by parts, Σ level × ΔP = Σ over its
 events of P × (level before − level after), so each event needs only P at its own instant and the query stays at three
-passes: the teams' levels (sorted by pool, team, time), the pool's (sorted again only within each pool, on day and time
-packed in one bigint), and the sums by pool, day and team (by hashing); pairing every team segment with every pool
-segment it covers was quadratic per pool, and reading P at each event's next one took a third full sort. Each day's
-parts are rounded to the GPU-microsecond by largest remainder (remainders compared to 15 places; ties: lower team id),
-so that per pool and day Σ lent = Σ borrowed = Σ B × seconds exactly, to the last Decimal digit. Days are the rounding
-unit in both modes (midnights are always change points), so the days of a month add up exactly to the month metered in
-one go. Elastic and shared pools lend nothing and their R and S are linear in the intervals: in that query each of their
-intervals and reservations is cut at midnight and its GPU-microseconds summed per team and day by hashing, without the
-sort the step functions need (about a tenth of the month's time at the benchmark's size)."""
+passes: the teams' levels (sorted by pool, team, time), the pool's (sorted again only within each pool, by day and
+time), and the sums by pool, day and team (sorted only within each day: the pools' pass leaves them in that order);
+pairing every team segment with every pool segment it covers was quadratic per pool, and reading P at each event's
+next one took a third full sort. Each day's parts are rounded to the GPU-microsecond by largest remainder
+(remainders compared to 15 places; ties: lower team id), so that per pool and day Σ lent = Σ borrowed = Σ B × seconds
+exactly, to the last Decimal digit. Days are the rounding unit in both modes (midnights are always change points), so
+the days of a month add up exactly to the month metered in one go. Elastic and shared pools lend nothing and their R and
+S are linear in the intervals: in that query each of their intervals and reservations is cut at midnight and its
+GPU-microseconds summed per team and day by hashing, without the sort the step functions need (about a tenth of the
+month's time at the benchmark's size)."""
 
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -59,14 +60,9 @@ from pools.choices import Lending, lendable_gpus_sql
 METERING_WORK_MEM = "256MB"
 # Instants are microseconds since the period's start; a UTC day has this many.
 US_PER_DAY = 86_400_000_000
-# With lending, the pools' pass orders each pool's events by day, then instant, as one bigint, `day << AT_DAY_SHIFT | t`
-# (one integer per comparison: 6 % less CPU for the month at 2,000,000 intervals than sorting on the two). It
-# holds while every instant is under 2**47 microseconds (about 4.46 years) after the period's start, and so while the
-# period is at most MAX_PERIOD long; days stay under 2**16.
-AT_DAY_SHIFT = 47
+# The longest period one query meters (`billing.services.recompute_days` meters stale days in runs of at most this
+# many): four years and a day, far within what reading the instants through a double keeps exact.
 MAX_PERIOD = timedelta(days=4 * 365 + 1)
-# The order of both windows of the pools' pass, written once.
-_POOL_ORDER = f"(day::bigint << {AT_DAY_SHIFT}) | t"
 
 
 def prepare_session(cursor) -> None:
@@ -252,8 +248,11 @@ pooled AS (
                        (sum(contract_delta) OVER wp)::int AS pool_contract,
                        lead(t) OVER wp AS pool_t_next
                 FROM levels
-                -- in time order: by day, then instant, packed in one bigint, which sorts faster than the two
-                WINDOW wp AS (PARTITION BY pool_id ORDER BY {pool_order} ROWS UNBOUNDED PRECEDING)
+                -- in time order, by day first: the rows leave this pass in the order of the sums by pool, day and
+                -- team below, which then sort only within each day whatever the planner thinks of their number (it
+                -- counts a thousand rows per generate_series: hashing 46,460 groups of a month at 2,000,000
+                -- intervals looks like 8 million to it, and it sorted all 2.4 million rows again, spilling 280 MB)
+                WINDOW wp AS (PARTITION BY pool_id ORDER BY day, t ROWS UNBOUNDED PRECEDING)
             ) pool_levels
         ) borrowing
     ) segments
@@ -267,7 +266,7 @@ pool_sums AS (
            sum(over_rate) OVER before AS per_over,
            sum(lend_rate) OVER before AS per_lend
     FROM pooled
-    WINDOW before AS (PARTITION BY pool_id ORDER BY {pool_order} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    WINDOW before AS (PARTITION BY pool_id ORDER BY day, t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 -- Per team, pool and UTC day (a team's segments never cross midnight: midnights are change points of every team): the
 -- step functions' integrals, and each borrower's and lender's exact share summed by parts — Σ over segments of
@@ -457,7 +456,6 @@ def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bo
         day_bucket="(%(start)s AT TIME ZONE 'UTC')::date + td.day" if by_day else "NULL::date",
         team_filter=team_filter,
         us_per_day=US_PER_DAY,
-        pool_order=_POOL_ORDER,
     )
 
 
