@@ -63,6 +63,9 @@ US_PER_DAY = 86_400_000_000
 # The longest period one query meters (`billing.services.recompute_days` meters stale days in runs of at most this
 # many): four years and a day, far within what reading the instants through a double keeps exact.
 MAX_PERIOD = timedelta(days=4 * 365 + 1)
+# The order of both windows of the pools' pass, written once: the second reads the first's rows in that order, with
+# no sort between them, and of an instant's events both must take the same one as its last.
+_POOL_ORDER = "day, t"
 
 
 def prepare_session(cursor) -> None:
@@ -252,7 +255,7 @@ pooled AS (
                 -- team below, which then sort only within each day whatever the planner thinks of their number (it
                 -- counts a thousand rows per generate_series: hashing 46,460 groups of a month at 2,000,000
                 -- intervals looks like 8 million to it, and it sorted all 2.4 million rows again, spilling 280 MB)
-                WINDOW wp AS (PARTITION BY pool_id ORDER BY day, t ROWS UNBOUNDED PRECEDING)
+                WINDOW wp AS (PARTITION BY pool_id ORDER BY {pool_order} ROWS UNBOUNDED PRECEDING)
             ) pool_levels
         ) borrowing
     ) segments
@@ -266,7 +269,7 @@ pool_sums AS (
            sum(over_rate) OVER before AS per_over,
            sum(lend_rate) OVER before AS per_lend
     FROM pooled
-    WINDOW before AS (PARTITION BY pool_id ORDER BY day, t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+    WINDOW before AS (PARTITION BY pool_id ORDER BY {pool_order} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 ),
 -- Per team, pool and UTC day (a team's segments never cross midnight: midnights are change points of every team): the
 -- step functions' integrals, and each borrower's and lender's exact share summed by parts — Σ over segments of
@@ -456,6 +459,7 @@ def metering_sql(*, by_day: bool, team_ids: list[int] | None = None, lending: bo
         day_bucket="(%(start)s AT TIME ZONE 'UTC')::date + td.day" if by_day else "NULL::date",
         team_filter=team_filter,
         us_per_day=US_PER_DAY,
+        pool_order=_POOL_ORDER,
     )
 
 
