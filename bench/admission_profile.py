@@ -176,8 +176,8 @@ def breakdown(*, wave: list, seen: dict, task_runs: dict[int, tuple[float, float
 def tasks_by_second(task_runs: dict[int, tuple[float, float]], seconds: int = 20) -> list[dict]:
     """Every submit task of the phase (not only the first wave's) by the second it started in, counted from the
     first one's start, for the first `seconds` seconds: how many started, and their mean and longest run (ms). The
-    tasks of the submissions' burst against those after it (issue 30: while 300 jobs were being submitted the tasks
-    took 1–2 s, after it 0.2–0.6 s). Pure."""
+    tasks of the submissions' burst against those after it (issue 30: in two runs the tasks started while 300 jobs
+    were being submitted took 0.5–1.7 s on average, those after 0.3–0.9 s). Pure."""
     if not task_runs:
         return []
     first = min(started for started, _ended in task_runs.values())
