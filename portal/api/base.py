@@ -56,6 +56,10 @@ class AdminOnly(permissions.BasePermission):
         return True
 
 
+# The largest OFFSET PostgreSQL takes (a bigint).
+MAX_OFFSET = 2**63 - 1
+
+
 class Pagination(pagination.PageNumberPagination):
     page_size = 50
     page_size_query_param = "page_size"
@@ -73,9 +77,11 @@ class Pagination(pagination.PageNumberPagination):
             number = int(number)
         except (TypeError, ValueError):
             number = 0
-        if number < 1:
+        size = self.get_page_size(request)
+        # A page past what an OFFSET can say (a bigint) holds nothing: answered as past the last page, not sent.
+        if number < 1 or (number - 1) * size > MAX_OFFSET:
             raise exceptions.NotFound(self.invalid_page_message)
-        return number, self.get_page_size(request)
+        return number, size
 
     def known_page(self, *, number: int, size: int, count: int | None, results: list) -> Response:
         """The answer of `get_paginated_response` for page `number` of `size` rows whose filtered rows number

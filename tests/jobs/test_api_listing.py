@@ -128,7 +128,7 @@ def test_asking_for_another_teams_jobs_is_refused_as_the_filter_refuses_it(world
     assert status == 400 and "team" in body
 
 
-@pytest.mark.parametrize("page", ["4", "0", "-1", "abc", "1.0"])
+@pytest.mark.parametrize("page", ["4", "0", "-1", "abc", "1.0", "9" * 40])
 def test_a_page_that_does_not_exist_is_404(world, platform_admin, page, monkeypatch):
     status, body = answers(platform_admin, f"page_size=10&page={page}", monkeypatch, orm=False)
     assert status == 404, body
