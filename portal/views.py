@@ -8,6 +8,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.http import HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.utils import translation
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -38,9 +39,13 @@ def set_language(request):
     """The language switcher: stored on the user (and in the cookie, for the login page)."""
     language = request.POST.get("language", "")
     next_url = request.POST.get("next") or "/"
-    if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
+    # A path of this site only: anything else (another host, or a word `redirect` would take for a view's name and
+    # fail to reverse) goes home.
+    if not next_url.startswith("/") or not url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}
+    ):
         next_url = "/"
-    response = redirect(next_url)
+    response = HttpResponseRedirect(next_url)
     if language in dict(settings.LANGUAGES):
         preferences.set_user_language(user=request.user, language=language)
         response.set_cookie(settings.LANGUAGE_COOKIE_NAME, language, samesite="Lax")

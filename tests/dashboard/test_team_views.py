@@ -92,6 +92,9 @@ def test_the_switcher_refuses_unknown_languages_and_foreign_redirects(client, re
     response = client.post(reverse("portal:set_language"), {"language": "xx", "next": "https://evil.example/"})
     assert response["Location"] == "/"
     assert User.objects.get(pk=researcher.pk).language == "en"
+    for elsewhere in ("//evil.example/", "abc", "-1", "javascript:alert(1)"):
+        response = client.post(reverse("portal:set_language"), {"language": "en", "next": elsewhere})
+        assert (response.status_code, response["Location"]) == (302, "/"), elsewhere
 
 
 def test_chinese_pending_reasons_and_units(client, team):
