@@ -95,7 +95,10 @@ if [ -z "${RESERVOIR_OIDC_ISSUER:-}" ] && [ -z "${RESERVOIR_NO_SSO:-}" ]; then
   fi
 fi
 
-start web $PY manage.py runserver "127.0.0.1:$PORT" --noreload
+# Django's development server serves each request in a thread of its own, so a connection kept for reuse would never be
+# reused: it stays open until Python's collector frees its thread's objects, and a burst of requests took every
+# connection PostgreSQL allows (the workers and the sync then failed too). Closed after each request instead.
+start web env DATABASE_CONN_MAX_AGE=0 $PY manage.py runserver "127.0.0.1:$PORT" --noreload
 start worker .venv/bin/celery -A portal worker -Q default,billing -c 2 --loglevel=INFO
 # The cluster's tasks wait on the API server: a thread pool, as the chart's cluster worker (docs/architecture.md).
 start cluster-worker .venv/bin/celery -A portal worker -Q cluster -P threads -c 8 -n cluster@%h --loglevel=INFO
