@@ -15,6 +15,15 @@ def test_login_page_renders_for_anonymous(client, db):
     assert b"Log in to Reservoir" in response.content
 
 
+def test_every_page_names_its_icon_so_no_browser_asks_for_a_missing_favicon(client, db):
+    from django.contrib.staticfiles import finders
+    from django.templatetags.static import static
+
+    icon = static("img/favicon.svg")
+    assert f'<link rel="icon" href="{icon}"'.encode() in client.get(reverse("portal:login")).content
+    assert finders.find("img/favicon.svg") is not None
+
+
 def test_pages_need_login(client, db):
     response = client.get(reverse("portal:home"))
     assert response.status_code == 302
