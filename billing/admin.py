@@ -103,6 +103,11 @@ class DailyUsageAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        # Metered from the intervals: a day's rows deleted by hand would leave a complete day without them, and
+        # invoices without its usage. A day is metered again through a stale mark (billing.usage).
+        return False
+
 
 @admin.register(Budget)
 class BudgetAdmin(admin.ModelAdmin):
@@ -117,6 +122,9 @@ class BudgetAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # a cap is removed where it is set, and audited there
+
 
 @admin.register(BudgetLift)
 class BudgetLiftAdmin(admin.ModelAdmin):
@@ -130,3 +138,6 @@ class BudgetLiftAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # who lifted a budget for which job stays on record

@@ -4,12 +4,17 @@ from .models import Job, JobEvent, JobNotification
 
 
 class JobEventInline(admin.TabularInline):
+    """The job's history, as jobs.services wrote it: shown, never edited (its words' id and arguments included)."""
+
     model = JobEvent
     extra = 0
     can_delete = False
-    readonly_fields = ["at", "from_state", "to_state", "message", "actor"]
+    fields = readonly_fields = ["at", "from_state", "to_state", "message", "actor"]
 
     def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False
 
 

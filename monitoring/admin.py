@@ -66,23 +66,30 @@ class AlertAdmin(admin.ModelAdmin):
         return False
 
 
-@admin.register(GpuReading)
-class GpuReadingAdmin(admin.ModelAdmin):
-    list_display = ["node_name", "gpu", "pool", "team", "job", "util_percent", "temperature_c", "at"]
-    list_filter = ["pool"]
-    search_fields = ["node_name", "pod_name"]
+class CollectedAdmin(admin.ModelAdmin):
+    """Telemetry as collected from Prometheus (monitoring.services): read here, never made or edited by hand, which
+    would invent the readings that utilisation figures and idle-GPU alerts come from. Old rows may be deleted."""
+
+    def has_add_permission(self, request):
+        return False
 
     def has_change_permission(self, request, obj=None):
         return False
 
 
+@admin.register(GpuReading)
+class GpuReadingAdmin(CollectedAdmin):
+    list_display = ["node_name", "gpu", "pool", "team", "job", "util_percent", "temperature_c", "at"]
+    list_filter = ["pool"]
+    search_fields = ["node_name", "pod_name"]
+
+
 @admin.register(JobUtilisation)
-class JobUtilisationAdmin(admin.ModelAdmin):
+class JobUtilisationAdmin(CollectedAdmin):
     list_display = ["job", "gpus", "last_util", "samples", "idle_since", "last_at"]
-    raw_id_fields = ["job"]
 
 
 @admin.register(TelemetryRun)
-class TelemetryRunAdmin(admin.ModelAdmin):
+class TelemetryRunAdmin(CollectedAdmin):
     list_display = ["at", "ok", "gpus", "duration_ms", "error"]
     list_filter = ["ok"]

@@ -78,11 +78,20 @@ class PoolAdmin(admin.ModelAdmin):
 
 @admin.register(Node)
 class NodeAdmin(AuditedAdminMixin, admin.ModelAdmin):
+    """Read here: the rows mirror the cluster's nodes (the sync, pools.services.record_nodes), and one made or edited
+    by hand would be a node the scheduler does not have (fragmentation, "can never fit"). A node gone from the cluster
+    may be deleted (audited); the sync deletes it too."""
+
     list_display = ["name", "pool", "gpu_capacity", "gpu_allocatable", "ready", "unschedulable", "last_seen_at"]
     list_filter = ["pool", "ready"]
     search_fields = ["name"]
     list_select_related = ["pool"]
-    readonly_fields = ["last_seen_at"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 class ReservationAdminForm(forms.ModelForm):
