@@ -17,6 +17,9 @@ class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
 
+    def get_readonly_fields(self, request, obj=None):
+        return ["slug"] if obj is not None else []  # it names the namespace and queues (teams.save_team)
+
     def save_model(self, request, obj, form, change):
         # The service audits the team and sends the change to Kueue (its ClusterQueue's queueing order).
         teams.save_team(team=obj, user=request.user)
@@ -62,7 +65,12 @@ class PoolAdmin(admin.ModelAdmin):
     list_filter = ["kind", "gpu_model"]
     search_fields = ["name", "slug", "gpu_model"]
     filter_horizontal = ["spill_pools"]
-    prepopulated_fields = {"slug": ["name"]}
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["slug"] if obj is not None else []  # it names the flavor and queue (services.save_pool)
+
+    def get_prepopulated_fields(self, request, obj=None):
+        return {} if obj is not None else {"slug": ["name"]}
 
     def save_model(self, request, obj, form, change):
         # Spill pools are saved by save_related after this; the service audits the pool's own fields.

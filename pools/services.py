@@ -311,6 +311,17 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
     A reserved pool's contract may not drop below what its reservations hold at their peak from now on."""
     previous = Pool.objects.select_for_update().filter(pk=pool.pk).first() if pool.pk else None
     before = _pool_snapshot(previous) if previous else None
+    if previous is not None and previous.slug != pool.slug:
+        # Kueue's flavor and the pool's unreserved queue are named from it: admitted workloads name the flavor.
+        raise ValidationError(
+            {
+                "slug": _(
+                    "A pool's slug names its flavor and queue in the cluster (%(slug)s) and cannot change once the "
+                    "pool exists; change its name instead."
+                )
+                % {"slug": previous.slug}
+            }
+        )
     pool.full_clean()
     if spill_pools is not None and any(other.pk == pool.pk for other in spill_pools if pool.pk):
         raise ValidationError({"spill_pools": _("A pool cannot spill into itself.")})

@@ -170,3 +170,28 @@ def test_a_trailing_newline_in_a_names_end_is_refused(api, researcher, team, poo
         assert "Invalid variable names: " in response.json()[field][0]
     assert not Job.objects.exists()
     assert client.post("/api/v1/jobs/", {**body, "env": {"HF_HOME": "/data"}}, format="json").status_code == 201
+
+
+def test_a_slug_that_names_cluster_objects_is_fixed_once_made(admin_api, client, platform_admin, team, pool):
+    """A team's slug names its namespace and queues, a pool's its Kueue flavor: renaming either would leave the jobs,
+    pods and usage already there belonging to nothing. The name changes; the slug does not (API and admin)."""
+    response = admin_api.patch("/api/v1/teams/alpha/", {"slug": "alpha2", "name": "Alpha Two"}, format="json")
+    assert response.status_code == 400
+    assert "team-alpha" in response.json()["slug"][0]
+    team.refresh_from_db()
+    assert (team.slug, team.name) == ("alpha", "Alpha")
+    assert admin_api.patch("/api/v1/teams/alpha/", {"name": "Alpha Two"}, format="json").status_code == 200
+    team.refresh_from_db()
+    assert (team.slug, team.name) == ("alpha", "Alpha Two")
+
+    response = admin_api.patch("/api/v1/pools/train/", {"slug": "train2"}, format="json")
+    assert response.status_code == 400 and "train" in response.json()["slug"][0]
+    pool.refresh_from_db()
+    assert pool.slug == "train"
+    assert admin_api.patch("/api/v1/pools/train/", {"name": "Training (A100)"}, format="json").status_code == 200
+
+    client.force_login(platform_admin)
+    for page in (f"/admin/portal/team/{team.pk}/change/", f"/admin/pools/pool/{pool.pk}/change/"):
+        assert b'name="slug"' not in client.get(page).content, page
+    assert b'name="slug"' in client.get("/admin/portal/team/add/").content
+    assert b'name="slug"' in client.get("/admin/pools/pool/add/").content
