@@ -322,6 +322,17 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
                 % {"slug": previous.slug}
             }
         )
+    if previous is not None and previous.kind != pool.kind and _has_history(pool):
+        # The kind decides how its usage is billed (reserved R/U/O, or spill), and days are metered again from it.
+        raise ValidationError(
+            {
+                "kind": _(
+                    "%(pool)s already has reservations, jobs or usage as a %(kind)s pool: its kind cannot change (it "
+                    "decides how that usage is billed). Make a new pool instead."
+                )
+                % {"pool": previous.name, "kind": previous.get_kind_display()}
+            }
+        )
     pool.full_clean()
     if spill_pools is not None and any(other.pk == pool.pk for other in spill_pools if pool.pk):
         raise ValidationError({"spill_pools": _("A pool cannot spill into itself.")})
@@ -372,6 +383,10 @@ def _record_contract(*, pool: Pool, previous: Pool | None, user) -> None:
 
 
 @transaction.atomic
+def _has_history(pool: Pool) -> bool:
+    return pool.reservations.exists() or pool.jobs.exists() or pool.usage_intervals.exists()
+
+
 def delete_pool(*, pool: Pool, user=None) -> None:
     """Delete a pool nothing refers to (jobs and reservations are history and contracts: never lost silently)."""
     from django.db.models import ProtectedError

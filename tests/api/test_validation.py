@@ -195,3 +195,19 @@ def test_a_slug_that_names_cluster_objects_is_fixed_once_made(admin_api, client,
         assert b'name="slug"' not in client.get(page).content, page
     assert b'name="slug"' in client.get("/admin/portal/team/add/").content
     assert b'name="slug"' in client.get("/admin/pools/pool/add/").content
+
+
+def test_a_pools_kind_is_fixed_once_it_has_reservations(admin_api, team, pool):
+    """Reserved or elastic decides how a pool's usage is billed, and past days are metered again from it."""
+    start = timezone.now() + timedelta(days=1)
+    response = admin_api.patch("/api/v1/pools/train/", {"kind": "elastic", "contracted_gpus": None}, format="json")
+    assert response.status_code == 200, response.json()
+    pool.refresh_from_db()
+    assert pool.kind == "elastic", "a pool nothing used yet may still change its kind"
+    response = admin_api.patch("/api/v1/pools/train/", {"kind": "reserved", "contracted_gpus": 16}, format="json")
+    assert response.status_code == 200, response.json()
+    ReservationFactory(team=team, pool=pool, gpus=4, starts_at=start, ends_at=start + timedelta(days=30))
+    response = admin_api.patch("/api/v1/pools/train/", {"kind": "elastic", "contracted_gpus": None}, format="json")
+    assert response.status_code == 400 and "Make a new pool" in response.json()["kind"][0]
+    pool.refresh_from_db()
+    assert pool.kind == "reserved"
