@@ -1,6 +1,6 @@
 """Each signed-in user sees the portal in their own language (`User.language`), whatever the browser asks for; a
-session ends `SESSION_COOKIE_AGE` after its sign-in, however it is used; the Content-Security-Policy header written
-once per policy rather than on each response."""
+session ends `SESSION_COOKIE_AGE` after its sign-in, however it is used, and a page left open then goes to the sign-in
+page whole; the Content-Security-Policy header written once per policy rather than on each response."""
 
 import time
 from http import HTTPStatus
@@ -10,7 +10,10 @@ from csp.middleware import CheckableLazyObject, CSPMiddleware
 from csp.utils import build_policy
 from django.conf import settings
 from django.contrib.auth import logout
+from django.shortcuts import resolve_url
 from django.utils import translation
+from django.utils.http import urlencode
+from django_htmx.http import HttpResponseClientRedirect
 
 SIGNED_IN_AT = "_reservoir_signed_in_at"  # the session's sign-in, seconds since the epoch
 
@@ -40,6 +43,24 @@ class SessionLifetimeMiddleware:
             elif now - signed_in_at > settings.SESSION_COOKIE_AGE:
                 logout(request)
         return self.get_response(request)
+
+
+class HtmxSignInMiddleware:
+    """Runs after HtmxMiddleware: an htmx request sent to the sign-in page (its session ended while a page polled) makes
+    the whole page go there, and back to that page after signing in. The browser follows a 302 itself, so htmx would
+    otherwise get the sign-in page's HTML and swap it into the fragment, a page inside the page."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if response.status_code != HTTPStatus.FOUND or not getattr(request, "htmx", False):
+            return response
+        login = resolve_url(settings.LOGIN_URL)
+        if response["Location"].split("?", 1)[0] != login:
+            return response
+        return HttpResponseClientRedirect(f"{login}?{urlencode({'next': request.htmx.current_url_abs_path or '/'})}")
 
 
 class UserLanguageMiddleware:

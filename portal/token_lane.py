@@ -30,6 +30,7 @@ BROWSER_ONLY_MIDDLEWARE = (
     "portal.middleware.UserLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.middleware.HtmxSignInMiddleware",
     "portal.throttling.WriteThrottleMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "axes.middleware.AxesMiddleware",

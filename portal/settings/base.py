@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.middleware.HtmxSignInMiddleware",
     # Every page's write throttled like the API's (after authentication and the CSRF check).
     "portal.throttling.WriteThrottleMiddleware",
     "allauth.account.middleware.AccountMiddleware",

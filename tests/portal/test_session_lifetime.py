@@ -43,3 +43,23 @@ def test_signing_in_again_counts_from_the_new_sign_in(client, researcher, settin
         client.force_login(researcher)
         clock.move_to(start + timedelta(hours=13))
         assert _signed_in(client)
+
+
+def test_a_page_left_polling_when_its_session_ends_goes_to_the_sign_in_page_whole(client, researcher, settings):
+    """A poll of a page left open (htmx) that meets the end of its session gets `HX-Redirect` to the sign-in page,
+    and back to the page after it, instead of a 302 the browser would follow and htmx swap into the fragment."""
+    settings.SESSION_COOKIE_AGE = 3600
+    poll = {"HTTP_HX_REQUEST": "true", "HTTP_HX_CURRENT_URL": "http://testserver/jobs/?state=running"}
+    start = timezone.now()
+    with time_machine.travel(start, tick=False) as clock:
+        client.force_login(researcher)
+        signed_in = client.get("/jobs/", **poll)
+        assert signed_in.status_code == 200 and "HX-Redirect" not in signed_in
+        clock.move_to(start + timedelta(hours=1, minutes=1))
+        ended = client.get("/jobs/", **poll)
+        assert ended.status_code == 200 and ended.content == b""
+        assert ended["HX-Redirect"] == "/login/?next=%2Fjobs%2F%3Fstate%3Drunning"
+        assert client.get("/jobs/").status_code == 302  # a whole page is redirected as before
+    # A fragment from another site's page (no usable current URL) goes home after the sign-in.
+    answer = client.get("/pools/", HTTP_HX_REQUEST="true")
+    assert answer["HX-Redirect"] == "/login/?next=%2F"
