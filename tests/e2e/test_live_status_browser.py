@@ -5,10 +5,10 @@ first poll that works again clears it. An action the portal refuses says that to
 import pytest
 from playwright.sync_api import expect
 
+from tests.e2e.test_browser import log_in
 from tests.factories import JobFactory, PoolFactory, QuotaFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
-PASSWORD = "pw-for-tests"
 POLL_MS = 10_000  # jobs.views.LIST_POLL_SECONDS
 
 
@@ -21,11 +21,7 @@ def test_a_live_page_says_when_it_cannot_refresh_and_clears_it_when_it_can(live_
     QuotaFactory(team=team, pool=pool, max_gpus=8)
     job = JobFactory(team=team, pool=pool, submitted_by=lead, name="live-job")
     base = live_server.url
-    page.goto(f"{base}/login/")
-    page.get_by_label("Username", exact=True).fill("leo")
-    page.get_by_label("Password", exact=True).fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", level=1)).to_contain_text("Welcome")
+    log_in(page, base, "leo")
 
     page.goto(f"{base}/jobs/")
     status = page.locator("#live-status")
