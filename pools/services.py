@@ -382,11 +382,11 @@ def _record_contract(*, pool: Pool, previous: Pool | None, user) -> None:
     )
 
 
-@transaction.atomic
 def _has_history(pool: Pool) -> bool:
     return pool.reservations.exists() or pool.jobs.exists() or pool.usage_intervals.exists()
 
 
+@transaction.atomic
 def delete_pool(*, pool: Pool, user=None) -> None:
     """Delete a pool nothing refers to (jobs and reservations are history and contracts: never lost silently)."""
     from django.db.models import ProtectedError
