@@ -20,7 +20,7 @@ from portal import audit
 from portal.models import Team
 from portal.retry import retry_on_conflict
 
-from . import projection
+from . import fixed, projection
 from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
 from .models import ContractChange, LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
@@ -311,28 +311,8 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
     A reserved pool's contract may not drop below what its reservations hold at their peak from now on."""
     previous = Pool.objects.select_for_update().filter(pk=pool.pk).first() if pool.pk else None
     before = _pool_snapshot(previous) if previous else None
-    if previous is not None and previous.slug != pool.slug:
-        # Kueue's flavor and the pool's unreserved queue are named from it: admitted workloads name the flavor.
-        raise ValidationError(
-            {
-                "slug": _(
-                    "A pool's slug names its flavor and queue in the cluster (%(slug)s) and cannot change once the "
-                    "pool exists; change its name instead."
-                )
-                % {"slug": previous.slug}
-            }
-        )
-    if previous is not None and previous.kind != pool.kind and _has_history(pool):
-        # The kind decides how its usage is billed (reserved R/U/O, or spill), and days are metered again from it.
-        raise ValidationError(
-            {
-                "kind": _(
-                    "%(pool)s already has reservations, jobs or usage as a %(kind)s pool: its kind cannot change (it "
-                    "decides how that usage is billed). Make a new pool instead."
-                )
-                % {"pool": previous.name, "kind": previous.get_kind_display()}
-            }
-        )
+    if previous is not None:
+        fixed.check_pool(stored=previous, pool=pool)
     pool.full_clean()
     if spill_pools is not None and any(other.pk == pool.pk for other in spill_pools if pool.pk):
         raise ValidationError({"spill_pools": _("A pool cannot spill into itself.")})
@@ -380,10 +360,6 @@ def _record_contract(*, pool: Pool, previous: Pool | None, user) -> None:
     ContractChange.objects.create(
         pool=pool, contracted_gpus=pool.contracted_gpus, effective_from=timezone.now(), changed_by=user
     )
-
-
-def _has_history(pool: Pool) -> bool:
-    return pool.reservations.exists() or pool.jobs.exists() or pool.usage_intervals.exists()
 
 
 @transaction.atomic

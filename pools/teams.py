@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from portal import audit
 from portal.models import Team
 
-from . import projection
+from . import fixed, projection
 
 
 @transaction.atomic
@@ -19,18 +19,8 @@ def save_team(*, team: Team, user=None) -> Team:
     """Create `team` (no pk) or save its changed name, description or settings. Its slug is fixed once it exists."""
     stored = Team.objects.filter(pk=team.pk).first() if team.pk else None
     before = audit.snapshot(stored) if stored else None
-    if stored is not None and stored.slug != team.slug:
-        # The namespace, ClusterQueue and LocalQueue are named from it, and a namespace cannot be renamed: its jobs,
-        # pods and usage would belong to no team.
-        raise ValidationError(
-            {
-                "slug": _(
-                    "A team's slug names its namespace and queues in the cluster (%(namespace)s) and cannot change "
-                    "once the team exists; change its name instead."
-                )
-                % {"namespace": stored.namespace}
-            }
-        )
+    if stored is not None:
+        fixed.check_team(stored=stored, team=team)
     team.full_clean()
     team.save()
     audit.record(
