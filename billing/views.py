@@ -165,14 +165,36 @@ CSV_FIGURES_NOTES = {
 }
 
 
+# A spreadsheet takes a cell that starts with one of these for a formula (OWASP's "CSV injection"): a pool named
+# `=HYPERLINK(...)` would run in finance's spreadsheet, from a description that starts with the pool's name (as the
+# Chinese ones do).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(value):
+    """A text cell as a spreadsheet shows it, never as a formula: one that starts like a formula gets a leading `'`.
+    Numbers (Decimal, the figures) are written as they are, negative ones too."""
+    if isinstance(value, str) and value.startswith(_FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
+class _SpreadsheetWriter:
+    def __init__(self, response):
+        self._writer = csv.writer(response)
+
+    def writerow(self, row):
+        self._writer.writerow([spreadsheet_text(value) for value in row])
+
+
 @login_required
 def team_usage_csv(request, slug: str, month: str):
-    """One row per day, then the cost lines: what a lead hands to finance."""
+    """One row per day, then the cost lines: what a lead hands to finance. No cell is read as a formula."""
     team = _led_team(request, slug)
     data = _export(team, _month_or_404(month))
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{team.slug}-{data["month"]}-usage.csv"'
-    writer = csv.writer(response)
+    writer = _SpreadsheetWriter(response)
     writer.writerow(["team", "month", *CSV_COLUMNS])
     for row in data["daily"]:
         writer.writerow([team.slug, data["month"], *[row[column] for column in CSV_COLUMNS]])
