@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.contrib.admin.widgets import AutocompleteSelect
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.utils.translation import gettext_lazy as _
 
@@ -63,11 +64,25 @@ class AuditedAdminMixin:
             )
 
 
+class _IdAutocompleteSelect(AutocompleteSelect):
+    """Django's autocomplete redraws a refused form by filtering the users on the posted values as they are: a value
+    that is not an id (a crafted POST; the browser sends ids) raised ValueError there and answered 500. Such a value
+    is left out of the redrawn choices; the field itself still refuses it with its message."""
+
+    def optgroups(self, name, value, attr=None):
+        return super().optgroups(name, [v for v in value if str(v).isdigit()], attr)
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 1
     autocomplete_fields = ["user"]
     readonly_fields = ["source"]
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user":
+            kwargs["widget"] = _IdAutocompleteSelect(db_field, self.admin_site, using=kwargs.get("using"))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 @admin.register(User)
