@@ -42,6 +42,13 @@ def ensure_namespace(manifest: dict) -> ApplyResult:
         with_retries(lambda: core.create_namespace(manifest))
         return ApplyResult(created=True, after={"labels": manifest["metadata"]["labels"]})
     labels = existing.metadata.labels or {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        # Someone else's namespace under the team's name: its pods would be isolated, capped and billed to the team.
+        raise ClusterError(
+            f"namespace {name} exists and was not made by the portal (no label {LABEL_MANAGED_BY}={MANAGED_BY}): "
+            "it is not taken over; rename the team, or label the namespace to hand it over",
+            status=409,
+        )
     wanted = manifest["metadata"]["labels"]
     current = {"labels": {key: labels.get(key) for key in wanted}}
     if current["labels"] != wanted:

@@ -58,19 +58,10 @@ def check_fits_limits(*, team: Team, pool: Pool, spec: JobSpec) -> None:
             "quota": quota,
             "pool": pool.name,
         }
-    limits = NamespaceLimits.objects.filter(team=team).first()
-    if limits is not None and "gpus" not in errors:
-        if spec.gpus > limits.container_max_gpus:
-            errors["gpus"] = _("%(team)s's namespace allows at most %(max)d GPUs per container.") % {
-                "team": team.name,
-                "max": limits.container_max_gpus,
-            }
-        elif spec.cpu_millicores > limits.container_max_cpu_millicores:
-            errors["cpu_millicores"] = _("At most %(max)d millicores per container.") % {
-                "max": limits.container_max_cpu_millicores
-            }
-        elif spec.memory_mib > limits.container_max_memory_mib:
-            errors["memory_mib"] = _("At most %(max)d MiB per container.") % {"max": limits.container_max_memory_mib}
+    # A team without a row of its own gets the defaults in the cluster (pools.projection), so they are checked here too.
+    limits = NamespaceLimits.objects.filter(team=team).first() or NamespaceLimits(team=team)
+    if "gpus" not in errors:
+        _check_namespace_limits(team=team, limits=limits, spec=spec, errors=errors)
     largest_node = Node.objects.filter(pool=pool).order_by("-gpu_allocatable").values_list("gpu_allocatable", flat=True)
     largest = largest_node.first()
     if largest is not None and spec.gpus > largest and "gpus" not in errors:
@@ -85,6 +76,42 @@ def check_fits_limits(*, team: Team, pool: Pool, spec: JobSpec) -> None:
         errors["placement"] = _("%(pool)s has no pools to spill into: use strict placement.") % {"pool": pool.name}
     if errors:
         raise ValidationError(errors)
+
+
+def _check_namespace_limits(*, team: Team, limits: NamespaceLimits, spec: JobSpec, errors: dict) -> None:
+    """The team namespace's LimitRange (per container: its pods are refused outside it) and ResourceQuota (the whole
+    namespace at once: a job whose pods together ask for more is never admitted by Kueue, or its pods never all
+    made)."""
+    if spec.gpus > limits.container_max_gpus:
+        errors["gpus"] = _("%(team)s's namespace allows at most %(max)d GPUs per container.") % {
+            "team": team.name,
+            "max": limits.container_max_gpus,
+        }
+    elif spec.cpu_millicores > limits.container_max_cpu_millicores:
+        errors["cpu_millicores"] = _("At most %(max)d millicores per container.") % {
+            "max": limits.container_max_cpu_millicores
+        }
+    elif spec.memory_mib > limits.container_max_memory_mib:
+        errors["memory_mib"] = _("At most %(max)d MiB per container.") % {"max": limits.container_max_memory_mib}
+    elif spec.cpu_millicores < limits.container_min_cpu_millicores:
+        errors["cpu_millicores"] = _("At least %(min)d millicores per container.") % {
+            "min": limits.container_min_cpu_millicores
+        }
+    elif spec.memory_mib < limits.container_min_memory_mib:
+        errors["memory_mib"] = _("At least %(min)d MiB per container.") % {"min": limits.container_min_memory_mib}
+    elif spec.nodes > limits.max_pods:
+        errors["nodes"] = _(
+            "%(team)s's namespace holds at most %(max)d pods: a job of %(nodes)d nodes can never run."
+        ) % {"team": team.name, "max": limits.max_pods, "nodes": spec.nodes}
+    elif spec.nodes * spec.cpu_millicores > limits.requests_cpu_millicores:
+        errors["cpu_millicores"] = _(
+            "%(nodes)d × %(each)d millicores is more CPU than %(team)s's namespace may request at once "
+            "(%(max)d millicores)."
+        ) % {"nodes": spec.nodes, "each": spec.cpu_millicores, "team": team.name, "max": limits.requests_cpu_millicores}
+    elif spec.nodes * spec.memory_mib > limits.requests_memory_mib:
+        errors["memory_mib"] = _(
+            "%(nodes)d × %(each)d MiB is more memory than %(team)s's namespace may request at once (%(max)d MiB)."
+        ) % {"nodes": spec.nodes, "each": spec.memory_mib, "team": team.name, "max": limits.requests_memory_mib}
 
 
 def _check_gang_can_ever_fit(*, pool: Pool, spec: JobSpec, errors: dict) -> None:

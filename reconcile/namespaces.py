@@ -134,12 +134,14 @@ def _reconcile_locked(team: Team) -> dict:
                 (f"RoleBinding/{binding['metadata']['name']}", "RoleBinding", binding, _apply_binding)
                 for binding in bindings
             ],
+            # Isolation first: a ResourceQuota or LimitRange the API server refuses must not leave the namespace
+            # open to the others.
+            *[
+                (f"NetworkPolicy/{policy['metadata']['name']}", "NetworkPolicy", policy, resources.apply_network_policy)
+                for policy in policies
+            ],
             ("ResourceQuota", "ResourceQuota", render_resource_quota(spec), resources.apply_resource_quota),
             ("LimitRange", "LimitRange", render_limit_range(spec), resources.apply_limit_range),
-        ]
-        objects += [
-            (f"NetworkPolicy/{policy['metadata']['name']}", "NetworkPolicy", policy, resources.apply_network_policy)
-            for policy in policies
         ]
         for key, kind, manifest, apply in objects:
             result = apply(manifest)

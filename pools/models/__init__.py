@@ -10,72 +10,21 @@ How a reservation's lending and a reserved pool's contract changed over time is 
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 from django.utils.formats import date_format
 from django.utils.translation import gettext_lazy as _
 
-from cluster.kueue import MAX_FLAVOR_NODE_LABELS, MAX_FLAVOR_TOLERATIONS
 from portal.models import SLUG_VALIDATOR, Team, TeamScopedQuerySet
 
-from ..choices import QUOTA_REQUEST_TRANSITIONS, Lending, PoolKind, QuotaRequestState, TaintEffect, lendable_gpus
+from ..choices import QUOTA_REQUEST_TRANSITIONS, Lending, PoolKind, QuotaRequestState, lendable_gpus
 from .changes import ContractChange, LendingChange  # noqa: F401 (models of the app, defined apart)
+from .labels import validate_selector, validate_taints  # noqa: F401 (the fields' validators; migrations name them here)
 
 GPU_RESOURCE = "nvidia.com/gpu"
-# Kubernetes label keys and values (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/), to the
-# end of the text (\Z: `$` would let a trailing newline through).
-LABEL_KEY = RegexValidator(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z"
-)
-LABEL_VALUE = RegexValidator(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?\Z")
 ZERO = Decimal("0")
 DEFAULT_LENDING_PRICE_SHARE = Decimal("0.5")
-
-
-def validate_selector(value) -> None:
-    if not isinstance(value, dict) or not value:
-        raise ValidationError(_("A pool needs at least one node label to select its nodes, e.g. node-role=training."))
-    if len(value) > MAX_FLAVOR_NODE_LABELS:
-        raise ValidationError(
-            _("A pool is selected by at most %(max)d node labels (Kueue's limit for a resource flavor).")
-            % {"max": MAX_FLAVOR_NODE_LABELS}
-        )
-    for key, label_value in value.items():
-        if not isinstance(key, str) or not isinstance(label_value, str):
-            raise ValidationError(_("Selector labels are text: %(key)s.") % {"key": key})
-        try:
-            LABEL_KEY(key)
-        except ValidationError:
-            raise ValidationError(_("'%(key)s' is not a valid Kubernetes label key.") % {"key": key}) from None
-        try:
-            LABEL_VALUE(label_value)
-        except ValidationError:
-            raise ValidationError(
-                _("'%(value)s' is not a valid Kubernetes label value.") % {"value": label_value}
-            ) from None
-
-
-def validate_taints(value) -> None:
-    if not isinstance(value, list):
-        raise ValidationError(_("Taints are a list of {key, value, effect}."))
-    if len(value) > MAX_FLAVOR_TOLERATIONS:
-        raise ValidationError(
-            _("A pool has at most %(max)d taints (Kueue's limit for a resource flavor's tolerations).")
-            % {"max": MAX_FLAVOR_TOLERATIONS}
-        )
-    for taint in value:
-        if not isinstance(taint, dict) or not taint.get("key"):
-            raise ValidationError(_("Each taint needs a key, e.g. {'key': 'workload', 'value': 'training'}."))
-        if taint.get("effect", TaintEffect.NO_SCHEDULE) not in TaintEffect.values:
-            raise ValidationError(
-                _("Taint effect must be one of %(effects)s.") % {"effects": ", ".join(TaintEffect.values)}
-            )
-        try:
-            LABEL_KEY(taint["key"])
-            LABEL_VALUE(taint.get("value", ""))
-        except ValidationError:
-            raise ValidationError(_("Taint %(key)s is not a valid key/value.") % {"key": taint["key"]}) from None
 
 
 class PoolQuerySet(models.QuerySet):
@@ -390,19 +339,51 @@ class NamespaceLimits(models.Model):
         return f"limits of {self.team}"
 
     def clean(self) -> None:
+        """Kubernetes refuses a LimitRange unless, for each of cpu and memory, min ≤ default request ≤ default limit ≤
+        max: a refused one would leave the team's namespace unreconciled and its jobs unsent. Each pair out of order
+        is named on its lower field (one message per field)."""
         errors = {}
-        if self.container_min_cpu_millicores > self.container_max_cpu_millicores:
-            errors["container_min_cpu_millicores"] = _("The minimum CPU per container is above the maximum.")
-        if self.container_min_memory_mib > self.container_max_memory_mib:
-            errors["container_min_memory_mib"] = _("The minimum memory per container is above the maximum.")
-        if self.container_default_request_cpu_millicores > self.container_default_cpu_millicores:
-            errors["container_default_request_cpu_millicores"] = _(
-                "The default CPU request is above the default limit."
-            )
-        if self.container_default_request_memory_mib > self.container_default_memory_mib:
-            errors["container_default_request_memory_mib"] = _("The default memory request is above the default limit.")
+        for lower, higher, message in _LIMITS_IN_ORDER:
+            if getattr(self, lower) > getattr(self, higher) and lower not in errors:
+                errors[lower] = message
         if errors:
             raise ValidationError(errors)
+
+
+# (lower field, higher field, message) of NamespaceLimits: what Kubernetes requires of a LimitRange, per resource.
+_LIMITS_IN_ORDER = [
+    (f"container_{lower}", f"container_{higher}", message)
+    for lower, higher, message in (
+        ("min_cpu_millicores", "max_cpu_millicores", _("The minimum CPU per container is above the maximum.")),
+        ("min_memory_mib", "max_memory_mib", _("The minimum memory per container is above the maximum.")),
+        (
+            "min_cpu_millicores",
+            "default_request_cpu_millicores",
+            _("The minimum CPU per container is above the default CPU request."),
+        ),
+        (
+            "min_memory_mib",
+            "default_request_memory_mib",
+            _("The minimum memory per container is above the default memory request."),
+        ),
+        (
+            "default_request_cpu_millicores",
+            "default_cpu_millicores",
+            _("The default CPU request is above the default limit."),
+        ),
+        (
+            "default_request_memory_mib",
+            "default_memory_mib",
+            _("The default memory request is above the default limit."),
+        ),
+        (
+            "default_cpu_millicores",
+            "max_cpu_millicores",
+            _("The default CPU limit is above the maximum per container."),
+        ),
+        ("default_memory_mib", "max_memory_mib", _("The default memory limit is above the maximum per container.")),
+    )
+]
 
 
 class TeamNamespace(models.Model):

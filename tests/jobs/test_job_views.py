@@ -10,7 +10,7 @@ from cluster.errors import ClusterError
 from jobs import views as job_views
 from jobs.choices import JobState, Placement
 from jobs.models import Job, JobTemplate, Pod, Workload
-from pools.models import Pool
+from pools.models import NamespaceLimits, Pool
 from portal.htmx import STOP_POLLING
 from tests.factories import JobFactory, NodeFactory, PodFactory, PoolFactory, QuotaFactory, UserFactory
 
@@ -388,6 +388,7 @@ def test_the_preview_says_queued_at_position_k(client, researcher, team, pool):
 
 def test_the_preview_says_when_it_cannot_fit(client, researcher, team, pool):
     QuotaFactory(team=team, pool=pool, max_gpus=16)
+    NamespaceLimits.objects.create(team=team, container_max_gpus=16)  # the nodes, not the namespace, refuse it
     response = login(client, researcher).post(reverse("jobs:job_submit_preview"), _form(gpus="16"), **HTMX)
     assert b"Cannot fit" in response.content and b"can never fit" in response.content
 

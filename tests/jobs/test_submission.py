@@ -102,6 +102,10 @@ def test_what_can_never_run_is_refused_at_once(sent, team, researcher, pool):
     with pytest.raises(ValidationError) as too_big_for_quota:
         services.submit_job(team=team, pool=pool, user=researcher, spec=spec(gpus=17))
     assert "at most 16 GPUs at once" in str(too_big_for_quota.value)
+    with pytest.raises(ValidationError) as above_the_default_container_max:  # no limits of its own: the defaults'
+        services.submit_job(team=team, pool=pool, user=researcher, spec=spec(gpus=12))
+    assert "at most 8 GPUs per container" in str(above_the_default_container_max.value)
+    pool_services.set_namespace_limits(team=team, container_max_gpus=16)
     with pytest.raises(ValidationError) as too_big_for_node:
         services.submit_job(team=team, pool=pool, user=researcher, spec=spec(gpus=12))
     assert "largest node" in str(too_big_for_node.value)

@@ -6,6 +6,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from cluster import client, resources
+from cluster.manifests import cpu_quantity
 from pools.models import Node, Pool, TeamNamespace
 from portal.models import AuditEntry
 from reconcile import namespaces, taints
@@ -58,6 +59,60 @@ def test_the_namespace_quota_caps_work_submitted_around_the_portal(portal_cluste
         client.core().create_namespaced_pod(cluster_team.namespace, pod)
     assert error.value.status == 403
     assert "exceeded quota" in error.value.body
+
+
+def test_namespace_limits_the_portal_accepts_are_a_limit_range_the_api_server_accepts(portal_cluster, cluster_team):
+    """The edges of what NamespaceLimits.clean lets through (every bound equal; each default at its max; each min at
+    its default request), created as the team's LimitRange by the real API server's validation."""
+    from pools import services as pool_services
+
+    set_quota(cluster_team, Pool.objects.get(slug="training"), 2)
+    cases = [
+        {"container_max_cpu_millicores": 2000, "container_max_memory_mib": 8192},
+        {"container_min_cpu_millicores": 1000, "container_min_memory_mib": 4096},
+        {
+            f"container_{part}_{unit}": value
+            for part in ("min", "max", "default", "default_request")
+            for unit, value in (("cpu_millicores", 3000), ("memory_mib", 6144))
+        },
+    ]
+    for values in cases:  # each on top of the one before
+        limits = pool_services.set_namespace_limits(team=cluster_team, **values)
+        namespaces.reconcile(cluster_team)  # (the change's own reconcile ran after its commit: this one checks it)
+        state = TeamNamespace.objects.get(team=cluster_team)
+        assert state.is_applied and state.last_error == "", values
+        item = client.core().read_namespaced_limit_range("reservoir-limits", cluster_team.namespace).spec.limits[0]
+        wanted = (limits.container_min_cpu_millicores, limits.container_max_cpu_millicores)
+        assert (item.min["cpu"], item.max["cpu"]) == tuple(cpu_quantity(millicores) for millicores in wanted), values
+
+
+def test_a_namespace_the_portal_did_not_make_is_not_taken_over(portal_cluster):
+    """A namespace named as a new team's would be, made by someone else: the portal does not label, cap, isolate or
+    bill it; it says so on the team's namespace state, and takes it once an admin labels it as the portal's."""
+    from portal.models import Team
+    from tests.clusterkit import delete_team_namespace
+
+    core = client.core()
+    team = Team(slug=f"it-{uuid.uuid4().hex[:6]}", name="Foreign")
+    core.create_namespace({"metadata": {"name": team.namespace, "labels": {"owner": "data-platform"}}})
+    try:
+        team.save()
+        with pytest.raises(resources.ClusterError) as error:
+            namespaces.reconcile(team)
+        assert "not made by the portal" in str(error.value)
+        labels = core.read_namespace(team.namespace).metadata.labels
+        assert "app.kubernetes.io/managed-by" not in labels and labels["owner"] == "data-platform"
+        assert client.networking().list_namespaced_network_policy(team.namespace).items == []
+        assert core.list_namespaced_resource_quota(team.namespace).items == []
+        state = TeamNamespace.objects.get(team=team)
+        assert "not made by the portal" in state.last_error and not state.is_applied
+
+        core.patch_namespace(team.namespace, {"metadata": {"labels": {"app.kubernetes.io/managed-by": "reservoir"}}})
+        outcome = namespaces.reconcile(team)
+        assert outcome["Namespace"] == "corrected" and outcome["ResourceQuota"] == "created"
+        assert TeamNamespace.objects.get(team=team).is_applied
+    finally:
+        delete_team_namespace(team.namespace)
 
 
 @pytest.fixture

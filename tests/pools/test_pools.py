@@ -157,6 +157,35 @@ def test_namespace_limits_keep_min_below_max(team):
     assert not NamespaceLimits.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        # Kubernetes refuses a LimitRange unless min <= default request <= default limit <= max, per resource; the
+        # defaults are min 500m / 1 GiB, request 1 / 4 GiB, limit 2 / 8 GiB, max 8 / 32 GiB.
+        ({"container_max_cpu_millicores": 1000}, "container_default_cpu_millicores"),
+        ({"container_max_memory_mib": 4096}, "container_default_memory_mib"),
+        ({"container_min_cpu_millicores": 3000}, "container_min_cpu_millicores"),
+        ({"container_min_memory_mib": 6144}, "container_min_memory_mib"),
+        ({"container_default_request_cpu_millicores": 4000}, "container_default_request_cpu_millicores"),
+    ],
+)
+def test_namespace_limits_keep_the_order_kubernetes_requires(team, change, field):
+    with pytest.raises(ValidationError) as error:
+        services.set_namespace_limits(team=team, **change)
+    assert field in error.value.message_dict
+    assert not NamespaceLimits.objects.exists()
+
+
+def test_namespace_limits_may_all_be_equal(team):
+    equal = {"cpu_millicores": 2000, "memory_mib": 4096}
+    limits = services.set_namespace_limits(
+        team=team,
+        **{f"container_{part}_{unit}": value for part in ("min", "max", "default", "default_request")
+           for unit, value in equal.items()},
+    )  # fmt: skip
+    assert limits.container_min_cpu_millicores == limits.container_max_cpu_millicores == 2000
+
+
 def test_namespace_limits_refuse_unknown_fields(team):
     with pytest.raises(ValidationError):
         services.set_namespace_limits(team=team, gpus_per_moon=3)
