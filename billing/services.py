@@ -507,6 +507,19 @@ def _close_month(*, month: date, now: datetime, user) -> CloseResult:
         raise ValidationError(
             _("Close %(earlier)s before %(month)s.") % {"earlier": format_month(earlier), "month": format_month(month)}
         )
+    # The open months before it have nothing to invoice: they are closed with it, without invoices. A late change to
+    # one of them is then reconciled onto the next invoice like any closed month's; left open, it would stay on a
+    # draft of a month before the open ones, billed nowhere.
+    empty = first_open_month(now=now)
+    while empty < month:
+        _close_one(month=empty, now=now, user=user)
+        empty = next_month(empty)
+    return CloseResult(month=month, closed_now=True, invoices=_close_one(month=month, now=now, user=user))
+
+
+def _close_one(*, month: date, now: datetime, user) -> int:
+    """Meter `month` once more, put the pending adjustments and its charges on its drafts, close them, keep the
+    figures they were made from, and record the close. Returns the number of invoices closed."""
     days = days_of(month, next_month(month) - timedelta(days=1))
     _take_marks(days)
     recompute_days(days=days, now=now)
@@ -528,7 +541,7 @@ def _close_month(*, month: date, now: datetime, user) -> CloseResult:
         after={"month": format_month(month), "invoices": count},
     )
     logger.info("closed %s: %d invoices", format_month(month), count)
-    return CloseResult(month=month, closed_now=True, invoices=count)
+    return count
 
 
 _KEEP_FIGURES = """
