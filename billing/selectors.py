@@ -273,12 +273,7 @@ def usage_rows(*, teams, month: date) -> list[dict]:
         .month_sums(month, by=("team_id", "team__slug", "pool_id", "pool__slug", "pool__kind"))
         .order_by("team__slug", "pool__slug")
     )
-    invoiced = {
-        (line["invoice__team_id"], line["pool_id"]): -line["amount"]
-        for line in InvoiceLine.objects.filter(
-            invoice__month=month, invoice__team__in=teams, kind=LineKind.LENDING_CREDIT, adjusts_month__isnull=True
-        ).values("invoice__team_id", "pool_id", "amount")
-    }
+    invoiced = {key: credit for key, (credit, _price) in _invoiced_credits(month, teams=teams).items()}
     pools = Pool.objects.in_bulk({row["pool_id"] for row in rows})
     return [
         {
@@ -294,6 +289,18 @@ def usage_rows(*, teams, month: date) -> list[dict]:
         }
         for row in rows
     ]
+
+
+def _invoiced_credits(month: date, *, teams=None) -> dict[tuple[int, int], tuple[Decimal, Decimal]]:
+    """The lending credits invoiced for `month` (its own lines: a closed month's never change, whatever the pool's
+    lending price is now): {(team id, pool id): (credit, price per GPU-hour)}."""
+    lines = InvoiceLine.objects.filter(invoice__month=month, kind=LineKind.LENDING_CREDIT, adjusts_month__isnull=True)
+    if teams is not None:
+        lines = lines.filter(invoice__team__in=teams)
+    return {
+        (line["invoice__team_id"], line["pool_id"]): (-line["amount"], line["unit_price"])
+        for line in lines.values("invoice__team_id", "pool_id", "amount", "unit_price")
+    }
 
 
 def _contracted_gpu_seconds(pools, *, start: datetime, end: datetime) -> dict[int, Decimal]:
@@ -330,7 +337,8 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
     until = min(end, now)
     elapsed = seconds(until - start) if until > start else ZERO
     month_seconds = seconds(end - start)
-    per_team_pool = month_rollups(month)[0].month_sums(month)
+    rollups, figures_from = month_rollups(month)
+    per_team_pool = rollups.month_sums(month)
     by_pool: dict[int, list] = defaultdict(list)
     team_usage: dict[int, Figures] = defaultdict(Figures)
     for row in per_team_pool:
@@ -341,17 +349,26 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
     pools = list(Pool.objects.order_by("name"))
     # as the contract was at each moment (changes are kept), not today's contract over the whole month
     contracts = _contracted_gpu_seconds(pools, start=start, end=until) if elapsed else {}
+    # a closed month's credits as invoiced (at the lending price of then); an open month's at today's price
+    invoiced = _invoiced_credits(month) if figures_from != AS_METERED else {}
     report = []
     for pool in pools:
         pool_total = Figures()
         team_rows = []
+        lending_price = next(
+            (price for (_team, pool_id), (_credit, price) in invoiced.items() if pool_id == pool.pk),
+            pool.lending_price_per_gpu,
+        )
         for team_id, figures in sorted(by_pool.get(pool.pk, []), key=lambda item: teams[item[0]].name):
             pool_total.add(figures)
+            credit = invoiced.get((team_id, pool.pk), (None, None))[0]
             team_rows.append(
                 {
                     "team": teams[team_id],
                     **figures.as_hours(),
-                    "lending_credit": hourly_cost(figures.lent, pool.lending_price_per_gpu) if figures.lent else None,
+                    "lending_credit": (credit if credit is not None else hourly_cost(figures.lent, lending_price))
+                    if figures.lent
+                    else None,
                     "team_spill_ratio": ratio(team_usage[team_id].spill, team_usage[team_id].used),
                     "team_spill_ratio_percent": percent(ratio(team_usage[team_id].spill, team_usage[team_id].used)),
                 }
@@ -376,7 +393,7 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
                 "idle_cost": idle_cost,
                 "lent_gpu_hours": hours(pool_total.lent),
                 "borrowed_gpu_hours": hours(pool_total.borrowed),
-                "lending_price": pool.lending_price_per_gpu,
+                "lending_price": lending_price,
                 "lending_credits": sum(
                     (row["lending_credit"] for row in team_rows if row["lending_credit"]), Decimal("0.00")
                 ),

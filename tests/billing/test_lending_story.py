@@ -161,6 +161,24 @@ def test_the_admins_pool_view_shows_lent_borrowed_and_credits(story, client, pla
     assert "Lent to other teams" in page and "22.00 GPU-h" in page and "198.00" in page and "9.0000" in page
 
 
+def test_the_pool_view_of_a_closed_month_shows_the_credits_invoiced_whatever_the_price_now(story, client, lead):
+    """March is closed with Alpha's credit at 9.0000 a GPU-hour (198.00); in April the pool's lending share is
+    halved. March's pool view, like Alpha's invoice and the usage API, still says 198.00 at 9.0000; April's open
+    month is priced at today's share."""
+    refresh(at(5))
+    services.close_month(month=MARCH, now=at(2, month=4))
+    with time_machine.travel(at(3, month=4), tick=False):
+        story["pool"].lending_price_share = Decimal("0.25")
+        pool_services.save_pool(pool=story["pool"])
+    [row] = [r for r in selectors.pool_month(month=MARCH, now=at(5, month=4)) if r["pool"] == story["pool"]]
+    [alpha] = [team for team in row["teams"] if team["team"] == story["alpha"]]
+    assert (alpha["lending_credit"], row["lending_credits"], row["lending_price"]) == (
+        Decimal("198.00"), Decimal("198.00"), Decimal("9.0000")
+    )  # fmt: skip
+    [april] = [r for r in selectors.pool_month(month=APRIL, now=at(5, month=4)) if r["pool"] == story["pool"]]
+    assert april["lending_price"] == Decimal("4.5000")
+
+
 def test_lending_none_lends_nothing_and_the_borrower_pays_the_same(story):
     # from March 1 until the protect change at 02:00, and, written after it at the same instant, from 02:00 on
     LendingChange.objects.create(reservation=story["reservation"], lending=Lending.NONE, effective_from=at(1))
