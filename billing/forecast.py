@@ -12,12 +12,14 @@ after it, (what the next n days really cost) ÷ (n × the mean of the RECENT_DAY
 ratios is the expected factor, their 10th and 90th percentiles bound the 80 % interval. The team's history so
 calibrates both the bias of a plain rate (a growing team's ratios sit above 1) and its spread (a bursty team's are
 wide). When the recent rate is zero (or negative: lending credits above the variable cost) a ratio means nothing;
-then the same percentiles are taken of the absolute n-day costs that followed such quiet windows, added to n × rate.
+then the same percentiles are taken of the absolute n-day costs that followed such windows (a net lender's credits
+among them: they already are the rest, so n × rate is not added to them again).
 With fewer than MIN_SAMPLES such windows the interval falls back to a normal approximation: n × rate ± z₉₀ × σ ×
 √n, σ the standard deviation of the recent days.
 
 Work already queued is a floor on the rest: the jobs waiting now will run (and cost what they cost above the
-reservation) whatever the usual rate says, so each of the three figures of the rest is at least their cost.
+reservation) whatever the usual rate says, so each of the three figures of the rest is at least their cost, plus the
+credits the recent rate says are still to come when it is negative (a lender's credits do not stop for the queue).
 Everything is `Decimal`; the results are rounded to the cent (half up) once, at the end.
 """
 
@@ -151,7 +153,7 @@ def forecast_month(
         expected, low, high = (base * quantile(samples, q) for q in (Decimal("0.5"), LOW_QUANTILE, HIGH_QUANTILE))
     elif len(samples) >= MIN_SAMPLES:
         basis = "after_quiet"
-        expected, low, high = (base + quantile(samples, q) for q in (Decimal("0.5"), LOW_QUANTILE, HIGH_QUANTILE))
+        expected, low, high = (quantile(samples, q) for q in (Decimal("0.5"), LOW_QUANTILE, HIGH_QUANTILE))
     else:
         basis = "normal"
         deviation = (
@@ -161,8 +163,9 @@ def forecast_month(
         )
         half_width = Z_90 * deviation * Decimal(remaining).sqrt()
         expected, low, high = base, base - half_width, base + half_width
-    # What is queued now will run: a floor under each figure of the rest.
-    expected, low, high = (max(value, queued) for value in (expected, low, high))
+    # What is queued now will run: a floor under each figure of the rest (beside the credits still to come).
+    floor = queued + min(base, ZERO)
+    expected, low, high = (max(value, floor) for value in (expected, low, high))
     return Forecast(
         fixed=to_cents(fixed),
         variable_so_far=to_cents(so_far),

@@ -161,13 +161,16 @@ def forecast_chart(
     budget's cap when there is one."""
     variable_low = forecast.variable_so_far + forecast.rest_low
     top = max([forecast.variable_high, budget_line or ZERO, Decimal(1)]) * Decimal("1.05")
+    # A net lender's variable part goes below zero (credits above its costs): the chart reaches down to it.
+    running = [sum(month_days[:index], ZERO) for index in range(1, len(month_days) + 1)]
+    bottom = min([ZERO, variable_low, *running]) * Decimal("1.05")
     days = forecast.days_in_month
 
     def x(day: int) -> Decimal:
         return round_half_up(PAD + Fraction(WIDTH - 2 * PAD) * day / days, 1)
 
     def y(amount: Decimal) -> Decimal:
-        return round_half_up(HEIGHT - PAD - Fraction(amount) / Fraction(top) * (HEIGHT - 2 * PAD), 1)
+        return round_half_up(HEIGHT - PAD - Fraction(amount - bottom) / Fraction(top - bottom) * (HEIGHT - 2 * PAD), 1)
 
     spent, points = ZERO, [f"{x(0)},{y(ZERO)}"]
     for index, cost in enumerate(month_days, start=1):
@@ -180,7 +183,7 @@ def forecast_chart(
         "height": HEIGHT,
         "pad": PAD,
         "right": WIDTH - PAD,
-        "axis_y": HEIGHT - PAD,
+        "axis_y": y(ZERO),
         "label_y": HEIGHT - 10,
         "spent_points": " ".join(points),
         "band_points": f"{now_x},{now_y} {end_x},{y(variable_low)} {end_x},{y(forecast.variable_high)}",
@@ -244,12 +247,17 @@ class TeamAdvice:
     months: int
 
 
-def fitted_months(*, team: Team, now: datetime) -> list[date]:
-    """The last whole months (FIT_MONTHS at most) since the team's first metered day: the month of that day only when
-    it is the month's first (a reservation begun on the 20th would weigh twelve days of use against a month's fee)."""
-    first = DailyUsage.objects.filter(team=team).order_by("day").values_list("day", flat=True).first()
-    if first is None:
+def fitted_months(*, team: Team, pool: Pool, now: datetime) -> list[date]:
+    """The last whole months (FIT_MONTHS at most) since the team's first day in `pool` (its first metered day there,
+    or the start of its first reservation there, whichever is earlier): the month of that day only when it is the
+    month's first. A reservation begun on the 20th would weigh twelve days of use against a month's fee, and the
+    months before a team came to the pool would weigh no use at all against whole fees."""
+    metered = DailyUsage.objects.filter(team=team, pool=pool).order_by("day").values_list("day", flat=True).first()
+    reserved = Reservation.objects.filter(team=team, pool=pool).aggregate(first=Min("starts_at"))["first"]
+    starts = [day for day in (metered, _utc_day(reserved)) if day is not None]
+    if not starts:
         return []
+    first = min(starts)
     months, month = [], previous_month(month_of(now))
     while len(months) < FIT_MONTHS and month >= first:
         months.append(month)
@@ -257,17 +265,23 @@ def fitted_months(*, team: Team, now: datetime) -> list[date]:
     return months[::-1]
 
 
+def _utc_day(moment: datetime | None) -> date | None:
+    return None if moment is None else moment.astimezone(UTC).date()
+
+
 def team_advice(*, team: Team, now: datetime) -> TeamAdvice | None:
     """The reservation size that would have cost least over the fitted months, in the reserved pool where the team
-    holds most GPUs now (its prices); None without a reservation or a whole month of history."""
-    months = fitted_months(team=team, now=now)
+    holds most GPUs now (its prices); None without a reservation or a whole month of history in that pool."""
     reserved: dict[int, int] = defaultdict(int)
     for reservation in Reservation.objects.filter(team=team, pool__kind=PoolKind.RESERVED).active_at(now):
         reserved[reservation.pool_id] += reservation.gpus
-    if not months or not reserved:
+    if not reserved:
         return None
     pool_id = max(reserved, key=lambda pk: (reserved[pk], -pk))
     pool = Pool.objects.get(pk=pool_id)
+    months = fitted_months(team=team, pool=pool, now=now)
+    if not months:
+        return None
     levels = usage_levels(team=team, pool=pool, start=month_bounds(months[0])[0], end=month_bounds(months[-1])[1])
     advice = advise(
         levels,

@@ -48,6 +48,24 @@ def test_work_already_queued_is_a_floor_under_the_rest_of_the_month():
     assert forecast.queued == D("750.00")
 
 
+def test_a_net_lenders_credits_still_to_come_are_forecast_once():
+    """A team that only lends earns 100.00 a day of credit: its variable part is -100.00 a day. On day 10 of 30 the
+    rest of the month brings 20 × -100.00 more, not 0 (the queue's floor at 0) nor twice that (n × rate added to
+    what followed such windows, which already is the rest)."""
+    forecast = forecast_month(days_in_month=30, days_elapsed=10, fixed=D("39200"), daily_variable=[D("-100")] * 120)
+    assert forecast.basis == "after_quiet"
+    assert forecast.variable_so_far == D("-1000.00")
+    assert forecast.rest_low == forecast.rest_expected == forecast.rest_high == D("-2000.00")
+    assert forecast.expected == D("36200.00")
+
+
+def test_a_lenders_queued_work_costs_beside_its_credits():
+    forecast = forecast_month(
+        days_in_month=30, days_elapsed=10, fixed=D(0), daily_variable=[D("-100")] * 120, queued=D("750")
+    )
+    assert forecast.rest_expected == D("-1250.00")  # 20 × -100.00 of credits, and the queued work's 750.00
+
+
 def test_a_growing_history_is_forecast_above_its_recent_rate():
     growing = [D(100) * D("1.01") ** day for day in range(200)]  # 1 % a day
     history, rest_of_month = growing[:180], sum(growing[180:])

@@ -229,7 +229,7 @@ def test_a_month_begun_mid_way_is_not_fitted_as_a_whole_one(team, reserved_pool,
     ReservationFactory(team=team, pool=reserved_pool, gpus=4, starts_at=at(20, month=1), ends_at=at(1, month=4))
     pod(at(20, month=1), at(1, month=3), gpus=6)
     services.refresh_usage(now=NOW)
-    assert spend.fitted_months(team=team, now=NOW) == [at(1, month=2).date()]
+    assert spend.fitted_months(team=team, pool=reserved_pool, now=NOW) == [at(1, month=2).date()]
 
 
 def test_the_advice_counts_only_the_pool_it_sizes(team, reservation, february, frozen, elastic_pool, pod):
@@ -254,3 +254,27 @@ def test_the_variable_part_so_far_is_what_the_invoice_will_say_not_a_sum_of_roun
     result = spend.team_forecast(team=team, now=NOW).forecast
     assert invoiced == Decimal("0.08") and result.variable_so_far == invoiced
     assert result.rest_expected < Decimal("0.15")  # the rate too: 14 days of 0.0054, not of 0.01
+
+
+def test_the_advice_counts_the_months_since_the_team_came_to_the_pool(team, reserved_pool, elastic_pool, pod):
+    """Alpha spilled into the elastic pool from November; on February 20th it reserved 6 GPUs of the A800 pool and
+    kept them busy. On March 1st no whole month of the A800 pool is behind it: no advice yet, rather than the nine
+    days of February weighed against three months of fees (which advised 0 GPUs). On June 1st it is fitted on March
+    to May, and sizes the 6 GPUs the team keeps busy."""
+    pod(at(1, month=11, year=2025), at(1, 2, month=11, year=2025), pool=elastic_pool)
+    ReservationFactory(
+        team=team, pool=reserved_pool, gpus=6, starts_at=at(20, month=2), ends_at=at(1, month=12),
+        monthly_price_per_gpu=Decimal("9800.00"),
+    )  # fmt: skip
+    pod(at(20, month=2), None, gpus=6)
+    march = at(1, 6, month=3)
+    with time_machine.travel(march, tick=False):
+        services.refresh_usage(now=march, max_days=400)
+        assert spend.fitted_months(team=team, pool=reserved_pool, now=march) == []
+        assert spend.team_advice(team=team, now=march) is None
+    june = at(1, 6, month=6)
+    with time_machine.travel(june, tick=False):
+        services.refresh_usage(now=june, max_days=400)
+        advice = spend.team_advice(team=team, now=june)
+    assert (advice.first_month, advice.months) == (at(1, month=3).date(), 3)
+    assert advice.advice.advised.reserved_gpus == 6
