@@ -19,12 +19,12 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from pools.models import Pool
 from portal import audit, outbox
 
 from .models import Budget, BudgetLift, DailyUsage
 from .money import as_text, format_money, hourly_cost
 from .periods import month_of
+from .prices import month_sums_priced
 
 WARNING_PERCENT = Decimal(80)
 ZERO = Decimal("0.00")
@@ -70,11 +70,10 @@ def format_money_plain(value: Decimal) -> str:
 
 def variable_spent(*, team_ids, month: date) -> dict[int, Decimal]:
     """The month's overage and spill cost per team id (teams without any are left out)."""
-    rows = DailyUsage.objects.filter(team_id__in=team_ids).month_sums(month)
-    pools = Pool.objects.in_bulk({row["pool_id"] for row in rows})
     spent: dict[int, Decimal] = defaultdict(lambda: ZERO)
-    for row in rows:
-        price = pools[row["pool_id"]].hourly_price_per_gpu
+    # as the invoice's overage and spill lines: at the prices of the days used, each stretch of one price rounded
+    for row in month_sums_priced(DailyUsage.objects.filter(team_id__in=team_ids), month):
+        price = row["price"].hourly
         spent[row["team_id"]] += hourly_cost(row["overage"] or 0, price) + hourly_cost(row["spill"] or 0, price)
     return dict(spent)
 

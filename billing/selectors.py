@@ -6,7 +6,7 @@ cent. Templates only place them (STYLE.md, convention 11).
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
@@ -22,6 +22,7 @@ from .choices import InvoiceStatus, LineKind
 from .models import FIGURE_SUMS, ClosedMonth, DailyUsage, Invoice, InvoicedUsage, InvoiceLine, MeteredDay
 from .money import hourly_cost, hours, ratio, round_half_up, to_cents
 from .periods import month_bounds, month_of, next_month, seconds
+from .prices import month_sums_priced, price_spans
 
 ZERO = Decimal(0)
 
@@ -274,7 +275,7 @@ def usage_rows(*, teams, month: date) -> list[dict]:
         .order_by("team__slug", "pool__slug")
     )
     invoiced = {key: credit for key, (credit, _price) in _invoiced_credits(month, teams=teams).items()}
-    pools = Pool.objects.in_bulk({row["pool_id"] for row in rows})
+    metered = _metered_credits(rollups.filter(team__in=teams), month) if len(invoiced) < len(rows) else {}
     return [
         {
             "team": row["team__slug"],
@@ -283,12 +284,25 @@ def usage_rows(*, teams, month: date) -> list[dict]:
             "month": f"{month:%Y-%m}",
             **_figures(row).as_hours(),
             "lending_credit": invoiced.get(
-                (row["team_id"], row["pool_id"]),
-                hourly_cost(row["lent"] or ZERO, pools[row["pool_id"]].lending_price_per_gpu),
+                (row["team_id"], row["pool_id"]), metered.get((row["team_id"], row["pool_id"]), Decimal("0.00"))
             ),
         }
         for row in rows
     ]
+
+
+def _metered_credits(rollups, month: date) -> dict[tuple[int, int], Decimal]:
+    """The lending credits of `month` as its invoice will price them, from `rollups`: lent GPU-hours at the lending
+    price of the days lent, each stretch of one price to the cent. {(team id, pool id): credit}."""
+    credits: dict[tuple[int, int], Decimal] = defaultdict(lambda: Decimal("0.00"))
+    for row in month_sums_priced(rollups, month):
+        credits[row["team_id"], row["pool_id"]] += hourly_cost(row["lent"] or ZERO, row["price"].lending)
+    return dict(credits)
+
+
+def _lending_prices_on(pools, day: date) -> dict[int, Decimal]:
+    """Each pool's lending price per GPU-hour in force on `day` (one query)."""
+    return {pool_id: spans[0].lending for pool_id, spans in price_spans(pools, day, day).items()}
 
 
 def _invoiced_credits(month: date, *, teams=None) -> dict[tuple[int, int], tuple[Decimal, Decimal]]:
@@ -351,13 +365,15 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
     contracts = _contracted_gpu_seconds(pools, start=start, end=until) if elapsed else {}
     # a closed month's credits as invoiced (at the lending price of then); an open month's at today's price
     invoiced = _invoiced_credits(month) if figures_from != AS_METERED else {}
+    metered = _metered_credits(rollups, month)  # at the prices of the days lent: where nothing was invoiced
+    in_force = _lending_prices_on(pools, (until - timedelta(microseconds=1)).date() if elapsed else month)
     report = []
     for pool in pools:
         pool_total = Figures()
         team_rows = []
         lending_price = next(
             (price for (_team, pool_id), (_credit, price) in invoiced.items() if pool_id == pool.pk),
-            pool.lending_price_per_gpu,
+            in_force[pool.pk],
         )
         for team_id, figures in sorted(by_pool.get(pool.pk, []), key=lambda item: teams[item[0]].name):
             pool_total.add(figures)
@@ -366,7 +382,7 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
                 {
                     "team": teams[team_id],
                     **figures.as_hours(),
-                    "lending_credit": (credit if credit is not None else hourly_cost(figures.lent, lending_price))
+                    "lending_credit": (credit if credit is not None else metered.get((team_id, pool.pk)))
                     if figures.lent
                     else None,
                     "team_spill_ratio": ratio(team_usage[team_id].spill, team_usage[team_id].used),
@@ -411,18 +427,22 @@ def earned_this_month(*, team: Team, now: datetime) -> dict[int, dict]:
 
 
 def earned_this_month_by_team(team_ids, *, now: datetime) -> dict[tuple[int, int], dict]:
-    """`earned_this_month` for several teams at once (two queries): {(team id, pool id): {...}}."""
-    rows = DailyUsage.objects.filter(team_id__in=team_ids, lent_gpu_seconds__gt=0).month_sums(month_of(now))
+    """`earned_this_month` for several teams at once (a few queries, whatever the teams): {(team id, pool id): {...}}.
+    Each stretch of days is credited at its own lending price; `lending_price` is today's."""
+    month, today = month_of(now), now.astimezone(UTC).date()
+    rows = month_sums_priced(DailyUsage.objects.filter(team_id__in=team_ids, lent_gpu_seconds__gt=0), month)
     pools = Pool.objects.in_bulk({row["pool_id"] for row in rows})
-    return {
-        (row["team_id"], row["pool_id"]): {
-            "pool": pools[row["pool_id"]],
-            "lent_gpu_hours": hours(row["lent"]),
-            "lending_price": pools[row["pool_id"]].lending_price_per_gpu,
-            "earned": hourly_cost(row["lent"], pools[row["pool_id"]].lending_price_per_gpu),
-        }
-        for row in rows
-    }
+    in_force = _lending_prices_on(pools.values(), today)
+    earned: dict[tuple[int, int], dict] = {}
+    for row in rows:  # a stretch of days at one price each
+        pool = pools[row["pool_id"]]
+        entry = earned.setdefault(
+            (row["team_id"], pool.pk),
+            {"pool": pool, "lent": ZERO, "lending_price": in_force[pool.pk], "earned": Decimal("0.00")},
+        )
+        entry["lent"] += row["lent"]
+        entry["earned"] += hourly_cost(row["lent"], row["price"].lending)
+    return {key: {"lent_gpu_hours": hours(entry.pop("lent")), **entry} for key, entry in earned.items()}
 
 
 def reservation_earned_this_month(*, reservation, now: datetime) -> Decimal:

@@ -32,6 +32,7 @@ from pools.models import Pool, Reservation
 from portal import audit
 
 from . import metering, wording
+from . import prices as prices_module
 from .choices import InvoiceStatus, LineKind, LineUnit, unit_label
 from .models import (
     ClosedMonth,
@@ -233,8 +234,9 @@ def month_charges(
 
     Reservation fees per reservation; overage (reserved pools, borrowed GPU-hours included: the borrower pays them
     as any overage) and spill (elastic and shared pools) per pool at the pool's hourly price; a credit (negative
-    amount) per reserved pool for the GPU-hours the team lent, at the pool's lending price — or, for a key found
-    in `prices` ({(team id, key): unit price}), at that price
+    amount) per reserved pool for the GPU-hours the team lent, at the pool's lending price — each at the prices in
+    force on the days used (`billing.prices`: a pool whose prices changed within the month has a line per stretch
+    of days at one price) — or, for a key found in `prices` ({(team id, key): unit price}), at that price
     (adjustments keep the price the month was invoiced at).
     """
     prices = prices or {}
@@ -269,36 +271,38 @@ def month_charges(
                 amount=fee,
             )
         )
-    usage = month_usage_seconds(month=month, team_ids=team_ids)
-    pools = Pool.objects.in_bulk({pool_id for _team, pool_id in usage})
-    for (team_id, pool_id), row in sorted(usage.items(), key=lambda item: (item[0][0], pools[item[0][1]].name)):
-        pool = pools[pool_id]
+    rollups = DailyUsage.objects.all() if team_ids is None else DailyUsage.objects.filter(team_id__in=team_ids)
+    usage = prices_module.month_sums_priced(rollups, month)
+    pools = Pool.objects.in_bulk({row["pool_id"] for row in usage})
+    for row in sorted(usage, key=lambda row: (row["team_id"], pools[row["pool_id"]].name, row["span"])):
+        team_id, pool, price = row["team_id"], pools[row["pool_id"]], row["price"]
         for kind, gpu_seconds, label, default_price, sign in (
             (
                 LineKind.OVERAGE,
                 row["overage"],
                 gettext_noop("Overage above the reservation in %(pool)s"),
-                pool.hourly_price_per_gpu,
+                price.hourly,
                 1,
             ),
-            (LineKind.SPILL, row["spill"], gettext_noop("Spill into %(pool)s"), pool.hourly_price_per_gpu, 1),
-            (LineKind.LENDING_CREDIT, row["lent"], wording.LENDING_CREDIT, pool.lending_price_per_gpu, -1),
+            (LineKind.SPILL, row["spill"], gettext_noop("Spill into %(pool)s"), price.hourly, 1),
+            (LineKind.LENDING_CREDIT, row["lent"], wording.LENDING_CREDIT, price.lending, -1),
         ):
             if not gpu_seconds:
                 continue
-            key = f"{kind}:pool:{pool_id}"
-            price = prices.get((team_id, key), default_price)
+            # a stretch of days at prices that changed within the month is a line of its own, from its first day
+            key = f"{kind}:pool:{pool.pk}" + (f":from:{price.first:%Y-%m-%d}" if row["span"] else "")
+            unit_price = prices.get((team_id, key), default_price)
             charges[team_id].append(
                 Charge(
                     key=key,
                     kind=kind,
-                    pool_id=pool_id,
+                    pool_id=pool.pk,
                     reservation_id=None,
                     **_described(Words(label, {"pool": pool.name})),
                     quantity=hours(gpu_seconds),
                     unit=GPU_HOURS,
-                    unit_price=price,
-                    amount=sign * hourly_cost(gpu_seconds, price),
+                    unit_price=unit_price,
+                    amount=sign * hourly_cost(gpu_seconds, unit_price),
                 )
             )
     return dict(charges)

@@ -33,6 +33,7 @@ from .forecast import Forecast, forecast_month
 from .models import DailyUsage
 from .money import QUANTITY_PLACES, UNIT_PRICE_PLACES, as_text, format_money, hourly_cost, round_half_up
 from .periods import SECONDS_PER_HOUR, month_bounds, month_of, next_month, previous_month
+from .prices import Price, price_on, price_spans
 
 HISTORY_DAYS = 180  # the daily costs the forecast calibrates on
 FIT_MONTHS = 3  # the whole months the advice is fitted on
@@ -53,21 +54,20 @@ def variable_costs(*, team: Team, first: date, last: date, month: date) -> tuple
         )
     )
     pools = Pool.objects.in_bulk({pool_id for _day, pool_id, *_seconds in rows})
-    month_seconds: dict[int, list[Decimal]] = {}
+    spans = price_spans(pools.values(), first, last)  # each day at its own prices
+    month_seconds: dict[tuple[int, Price], list[Decimal]] = {}
     for day, pool_id, overage, spill, lent in rows:
-        pool = pools[pool_id]
-        paid = Fraction(overage + spill) * Fraction(pool.hourly_price_per_gpu)
-        credited = Fraction(lent) * Fraction(pool.lending_price_per_gpu)
+        price = price_on(spans[pool_id], day)
+        paid = Fraction(overage + spill) * Fraction(price.hourly)
+        credited = Fraction(lent) * Fraction(price.lending)
         costs[day] += round_half_up((paid - credited) / Fraction(SECONDS_PER_HOUR), EXACT_PLACES)
         if day >= month:
-            sums = month_seconds.setdefault(pool_id, [ZERO, ZERO, ZERO])
+            sums = month_seconds.setdefault((pool_id, price), [ZERO, ZERO, ZERO])
             sums[0], sums[1], sums[2] = sums[0] + overage, sums[1] + spill, sums[2] + lent
     so_far = sum(
         (
-            hourly_cost(overage, pools[pool_id].hourly_price_per_gpu)
-            + hourly_cost(spill, pools[pool_id].hourly_price_per_gpu)
-            - hourly_cost(lent, pools[pool_id].lending_price_per_gpu)
-            for pool_id, (overage, spill, lent) in month_seconds.items()
+            hourly_cost(overage, price.hourly) + hourly_cost(spill, price.hourly) - hourly_cost(lent, price.lending)
+            for (_pool_id, price), (overage, spill, lent) in month_seconds.items()
         ),
         ZERO,
     )

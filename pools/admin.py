@@ -7,7 +7,7 @@ from portal.admin import AuditedAdminMixin, MembershipInline
 from portal.models import Team
 
 from . import services, teams
-from .models import ContractChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
+from .models import ContractChange, NamespaceLimits, Node, Pool, PriceChange, Quota, QuotaRequest, Reservation
 
 
 @admin.register(Team)
@@ -47,9 +47,18 @@ class ContractChangeInline(admin.TabularInline):
         return False
 
 
+class PriceChangeInline(ContractChangeInline):
+    """The prices' history, read only: `services.save_pool` writes it, and billing prices each day's usage from it
+    (a row changed here would re-price days already used)."""
+
+    model = PriceChange
+    fields = ["effective_from", "hourly_price_per_gpu", "lending_price_share", "changed_by", "recorded_at"]
+    readonly_fields = fields
+
+
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
-    inlines = [ContractChangeInline]
+    inlines = [ContractChangeInline, PriceChangeInline]
     list_display = [
         "name",
         "slug",

@@ -20,10 +20,10 @@ from portal import audit
 from portal.models import Team
 from portal.retry import retry_on_conflict
 
-from . import fixed, projection
+from . import fixed, history, projection
 from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
-from .models import ContractChange, LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
+from .models import LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
 from .peaks import Period, peak_gpus
 
 
@@ -333,7 +333,8 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
             )
     pool.save()
     if pool.is_reserved and pool.contracted_gpus is not None:
-        _record_contract(pool=pool, previous=previous, user=user)
+        history.record_contract(pool=pool, previous=previous, user=user)
+    history.record_prices(pool=pool, previous=previous, user=user)
     if spill_pools is not None:
         pool.spill_pools.set(spill_pools)
     reassign_nodes()
@@ -346,20 +347,6 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
     )
     projection.kueue_changed()
     return pool
-
-
-def _record_contract(*, pool: Pool, previous: Pool | None, user) -> None:
-    """Keep the contract's history (`ContractChange`, read by metering): a row from now on when it is new or changed;
-    a pool with no row yet first gets its previous contract from its creation, so days before now keep it."""
-    if previous is not None and previous.is_reserved and previous.contracted_gpus == pool.contracted_gpus:
-        return
-    if previous is not None and previous.contracted_gpus is not None and not pool.contract_changes.exists():
-        ContractChange.objects.create(
-            pool=pool, contracted_gpus=previous.contracted_gpus, effective_from=pool.created_at
-        )
-    ContractChange.objects.create(
-        pool=pool, contracted_gpus=pool.contracted_gpus, effective_from=timezone.now(), changed_by=user
-    )
 
 
 @transaction.atomic

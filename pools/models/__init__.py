@@ -19,10 +19,18 @@ from django.utils.translation import gettext_lazy as _
 from portal.models import SLUG_VALIDATOR, Team, TeamScopedQuerySet
 
 from ..choices import QUOTA_REQUEST_TRANSITIONS, Lending, PoolKind, QuotaRequestState, lendable_gpus
-from .changes import ContractChange, LendingChange  # noqa: F401 (models of the app, defined apart)
+from .changes import ContractChange, LendingChange, PriceChange  # noqa: F401 (models of the app, defined apart)
 from .labels import validate_selector, validate_taints  # noqa: F401 (the fields' validators; migrations name them here)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def lending_price(hourly_price: Decimal, share: Decimal) -> Decimal:
+    """What a lender is credited per GPU-hour lent: the hourly price × the lending share, to four places (half up) —
+    the unit price of its credit line."""
+    return (hourly_price * share).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+
+
 ZERO = Decimal("0")
 DEFAULT_LENDING_PRICE_SHARE = Decimal("0.5")
 
@@ -60,7 +68,12 @@ class Pool(models.Model):
         _("monthly price per GPU"), max_digits=12, decimal_places=2, default=ZERO, validators=[MinValueValidator(ZERO)]
     )
     hourly_price_per_gpu = models.DecimalField(
-        _("hourly price per GPU"), max_digits=12, decimal_places=4, default=ZERO, validators=[MinValueValidator(ZERO)]
+        _("hourly price per GPU"),
+        max_digits=12,
+        decimal_places=4,
+        default=ZERO,
+        validators=[MinValueValidator(ZERO)],
+        help_text=_("A change of a price applies from the next UTC midnight: usage before it keeps the price it had."),
     )
     lending_price_share = models.DecimalField(
         _("lending price share"),
@@ -121,11 +134,8 @@ class Pool(models.Model):
 
     @property
     def lending_price_per_gpu(self) -> Decimal:
-        """What a lender is credited per GPU-hour lent: the hourly price × the lending share, to four places (half
-        up) — the unit price of its credit line."""
-        return (self.hourly_price_per_gpu * self.lending_price_share).quantize(
-            Decimal("0.0001"), rounding=ROUND_HALF_UP
-        )
+        """What a lender is credited per GPU-hour lent at the pool's prices now: `lending_price`."""
+        return lending_price(self.hourly_price_per_gpu, self.lending_price_share)
 
     def clean(self) -> None:
         errors = {}

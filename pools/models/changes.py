@@ -1,4 +1,5 @@
-"""Settings that metering reads as they were at each moment: a reservation's lending and a reserved pool's contract.
+"""Settings that metering and billing read as they were at each moment: a reservation's lending, a reserved pool's
+contract and a pool's prices.
 
 Each is a row per change with the moment it takes effect; rows are only ever added, so metering a past day again
 (a late interval, a recomputed rollup) splits that day's lending as it was then, whatever changed since.
@@ -61,3 +62,33 @@ class ContractChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pool}: {self.contracted_gpus} GPUs from {self.effective_from:%Y-%m-%d %H:%M}"
+
+
+class PriceChange(models.Model):
+    """A pool's hourly price and lending share for its usage from the UTC day `effective_from` on (until its next
+    change). The prices of a day are those of the latest change on or before it (of several for one day, the last
+    written); before its first change, those of the first; a pool without any change has its own fields every day.
+    `pools.history.record_prices` writes one at a pool's creation (from that day) and at each change of its prices,
+    from the next UTC day: a day's usage is priced once, at the prices in force all that day, and a price never
+    changes what was used before it. Rows are only ever added."""
+
+    pool = models.ForeignKey(
+        "pools.Pool", verbose_name=_("pool"), on_delete=models.CASCADE, related_name="price_changes"
+    )
+    hourly_price_per_gpu = models.DecimalField(_("hourly price per GPU"), max_digits=12, decimal_places=4)
+    lending_price_share = models.DecimalField(_("lending price share"), max_digits=5, decimal_places=4)
+    effective_from = models.DateField(_("effective from (UTC day)"))
+    changed_by = models.ForeignKey(
+        "portal.User", verbose_name=_("changed by"), on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    recorded_at = models.DateTimeField(_("recorded at"), auto_now_add=True)
+
+    class Meta:
+        app_label = "pools"
+        verbose_name = _("price change")
+        verbose_name_plural = _("price changes")
+        ordering = ["pool", "effective_from", "id"]
+        indexes = [models.Index(fields=["pool", "effective_from"], name="pools_price_change_at")]
+
+    def __str__(self) -> str:
+        return f"{self.pool}: {self.hourly_price_per_gpu} per GPU-hour from {self.effective_from:%Y-%m-%d}"

@@ -179,6 +179,21 @@ def test_the_pool_view_of_a_closed_month_shows_the_credits_invoiced_whatever_the
     assert april["lending_price"] == Decimal("4.5000")
 
 
+def test_a_lending_share_changed_after_the_lending_keeps_its_credit(story):
+    """Alpha lent on March 3rd at 9.0000 a GPU-hour; on March 4th the share is halved (from March 5th). March's
+    draft, the pool view and what Alpha earned this month still credit 22 GPU-hours at 9.0000: 198.00."""
+    with time_machine.travel(at(4, 12), tick=False):
+        story["pool"].lending_price_share = Decimal("0.25")
+        pool_services.save_pool(pool=story["pool"])
+    refresh(at(6))
+    credit = Invoice.objects.get(team=story["alpha"], month=MARCH).lines.get(kind=LineKind.LENDING_CREDIT)
+    assert (credit.unit_price, credit.amount) == (Decimal("9.0000"), Decimal("-198.00"))
+    [row] = [r for r in selectors.pool_month(month=MARCH, now=at(6)) if r["pool"] == story["pool"]]
+    assert row["lending_credits"] == Decimal("198.00") and row["lending_price"] == Decimal("4.5000")  # today's
+    earned = selectors.earned_this_month(team=story["alpha"], now=at(6))[story["pool"].pk]
+    assert (earned["earned"], earned["lending_price"]) == (Decimal("198.00"), Decimal("4.5000"))
+
+
 def test_lending_none_lends_nothing_and_the_borrower_pays_the_same(story):
     # from March 1 until the protect change at 02:00, and, written after it at the same instant, from 02:00 on
     LendingChange.objects.create(reservation=story["reservation"], lending=Lending.NONE, effective_from=at(1))

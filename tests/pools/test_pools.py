@@ -99,10 +99,11 @@ def test_a_contract_keeps_its_history_and_django_admin_shows_it_read_only(client
     assert history == [16, 24]
     client.force_login(platform_admin)
     response = client.get(reverse("admin:pools_pool_change", args=[pool.pk]))
-    [inline] = response.context["inline_admin_formsets"]
+    inline, prices = response.context["inline_admin_formsets"]
     shown = [(form.form.instance.contracted_gpus, form.form.instance.changed_by) for form in inline]
     assert shown == [(16, platform_admin), (24, platform_admin)]
-    assert not inline.has_add_permission and not inline.has_change_permission and not inline.has_delete_permission
+    for each in (inline, prices):
+        assert not each.has_add_permission and not each.has_change_permission and not each.has_delete_permission
 
 
 def test_a_contract_changed_in_django_admin_is_recorded(client, platform_admin):
@@ -117,6 +118,7 @@ def test_a_contract_changed_in_django_admin_is_recorded(client, platform_admin):
     data |= {"contracted_gpus": "20", "spill_pools": [], "apply_taints": "on" if pool.apply_taints else ""}
     for name in ("TOTAL_FORMS", "INITIAL_FORMS", "MIN_NUM_FORMS", "MAX_NUM_FORMS"):
         data[f"contract_changes-{name}"] = "0"
+        data[f"price_changes-{name}"] = "0"
     response = client.post(url, data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert list(pool.contract_changes.values_list("contracted_gpus", "changed_by")) == [
