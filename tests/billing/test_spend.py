@@ -278,3 +278,18 @@ def test_the_advice_counts_the_months_since_the_team_came_to_the_pool(team, rese
         advice = spend.team_advice(team=team, now=june)
     assert (advice.first_month, advice.months) == (at(1, month=3).date(), 3)
     assert advice.advice.advised.reserved_gpus == 6
+
+
+def test_a_net_lenders_chart_reaches_below_zero_and_stays_inside(db):
+    """A team whose credits exceed its costs: its variable part falls below zero. Every point of the chart stays
+    within the plot, and the axis (zero) is drawn above the lowest point."""
+    from billing.forecast import forecast_month
+
+    days = [Decimal("-100")] * 10
+    forecast = forecast_month(days_in_month=30, days_elapsed=10, fixed=Decimal(0), daily_variable=days * 12)
+    chart = spend.forecast_chart(forecast, days, at(1).date())
+    points = [tuple(map(Decimal, point.split(","))) for point in chart["spent_points"].split()]
+    points += [tuple(map(Decimal, point.split(","))) for point in chart["band_points"].split()]
+    ys = [y for _x, y in points] + [chart["expected"]["y1"], chart["expected"]["y2"]]
+    assert all(spend.PAD <= y <= spend.HEIGHT - spend.PAD for y in ys), ys
+    assert chart["axis_y"] < max(ys)  # zero is above the month's end (-3,000.00)
