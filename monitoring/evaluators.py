@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Max, Q, Sum
+from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_noop
 
 from billing.budget import budget_statuses
@@ -57,7 +58,9 @@ def _utilisation(kind: str, run: TelemetryRun | None) -> list[Observation] | Non
     if run is None:
         return None
     observations = []
-    samples = UtilisationSample.objects.filter(at=run.at, scope__in=[Scope.POOL, Scope.TEAM], gpus__gt=0)
+    samples = UtilisationSample.objects.filter(
+        at=run.at, scope__in=[Scope.POOL, Scope.TEAM], gpus__gt=0, util_avg__isnull=False
+    )
     for sample in samples.select_related("pool", "team"):
         if sample.scope == Scope.POOL:
             observations.append(
@@ -87,18 +90,25 @@ def _minutes(delta: timedelta) -> float:
 
 
 def queue_wait(now: datetime) -> list[Observation]:
-    jobs = Job.objects.filter(state__in=WAITING_STATES).values_list("pk", "name", "team_id", "pool_id", "created_at")
+    """How long each job not started yet has waited: since it last went to Queued (its submission, or its preemption:
+    a job preempted a minute ago after running for hours has waited a minute)."""
+    last_queued = Max("events__at", filter=Q(events__to_state=JobState.QUEUED))
+    jobs = (
+        Job.objects.filter(state__in=WAITING_STATES)
+        .annotate(waiting_since=Coalesce(last_queued, "created_at"))
+        .values_list("pk", "name", "team_id", "pool_id", "waiting_since")
+    )
     return [
         Observation(
             AlertKind.QUEUE_WAIT,
             f"job:{pk}",
             Words(gettext_noop("job %(name)s (#%(id)s)"), {"name": name, "id": pk}),
-            _minutes(now - created_at),
+            _minutes(now - waiting_since),
             pool_id=pool_id,
             team_id=team_id,
             job_id=pk,
         )  # fmt: skip
-        for pk, name, team_id, pool_id, created_at in jobs
+        for pk, name, team_id, pool_id, waiting_since in jobs
     ]
 
 

@@ -177,7 +177,7 @@ def _matchers(*pairs: tuple[str, str, str]) -> str:
     return "{" + ", ".join(parts) + "}" if parts else ""
 
 
-def _expression(kind: str, threshold, matchers: str, group_by: str) -> str:
+def _expression(kind: str, threshold, matchers: str, group_by: str, pools: str = "") -> str:
     sign = ">" if DEFAULT_RULES[kind].comparison == "above" else "<"
     value = f"{threshold:f}".rstrip("0").rstrip(".") if "." in f"{threshold:f}" else f"{threshold:f}"
     if kind == AlertKind.GPU_MEMORY_HIGH:
@@ -186,58 +186,85 @@ def _expression(kind: str, threshold, matchers: str, group_by: str) -> str:
     if kind == AlertKind.GPU_TEMPERATURE_HIGH:
         return f"DCGM_FI_DEV_GPU_TEMP{matchers} {sign} {value}"
     if kind == AlertKind.POD_PENDING:  # kube-state-metrics; the threshold (minutes) is the "for"
-        return f'kube_pod_status_phase{matchers[:-1] + ", " if matchers else "{"}phase="Pending"}} == 1'
+        # A Pending pod has no node yet: its pool is the portal's label on it (kube_pod_labels, which exports it
+        # when kube-state-metrics is given --metric-labels-allowlist=pods=[reservoir.io/pool]).
+        pending = f'kube_pod_status_phase{matchers[:-1] + ", " if matchers else "{"}phase="Pending"}} == 1'
+        if not pools:
+            return pending
+        operator, matcher = pools
+        return f"({pending}) {operator} on(namespace, pod) kube_pod_labels{{{POD_POOL_LABEL}{matcher}}}"
     return f"avg by ({group_by}) (avg_over_time(DCGM_FI_DEV_GPU_UTIL{matchers}[5m])) {sign} {value}"
+
+
+# kube-state-metrics' name for the portal's `reservoir.io/pool` label of a pod
+POD_POOL_LABEL = "label_reservoir_io_pool"
+UTILISATION_KINDS = (AlertKind.GPU_UTILISATION_LOW, AlertKind.GPU_UTILISATION_HIGH)
+
+
+def _entries(kind, book, rules_rows, pools, teams) -> list[tuple]:
+    """(scope, effective rule, label matchers, group by, pod pools) per rule Prometheus evaluates for `kind`, as the
+    portal evaluates its subjects: a team's override for its namespace, a pool's for its nodes (its pods, for Pod
+    Pending), the default for the rest. Utilisation is judged per pool (all its GPUs, held or free) and per team
+    (the GPUs its pods hold), so each pool has a rule of its own and the teams' default leaves free GPUs out."""
+    default = book.for_subject(kind)
+    pool_overrides = [r for r in rules_rows if r.kind == kind and r.pool_id]
+    team_overrides = [r for r in rules_rows if r.kind == kind and r.team_id]
+    team_namespaces = [teams[r.team_id].namespace for r in team_overrides]
+    teams_only = [("namespace", "!~", _alternatives(team_namespaces))]
+    overridden = [
+        (f"team {teams[r.team_id].slug}", book.for_subject(kind, team_id=r.team_id),
+         [("namespace", "=", teams[r.team_id].namespace)], "namespace", "")
+        for r in team_overrides
+    ]  # fmt: skip
+    if kind in UTILISATION_KINDS:
+        per_pool = [
+            (f"pool {pool.slug}", book.for_subject(kind, pool_id=pool.pk),
+             [("Hostname", "=~", _alternatives(node.name for node in pool.nodes.all()))], "job", "")
+            for pool in sorted(pools.values(), key=lambda pool: pool.slug)
+            if pool.nodes.all()
+        ]  # fmt: skip
+        teams_default = ("teams", default, [("namespace", "=~", ".+"), *teams_only], "namespace", "")
+        return [*per_pool, teams_default, *overridden]
+    if kind == AlertKind.POD_PENDING:
+        slugs = _alternatives(pools[r.pool_id].slug for r in pool_overrides)
+        entries = [("default", default, teams_only, "", ("unless", f'=~"{slugs}"') if slugs else "")]
+        entries += [
+            (f"pool {pools[r.pool_id].slug}", book.for_subject(kind, pool_id=r.pool_id), teams_only, "",
+             ("and", f'="{pools[r.pool_id].slug}"'))
+            for r in pool_overrides
+        ]  # fmt: skip
+        return [*entries, *overridden]
+    override_hosts = [node.name for r in pool_overrides for node in pools[r.pool_id].nodes.all()]
+    entries = [("default", default, [*teams_only, ("Hostname", "!~", _alternatives(override_hosts))], "", "")]
+    for rule in pool_overrides:
+        hosts = [node.name for node in pools[rule.pool_id].nodes.all()] or ["no-node-seen-yet"]
+        entries.append(
+            (f"pool {pools[rule.pool_id].slug}", book.for_subject(kind, pool_id=rule.pool_id),
+             [("Hostname", "=~", _alternatives(hosts)), *teams_only], "", "")
+        )  # fmt: skip
+    return [*entries, *overridden]
 
 
 def prometheus_rules(*, as_custom_resource: bool = True) -> str:
     """The portal's rules that Prometheus can evaluate itself, with pool and team overrides as their own rules.
-    Pools are matched by their nodes' names (the DCGM `Hostname` label), teams by their namespace."""
+    Pools are matched by their nodes' names (the DCGM `Hostname` label; a Pending pod's by its pool label), teams by
+    their namespace."""
     rules_rows = list(AlertRule.objects.select_related("pool", "team"))
     book = RuleBook(rules_rows)
     pools = {pool.pk: pool for pool in Pool.objects.prefetch_related("nodes")}
     teams = {team.pk: team for team in Team.objects.all()}
     groups = []
     for kind in PROMETHEUS_KINDS:
-        default = book.for_subject(kind)
-        pool_overrides = [r for r in rules_rows if r.kind == kind and r.pool_id]
-        team_overrides = [r for r in rules_rows if r.kind == kind and r.team_id]
-        team_namespaces = [teams[r.team_id].namespace for r in team_overrides]
-        override_hosts = [node.name for r in pool_overrides for node in pools[r.pool_id].nodes.all()]
-        node_label = "node" if kind == AlertKind.POD_PENDING else "Hostname"
-        entries = [
-            (
-                "default",
-                default,
-                [
-                    ("namespace", "!~", _alternatives(team_namespaces)),
-                    (node_label, "!~", _alternatives(override_hosts)),
-                ],
-            )
-        ]
-        for rule in pool_overrides:
-            hosts = [node.name for node in pools[rule.pool_id].nodes.all()] or ["no-node-seen-yet"]
-            entries.append(
-                (f"pool {pools[rule.pool_id].slug}", book.for_subject(kind, pool_id=rule.pool_id),
-                 [(node_label, "=~", _alternatives(hosts)), ("namespace", "!~", _alternatives(team_namespaces))])
-            )  # fmt: skip
-        for rule in team_overrides:
-            entries.append(
-                (f"team {teams[rule.team_id].slug}", book.for_subject(kind, team_id=rule.team_id),
-                 [("namespace", "=", teams[rule.team_id].namespace)])
-            )  # fmt: skip
+        entries = _entries(kind, book, rules_rows, pools, teams)
         rules = []
-        for scope, effective, matchers in entries:
+        for scope, effective, matchers, group_by, pod_pools in entries:
             if not effective.enabled:
                 continue
             for_seconds = effective.for_seconds
             threshold = effective.threshold
             if kind == AlertKind.POD_PENDING:
                 for_seconds = int(threshold * 60)
-            utilisation = kind in (AlertKind.GPU_UTILISATION_LOW, AlertKind.GPU_UTILISATION_HIGH)
-            # Utilisation: one value per team namespace, or one for the whole pool; the others: one per GPU.
-            group_by = ("job" if scope.startswith("pool") else "namespace") if utilisation else ""
-            expr = _expression(kind, threshold, _matchers(*matchers), group_by)
+            expr = _expression(kind, threshold, _matchers(*matchers), group_by, pod_pools)
             labels = {"severity": effective.severity, "reservoir_rule": str(kind.value), "scope": scope}
             rules.append(
                 {

@@ -110,12 +110,9 @@ class UtilisationSample(models.Model):
     )
     gpus = models.PositiveIntegerField(_("GPUs reporting"))
     gpus_busy = models.PositiveIntegerField(_("GPUs held by pods"))
-    util_avg = models.FloatField(
-        _("utilisation avg"),
-    )
-    util_max = models.FloatField(
-        _("utilisation max"),
-    )
+    # None when no GPU of the sample reported its utilisation (not 0 %: nothing to alert on)
+    util_avg = models.FloatField(_("utilisation avg"), null=True)
+    util_max = models.FloatField(_("utilisation max"), null=True)
     memory_used_percent_avg = models.FloatField(_("memory used percent avg"), null=True)
     memory_used_percent_max = models.FloatField(_("memory used percent max"), null=True)
     temperature_max = models.FloatField(_("temperature max"), null=True)
@@ -147,7 +144,8 @@ class UtilisationSample(models.Model):
         indexes = [models.Index(fields=["scope", "at"], name="monitoring_sample_scope_at")]
 
     def __str__(self) -> str:
-        return f"{self.scope} {self.pool_id or self.team_id or self.job_id} at {self.at:%H:%M:%S}: {self.util_avg:.0f}%"
+        util = "no utilisation" if self.util_avg is None else f"{self.util_avg:.0f}%"
+        return f"{self.scope} {self.pool_id or self.team_id or self.job_id} at {self.at:%H:%M:%S}: {util}"
 
 
 class JobUtilisation(models.Model):

@@ -65,7 +65,7 @@ def job_gpu_utilisation(job, *, points: int = 60) -> JobGpuUtilisation:
     if summary is None or not summary.samples:
         return JobGpuUtilisation(has_data=False, idle_threshold_percent=settings.MONITORING_IDLE_GPU_PERCENT)
     recent = list(
-        UtilisationSample.objects.filter(scope=Scope.JOB, job=job)
+        UtilisationSample.objects.filter(scope=Scope.JOB, job=job, util_avg__isnull=False)
         .order_by("-at")
         .values_list("util_avg", flat=True)[:points]
     )

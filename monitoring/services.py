@@ -24,7 +24,7 @@ from portal.mail import mail_leads
 from .choices import OPEN_STATES, AlertKind, AlertState, NotificationStatus
 from .evaluators import observe_all
 from .models import Alert, AlertNotification, AlertRule
-from .rules import DEFAULT_RULES, Action, RuleBook, decide
+from .rules import BELOW, DEFAULT_RULES, Action, RuleBook, decide
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +78,9 @@ def evaluate_alerts(*, now: datetime | None = None) -> dict[str, int]:
             alert.pool_id, alert.team_id, alert.job_id = observation.pool_id, observation.team_id, observation.job_id
             alert.severity = rule.severity
             alert.value = observation.value
+            # the worst value seen: the lowest for a rule that fires below its threshold, else the highest
             worse = observation.value > alert.peak_value
-            if DEFAULT_RULES[kind].comparison != "above":
+            if DEFAULT_RULES[kind].comparison == BELOW:
                 worse = observation.value < alert.peak_value
             alert.peak_value = observation.value if worse else alert.peak_value
             alert.threshold = rule.threshold
@@ -213,7 +214,12 @@ def deliver_notification(notification_id: int, *, final_attempt: bool = False) -
             return notification.status
         notification.attempts += 1
         notification.save(update_fields=["attempts"])
-        payload = webhook_payload(notification.alert, notification.event)
+        # A firing notification retried after its alert resolved says so (status resolved, with its end): it may
+        # reach the receiver after the resolution did, and must not leave the alert open there.
+        alert = notification.alert
+        payload = webhook_payload(
+            alert, AlertState.RESOLVED if alert.state == AlertState.RESOLVED else notification.event
+        )
     url = settings.ALERT_WEBHOOK_URL
     if not url:
         AlertNotification.objects.filter(pk=notification_id).update(status=NotificationStatus.SKIPPED)

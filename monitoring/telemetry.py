@@ -145,8 +145,9 @@ def rollup(rows: list[GpuRow]) -> dict:
     return {
         "gpus": len(rows),
         "gpus_busy": sum(1 for row in rows if row.busy),
-        "util_avg": _mean(utils) or 0.0,
-        "util_max": max(utils, default=0.0),
+        # no GPU said how busy it is (a MIG GPU, a missing series): no utilisation, not 0 %
+        "util_avg": _mean(utils),
+        "util_max": max(utils, default=None),
         "memory_used_percent_avg": _mean(memory),
         "memory_used_percent_max": max(memory, default=None),
         "temperature_max": max(temperatures, default=None),
@@ -227,6 +228,8 @@ def _update_job_summaries(at: datetime, job_samples: dict[int, UtilisationSample
         summary = existing.get(job_id) or JobUtilisation(job_id=job_id)
         if summary.last_at is not None and summary.last_at >= at:
             continue  # this step (or a later one) is already counted
+        if sample.util_avg is None:
+            continue  # no utilisation reported this step: nothing to count, and no sign of idleness
         summary.samples += 1
         summary.util_sum += sample.util_avg
         summary.last_util = sample.util_avg

@@ -188,7 +188,9 @@ def _dcgm_utilisation(pool_ids: list[int], now: datetime) -> dict[int, tuple[flo
     from monitoring.models import UtilisationSample
 
     rows = (
-        UtilisationSample.objects.filter(scope=Scope.POOL, pool_id__in=pool_ids, at__gte=now - DCGM_FRESH)
+        UtilisationSample.objects.filter(
+            scope=Scope.POOL, pool_id__in=pool_ids, at__gte=now - DCGM_FRESH, util_avg__isnull=False
+        )
         .order_by("pool_id", "-at")
         .distinct("pool_id")
         .values_list("pool_id", "util_avg", "at")

@@ -59,3 +59,14 @@ def test_the_firing_budget_alert_reaches_the_leads_by_email_in_their_language(
     assert mail.to == ["leo@example.com"]
     assert "Alpha" in mail.subject and "预算" in mail.body
     assert "/billing/teams/alpha/" in mail.body
+
+
+def test_the_worst_share_spent_is_the_highest(team, lead, pod, elastic_pool, reservation):
+    """A budget alert fires at or above its share: its worst value is the highest share seen (it kept the lowest)."""
+    _spend(team, pod, elastic_pool, reservation)
+    set_budget(team=team, monthly_cap=Decimal("100"), user=lead, now=NOW)  # 85 %
+    services.evaluate_alerts(now=NOW)
+    set_budget(team=team, monthly_cap=Decimal("90"), user=lead, now=NOW)  # 94.4 %
+    services.evaluate_alerts(now=NOW)
+    alert = Alert.objects.get(kind=AlertKind.BUDGET_USED)
+    assert (round(alert.value, 1), round(alert.peak_value, 1)) == (94.4, 94.4)
