@@ -9,6 +9,8 @@ from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.shortcuts import render
 
+from portal.models import User
+
 from . import oidc, services
 
 logger = logging.getLogger(__name__)
@@ -39,6 +41,11 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         return True
 
     def pre_social_login(self, request, sociallogin):
+        if (sociallogin.state or {}).get("process") not in (None, "login"):
+            # never joined to the account signed in now (`ReservoirOIDCProvider.redirect` starts sign-ins only)
+            raise ImmediateHttpResponse(self._refused(request, "connect", status=400))
+        if not sociallogin.is_existing and self._address_taken(sociallogin):
+            raise ImmediateHttpResponse(self._refused(request, "email-in-use", status=403))
         expected = (sociallogin.state or {}).get("nonce")
         received = (sociallogin.account.extra_data.get("id_token") or {}).get("nonce")
         if not expected or received != expected:
@@ -50,6 +57,19 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
                     status=400,
                 )
             )
+
+    @staticmethod
+    def _refused(request, reason: str, *, status: int):
+        context = {"provider": oidc.provider_label(), "reason": reason}
+        return render(request, "socialaccount/authentication_error.html", context, status=status)
+
+    @staticmethod
+    def _address_taken(sociallogin) -> bool:
+        """Whether another account has the address the provider gave, in any case: allauth compares it lowercased
+        with the stored one, and Django keeps an address's local part as it was typed (Eve.Smith@…)."""
+        addresses = {address.email for address in sociallogin.email_addresses} | {sociallogin.user.email or ""}
+        addresses.discard("")
+        return any(User.objects.filter(email__iexact=address).exists() for address in addresses)
 
     def on_authentication_error(self, request, provider, error=None, exception=None, extra_context=None):
         """Say in the log why a sign-in through the provider failed: the page the user sees only says that it did."""

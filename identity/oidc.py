@@ -15,6 +15,7 @@ import secrets
 
 import requests
 from allauth.socialaccount.internal import jwtkit
+from allauth.socialaccount.providers.base.constants import AuthProcess
 from allauth.socialaccount.providers.oauth2.client import OAuth2Error
 from allauth.socialaccount.providers.oauth2.views import OAuth2CallbackView, OAuth2LoginView
 from allauth.socialaccount.providers.openid_connect.provider import OpenIDConnectProvider
@@ -80,6 +81,9 @@ class ReservoirOIDCProvider(OpenIDConnectProvider):
         return self.get_auth_params()
 
     def redirect(self, request, process, next_url=None, data=None, **kwargs):
+        # A sign-in, whatever `?process=` asks: allauth's "connect" would join the provider identity to the account
+        # signed in now (a break-glass admin's too, by a plain link), and sign-ins through it would then land there.
+        process = AuthProcess.LOGIN
         nonce = secrets.token_urlsafe(32)
         auth_params = kwargs.pop("auth_params", None) or self.get_auth_params()
         auth_params["nonce"] = nonce
