@@ -1,6 +1,9 @@
+import copy
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.utils.translation import gettext_lazy as _
 
 from portal.admin import AuditedAdminMixin, MembershipInline
@@ -56,8 +59,42 @@ class PriceChangeInline(ContractChangeInline):
     readonly_fields = fields
 
 
+class _DryRun(Exception):
+    pass
+
+
+class ServiceCheckedAdminMixin:
+    """What the service refuses comes back as the form's errors, with what was typed, instead of a 500: the form's
+    validation runs `save_model` (the service) on a copy of the object in a savepoint that is always rolled back (its
+    writes, audit entries and after-commit tasks with it). The real save follows, in the same request."""
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form_class = super().get_form(request, obj, change=change, **kwargs)
+        model_admin = self
+
+        class ServiceChecked(form_class):
+            def _post_clean(self):
+                super()._post_clean()
+                if self._errors:
+                    return
+                probe = copy.copy(self.instance)
+                probe._state = copy.copy(self.instance._state)
+                try:
+                    with transaction.atomic():
+                        model_admin.save_model(request, probe, self, change)
+                        raise _DryRun
+                except _DryRun:
+                    pass
+                except ValidationError as error:
+                    errors = error.error_dict if hasattr(error, "error_dict") else {None: error.error_list}
+                    for field, messages in errors.items():
+                        self.add_error(field if field in self.fields else None, messages)
+
+        return ServiceChecked
+
+
 @admin.register(Pool)
-class PoolAdmin(admin.ModelAdmin):
+class PoolAdmin(ServiceCheckedAdminMixin, admin.ModelAdmin):
     inlines = [ContractChangeInline, PriceChangeInline]
     list_display = [
         "name",
@@ -82,8 +119,12 @@ class PoolAdmin(admin.ModelAdmin):
         return {} if obj is not None else {"slug": ["name"]}
 
     def save_model(self, request, obj, form, change):
-        # Spill pools are saved by save_related after this; the service audits the pool's own fields.
-        services.save_pool(pool=obj, user=request.user)
+        # the spill pools too: the service checks them (not itself) and audits them with the pool's fields
+        services.save_pool(pool=obj, spill_pools=list(form.cleaned_data.get("spill_pools", [])), user=request.user)
+
+    def save_related(self, request, form, formsets, change):
+        form.cleaned_data.pop("spill_pools", None)  # saved by the service above
+        super().save_related(request, form, formsets, change)
 
     def delete_model(self, request, obj):
         services.delete_pool(pool=obj, user=request.user)
@@ -130,7 +171,7 @@ class ReservationAdminForm(forms.ModelForm):
 
 
 @admin.register(Reservation)
-class ReservationAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class ReservationAdmin(ServiceCheckedAdminMixin, AuditedAdminMixin, admin.ModelAdmin):
     form = ReservationAdminForm
     list_display = ["team", "pool", "gpus", "starts_at", "ends_at", "monthly_price_per_gpu", "created_by"]
     list_filter = ["pool", "team"]
@@ -165,18 +206,28 @@ class ReservationAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(Quota)
-class QuotaAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class QuotaAdmin(ServiceCheckedAdminMixin, AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["team", "pool", "max_gpus", "updated_at"]
     list_filter = ["pool", "team"]
     list_select_related = ["team", "pool"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["team", "pool"] if obj else []  # another team or pool is another quota: add it
 
     def save_model(self, request, obj, form, change):
         saved = services.set_quota(team=obj.team, pool=obj.pool, max_gpus=obj.max_gpus, user=request.user)
         obj.pk = saved.pk
 
+    def delete_model(self, request, obj):
+        services.delete_quota(quota=obj, user=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for quota in queryset:
+            services.delete_quota(quota=quota, user=request.user)
+
 
 @admin.register(NamespaceLimits)
-class NamespaceLimitsAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class NamespaceLimitsAdmin(ServiceCheckedAdminMixin, AuditedAdminMixin, admin.ModelAdmin):
     list_display = [
         "team",
         "requests_cpu_millicores",

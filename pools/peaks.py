@@ -2,7 +2,7 @@
 (`pools.services`: a pool's reservations never add up to more than its contract at any moment)."""
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 @dataclass(frozen=True)
@@ -31,3 +31,9 @@ def peak_gpus(periods: list[Period], *, within_start: datetime, within_end: date
         held += delta
         peak = max(peak, held)
     return peak
+
+
+def peak_from_now(reservations, *, now: datetime) -> int:
+    """The most GPUs `reservations` (a queryset) hold at one moment from `now` on."""
+    rows = reservations.filter(ends_at__gt=now).values_list("starts_at", "ends_at", "gpus")
+    return peak_gpus([Period(*row) for row in rows], within_start=now, within_end=datetime.max.replace(tzinfo=UTC))

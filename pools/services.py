@@ -24,7 +24,7 @@ from . import fixed, history, projection
 from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
 from .models import LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
-from .peaks import Period, peak_gpus
+from .peaks import Period, peak_from_now, peak_gpus
 
 
 @transaction.atomic
@@ -197,6 +197,20 @@ def _check_contract(*, pool: Pool, reservation: Reservation) -> None:
         )
 
 
+@transaction.atomic
+def delete_quota(*, quota: Quota, user=None) -> None:
+    """Remove a team's quota in a pool (Django admin): audited, and the namespace and Kueue reconciled at once, as
+    any quota change."""
+    Team.objects.select_for_update(no_key=True).filter(pk=quota.team_id).first()
+    quota = Quota.objects.select_for_update(of=("self",)).select_related("team", "pool").get(pk=quota.pk)
+    before, pk = audit.snapshot(quota), quota.pk
+    quota.delete()
+    quota.pk = pk
+    audit.record(actor=user, action="quota.delete", instance=quota, before=before, after=None)
+    projection.namespace_changed(quota.team)
+    projection.kueue_changed()
+
+
 @retry_on_conflict
 @transaction.atomic
 def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
@@ -212,18 +226,13 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     if quota is not None:
         quota.team, quota.pool = team, pool  # what the audit entry's text names, without reading them again
     before = audit.snapshot(quota)
-    reserved_now = sum(
-        Reservation.objects.filter(team=team, pool=pool).active_at(timezone.now()).values_list("gpus", flat=True)
-    )
-    if max_gpus < reserved_now:
-        raise ValidationError(
-            {
-                "max_gpus": _(
-                    "%(team)s reserves %(reserved)d GPUs of %(pool)s right now; the quota must be at least that."
-                )
-                % {"team": team.name, "reserved": reserved_now, "pool": pool.name}
-            }
+    # the team's reservations there from now on, at their peak: one that starts in an hour counts too
+    reserved = peak_from_now(Reservation.objects.filter(team=team, pool=pool), now=timezone.now())
+    if max_gpus < reserved:
+        message = _(
+            "%(team)s reserves up to %(reserved)d GPUs of %(pool)s from now on; the quota must be at least that."
         )
+        raise ValidationError({"max_gpus": message % {"team": team.name, "reserved": reserved, "pool": pool.name}})
     in_use = _check_jobs_fit(team=team, pool=pool, max_gpus=max_gpus)
     if quota is None:
         quota = Quota(team=team, pool=pool, max_gpus=max_gpus)
@@ -356,6 +365,14 @@ def delete_pool(*, pool: Pool, user=None) -> None:
 
     before = _pool_snapshot(pool)
     pk = pool.pk
+    if (
+        Quota.objects.filter(pool=pool).exists()
+        or QuotaRequest.objects.filter(pool=pool, state=QuotaRequestState.PENDING).exists()
+    ):
+        # they would go with it, unaudited: each is removed (or decided) on its own first
+        raise ValidationError(
+            _("%(pool)s has team quotas or pending quota requests: remove or decide them first.") % {"pool": pool.name}
+        )
     try:
         with transaction.atomic():
             pool.delete()
@@ -466,6 +483,16 @@ def approve_quota_request(*, request: QuotaRequest, user, note: str = "") -> Quo
     _require_admin(user, _("Only a platform admin can approve a quota request."))
     quota_request = _lock_quota_request(request)
     quota_request.check_transition(QuotaRequestState.APPROVED)  # before set_quota: a decided request stays so
+    current = Quota.objects.filter(team=quota_request.team, pool=quota_request.pool).values_list("max_gpus", flat=True)
+    if (current.first() or 0) != quota_request.previous_max_gpus:
+        # approving would silently undo the change made since the lead asked
+        raise ValidationError(
+            _(
+                "The quota changed since this request was made (%(then)d GPUs then, %(now)d now): reject it, and the "
+                "lead may ask again."
+            )
+            % {"then": quota_request.previous_max_gpus, "now": current.first() or 0}
+        )
     try:
         set_quota(team=quota_request.team, pool=quota_request.pool, max_gpus=quota_request.max_gpus, user=user)
     except ValidationError as error:

@@ -7,6 +7,7 @@ on the pool). Quotas cap how many GPUs a team may use at once in a pool, and the
 How a reservation's lending and a reserved pool's contract changed over time is kept apart (`changes`).
 """
 
+from datetime import timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.core.exceptions import ValidationError
@@ -23,6 +24,8 @@ from .changes import ContractChange, LendingChange, PriceChange  # noqa: F401 (m
 from .labels import validate_selector, validate_taints  # noqa: F401 (the fields' validators; migrations name them here)
 
 GPU_RESOURCE = "nvidia.com/gpu"
+MAX_RESERVATION_YEARS = 10
+MAX_RESERVATION = timedelta(days=MAX_RESERVATION_YEARS * 366)
 
 
 def lending_price(hourly_price: Decimal, share: Decimal) -> Decimal:
@@ -263,6 +266,9 @@ class Reservation(models.Model):
         errors = {}
         if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
             errors["ends_at"] = _("The reservation must end after it starts.")
+        elif self.starts_at and self.ends_at and self.ends_at - self.starts_at > MAX_RESERVATION:
+            # a typo in the year (2206, 9999) would mark decades of days for metering, or overflow a date
+            errors["ends_at"] = _("A reservation lasts at most %(years)d years.") % {"years": MAX_RESERVATION_YEARS}
         if self.pool_id and not self.pool.is_reserved:
             errors["pool"] = _("Only reserved pools take reservations; %(pool)s is %(kind)s.") % {
                 "pool": self.pool,

@@ -79,7 +79,7 @@ def test_approve_below_the_reservation_answers_400_and_the_request_stays_pending
     quota_request = ask(team, pool, lead, max_gpus=1)  # alpha reserves 4 GPUs of train
     response = api(world["admin"]).post(f"{URL}{quota_request.pk}/approve/", {}, format="json")
     assert response.status_code == 400
-    assert "reserves 4 GPUs of Training" in response.json()["non_field_errors"][0]
+    assert "reserves up to 4 GPUs of Training" in response.json()["non_field_errors"][0]
     quota_request.refresh_from_db()
     assert quota_request.is_pending and Quota.objects.get(team=team, pool=pool).max_gpus == 8
 

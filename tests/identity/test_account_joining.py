@@ -5,38 +5,20 @@ admin's."""
 
 # ruff: noqa: F811 - the stand-in provider (tests/identity/test_id_token_checks.py's fixture) is imported by name
 
-import time
-import urllib.parse
-
 import pytest
 from allauth.socialaccount.models import SocialAccount
 from django.urls import reverse
 
 from portal.models import Membership, User
 from tests.factories import UserFactory
-from tests.identity.test_id_token_checks import forger  # noqa: F401  (fixture)
+from tests.identity.test_id_token_checks import forger, sign_in_with  # noqa: F401  (forger: a fixture)
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "pw-for-tests"
 
 
 def forge_callback(client, forger, start_url, **changes):
-    answer = client.get(start_url)
-    assert answer.status_code == 302, answer.content[:300]
-    query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(answer["Location"]).query))
-    now = int(time.time())
-    forger.claims = {
-        "iss": forger.issuer,
-        "aud": "reservoir-tests",
-        "sub": "eve",
-        "iat": now,
-        "exp": now + 300,
-        "nonce": query["nonce"],
-        "preferred_username": "eve",
-        "groups": ["gpu-llm"],
-        **changes,
-    }
-    return client.get(f"/accounts/oidc/sso/login/callback/?code=forged&state={query['state']}")
+    return sign_in_with(client, forger, start=start_url, **changes)
 
 
 def test_a_signed_in_break_glass_account_cannot_be_joined_to_a_provider_identity(client, forger, settings):

@@ -90,9 +90,10 @@ def forger(settings, db):
     provider.stop()
 
 
-def sign_in_with(client, forger, **changes):
-    """Start a sign-in, forge the ID token the token endpoint will answer with, come back with the state."""
-    answer = client.post("/accounts/oidc/sso/login/", {"process": "login"})
+def sign_in_with(client, forger, start=None, **changes):
+    """Start a sign-in (or open `start`, a URL that starts one), forge the ID token the token endpoint will answer
+    with, come back with the state."""
+    answer = client.get(start) if start else client.post("/accounts/oidc/sso/login/", {"process": "login"})
     assert answer.status_code == 302, answer.content[:300]
     query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(answer["Location"]).query))
     now = int(time.time())

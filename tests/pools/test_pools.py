@@ -148,7 +148,7 @@ def test_quota_may_not_go_below_the_current_reservation(team):
     ReservationFactory(team=team, pool=pool, gpus=8)
     with pytest.raises(ValidationError) as error:
         services.set_quota(team=team, pool=pool, max_gpus=4)
-    assert "reserves 8 GPUs" in str(error.value)
+    assert "reserves up to 8 GPUs" in str(error.value)
     assert not Quota.objects.exists()
 
 

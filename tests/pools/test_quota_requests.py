@@ -127,7 +127,7 @@ def test_approval_below_the_reservation_fails(lead, team, pool, quota, platform_
     request = ask(team, pool, lead, max_gpus=3)
     with pytest.raises(ValidationError) as error:
         services.approve_quota_request(request=request, user=platform_admin)
-    assert "reserves 4 GPUs" in messages_of(error)
+    assert "reserves up to 4 GPUs" in messages_of(error)
     request.refresh_from_db()
     assert request.is_pending
 
