@@ -112,7 +112,7 @@ events AS (
 """
 
 # Each reservation's lending setting over time: the default until its first change, then each change until the next
-# (of changes at the same instant the last one written wins, as in pools.services.lending_at).
+# (of changes at the same instant the last one written wins, as in pools.history.lending_at).
 _LENDING_PERIODS_SQL = """
 lending_periods AS (
     SELECT c.reservation_id, c.effective_from AS p_from,

@@ -1,11 +1,13 @@
-"""The histories a pool's changes leave, for metering and billing to read as they were at each moment: its contract
-(`ContractChange`) and its prices (`PriceChange`). Written by `services.save_pool`, in its transaction."""
+"""The histories changes leave, for metering and billing to read as they were at each moment: a pool's contract
+(`ContractChange`) and prices (`PriceChange`), written by `services.save_pool` in its transaction; and a reservation's
+lending (`LendingChange`, written by `services.set_lending`), read back by `lending_at`."""
 
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from .models import ContractChange, Pool, PriceChange
+from .choices import Lending
+from .models import ContractChange, LendingChange, Pool, PriceChange
 
 
 def record_contract(*, pool: Pool, previous: Pool | None, user) -> None:
@@ -47,3 +49,14 @@ def record_prices(*, pool: Pool, previous: Pool | None, user) -> None:
         pool=pool, hourly_price_per_gpu=prices[0], lending_price_share=prices[1],
         effective_from=today + timedelta(days=1), changed_by=user,
     )  # fmt: skip
+
+
+def lending_at(changes: list[LendingChange], at: datetime) -> tuple[str, int]:
+    """The (lending, protected GPUs) in force at `at` among one reservation's `changes` (ordered by
+    `effective_from`): the latest at or before it, else the default (lend idle GPUs, none protected)."""
+    setting = (Lending.IDLE, 0)
+    for change in changes:
+        if change.effective_from > at:
+            break
+        setting = (change.lending, change.protected_gpus)
+    return setting

@@ -41,8 +41,9 @@ def create_reservation(
     """Reserve `gpus` GPUs of `pool` for `team` over [starts_at, ends_at), at the pool's price unless given.
 
     Raises ValidationError when the pool is not reserved, the period is empty, or the pool's contract would be
-    exceeded at any moment of the period.
+    exceeded at any moment of the period. The team's quota there is raised to cover its reservations (`_cover`).
     """
+    Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()  # the team before the pool, as set_quota
     pool = Pool.objects.select_for_update().get(pk=pool.pk)
     reservation = Reservation(
         team=team,
@@ -60,13 +61,25 @@ def create_reservation(
     audit.record(
         actor=user, action="reservation.create", instance=reservation, before=None, after=audit.snapshot(reservation)
     )
-    projection.kueue_changed()
+    if not _cover(team=team, pool=pool, user=user):  # (a quota raised was reprojected with it)
+        projection.kueue_changed()
     return reservation
+
+
+def _cover(*, team: Team, pool: Pool, user) -> bool:
+    """A quota is the reservation plus any extra: one below the team's reservations from now on is raised (audited);
+    else Kueue would give the reservation while submission and the ResourceQuota held the team to the quota."""
+    reserved = peak_from_now(Reservation.objects.filter(team=team, pool=pool), now=timezone.now())
+    if reserved <= (Quota.objects.filter(team=team, pool=pool).values_list("max_gpus", flat=True).first() or 0):
+        return False
+    set_quota(team=team, pool=pool, max_gpus=reserved, user=user)
+    return True
 
 
 @transaction.atomic
 def end_reservation(*, reservation: Reservation, ends_at: datetime, user=None) -> Reservation:
-    """Move a reservation's end earlier or later (later is checked against the contract)."""
+    """Move a reservation's end earlier or later (later is checked against the contract, and the quota covers it)."""
+    Team.objects.select_for_update(no_key=True).filter(pk=reservation.team_id).first()
     pool = Pool.objects.select_for_update().get(pk=reservation.pool_id)
     reservation = Reservation.objects.select_for_update().get(pk=reservation.pk)
     before = audit.snapshot(reservation)
@@ -83,7 +96,8 @@ def end_reservation(*, reservation: Reservation, ends_at: datetime, user=None) -
         before=before,
         after=audit.snapshot(reservation),
     )
-    projection.kueue_changed()
+    if not _cover(team=reservation.team, pool=pool, user=user):
+        projection.kueue_changed()
     return reservation
 
 
@@ -154,17 +168,6 @@ def set_lending(*, reservation: Reservation, lending: str, protected_gpus: int =
     )
     projection.kueue_changed()
     return reservation
-
-
-def lending_at(changes: list[LendingChange], at: datetime) -> tuple[str, int]:
-    """The (lending, protected GPUs) in force at `at` among one reservation's `changes` (ordered by
-    `effective_from`): the latest at or before it, else the default (lend idle GPUs, none protected)."""
-    setting = (Lending.IDLE, 0)
-    for change in changes:
-        if change.effective_from > at:
-            break
-        setting = (change.lending, change.protected_gpus)
-    return setting
 
 
 def _check_contract(*, pool: Pool, reservation: Reservation) -> None:

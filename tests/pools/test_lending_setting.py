@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.utils import timezone
 
-from pools import services
+from pools import history, services
 from pools.choices import Lending, lendable_gpus, lendable_gpus_sql
 from pools.models import LendingChange
 from portal.models import AuditEntry
@@ -80,9 +80,9 @@ def test_the_setting_at_a_moment_is_the_latest_change_at_or_before_it(reservatio
         reservation=reservation, lending=Lending.PROTECT, protected_gpus=2, user=lead, at=start + timedelta(hours=2)
     )
     changes = list(reservation.lending_changes.all())
-    assert services.lending_at(changes, start) == (Lending.IDLE, 0)  # before any change: the default
-    assert services.lending_at(changes, start + timedelta(hours=1)) == (Lending.NONE, 0)
-    assert services.lending_at(changes, start + timedelta(minutes=150)) == (Lending.PROTECT, 2)
+    assert history.lending_at(changes, start) == (Lending.IDLE, 0)  # before any change: the default
+    assert history.lending_at(changes, start + timedelta(hours=1)) == (Lending.NONE, 0)
+    assert history.lending_at(changes, start + timedelta(minutes=150)) == (Lending.PROTECT, 2)
 
 
 @pytest.mark.parametrize("gpus", [0, 1, 4, 8])

@@ -156,7 +156,7 @@ def test_a_teams_jobs_fill_its_reservation_by_priority_then_admission_and_the_re
 def test_the_pending_view_says_a_lenders_job_waits_for_its_lent_gpus_and_the_cap_on_that_wait(
     client, lead, team, pool, reservation, borrowing
 ):
-    QuotaFactory(team=team, pool=pool, max_gpus=8)
+    # (the team's quota is its reservation's 8 GPUs: the reservation made it so)
     mine = JobFactory(team=team, pool=pool, state=JobState.QUEUED, gpus=8, termination_grace_seconds=30)
     borrowing.termination_grace_seconds = 45
     borrowing.save()

@@ -231,3 +231,30 @@ def test_admin_changing_a_quotas_team_changes_that_row(client, platform_admin, t
     rows = sorted(Quota.objects.values_list("team__slug", "max_gpus"))
     # either refused (the form again) or the row moved: never a second row while the first stays as it was
     assert rows == [("alpha", 4)], rows  # team and pool are read-only on a quota's page
+
+
+def test_a_reservation_raises_the_teams_quota_to_cover_it(team, platform_admin):
+    """A quota is the team's reservation plus any extra: a reservation above it raises it (audited), so that Kueue,
+    submission and the namespace's ResourceQuota give the team the same GPUs."""
+    pool = PoolFactory(slug="a800", contracted_gpus=16)
+    QuotaFactory(team=team, pool=pool, max_gpus=2)
+    now = timezone.now()
+    services.create_reservation(
+        team=team, pool=pool, gpus=8, starts_at=now - timedelta(hours=1), ends_at=now + timedelta(days=30),
+        user=platform_admin,
+    )  # fmt: skip
+    assert Quota.objects.get(team=team, pool=pool).max_gpus == 8
+    entry = AuditEntry.objects.filter(action="quota.set").latest("id")
+    assert (entry.before["max_gpus"], entry.after["max_gpus"], entry.actor) == (2, 8, platform_admin)
+    # a second one, from day 20, overlaps the first: 12 at the peak
+    services.create_reservation(
+        team=team, pool=pool, gpus=4, starts_at=now + timedelta(days=20), ends_at=now + timedelta(days=60),
+        user=platform_admin,
+    )  # fmt: skip
+    assert Quota.objects.get(team=team, pool=pool).max_gpus == 12
+    services.set_quota(team=team, pool=pool, max_gpus=16, user=platform_admin)  # extra above it stays
+    services.create_reservation(
+        team=team, pool=pool, gpus=2, starts_at=now + timedelta(days=70), ends_at=now + timedelta(days=80),
+        user=platform_admin,
+    )  # fmt: skip
+    assert Quota.objects.get(team=team, pool=pool).max_gpus == 16
