@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
+from itertools import accumulate
 
 from django.db import connection
 from django.db.models import Min
@@ -162,7 +163,7 @@ def forecast_chart(
     variable_low = forecast.variable_so_far + forecast.rest_low
     top = max([forecast.variable_high, budget_line or ZERO, Decimal(1)]) * Decimal("1.05")
     # A net lender's variable part goes below zero (credits above its costs): the chart reaches down to it.
-    running = [sum(month_days[:index], ZERO) for index in range(1, len(month_days) + 1)]
+    running = list(accumulate(month_days))
     bottom = min([ZERO, variable_low, *running]) * Decimal("1.05")
     days = forecast.days_in_month
 

@@ -329,11 +329,7 @@ def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -
     if spill_pools is not None and any(other.pk == pool.pk for other in spill_pools if pool.pk):
         raise ValidationError({"spill_pools": _("A pool cannot spill into itself.")})
     if previous is not None and pool.is_reserved and pool.contracted_gpus is not None:
-        now = timezone.now()
-        rows = Reservation.objects.filter(pool=pool, ends_at__gt=now).values_list("starts_at", "ends_at", "gpus")
-        peak = peak_gpus(
-            [Period(*row) for row in rows], within_start=now, within_end=datetime.max.replace(tzinfo=now.tzinfo)
-        )
+        peak = peak_from_now(Reservation.objects.filter(pool=pool), now=timezone.now())
         if pool.contracted_gpus < peak:
             raise ValidationError(
                 {
