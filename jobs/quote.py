@@ -227,6 +227,7 @@ class TeamQueue:
     holding: list[Holding]
     waiting: list[Waiting]
     history: RunHistory
+    ceiling: dict[int, int] = field(default_factory=dict)  # pool id -> `pools.lending.most_available_to` there
     reclaim: dict[int, tuple[int, int]] = field(default_factory=dict)  # pool id -> (GPUs lent out, seconds to return)
     pool_names: dict[int, str] = field(default_factory=dict)
     delay: StartDelay = field(default_factory=StartDelay)
@@ -244,8 +245,9 @@ class TeamQueue:
 @dataclass
 class Quote:
     """When one job starts: `estimate` within [`low`, `high`] (80 %), `latest` if every job runs to its maximum; all
-    None when it cannot start with the team's quota, or when Kueue has admitted it but the scheduler finds no node for
-    its pods (`unplaced`: no time is known for that). `basis` says why, as items `jobs.quote_words.basis_in_words`
+    None when it cannot start with the team's quota, when Kueue has admitted it but the scheduler finds no node for
+    its pods (`unplaced`), or when it waits for GPUs other teams borrow in its pools' cohorts (`waits_for_others`, or
+    behind a job that does): no time is known for those. `basis` says why, as items `jobs.quote_words.basis_in_words`
     words."""
 
     starts_now: bool
@@ -256,10 +258,11 @@ class Quote:
     pool_id: int | None = None
     basis: list[dict] = field(default_factory=list)
     unplaced: bool = False
+    waits_for_others: bool = False
 
     @property
     def never(self) -> bool:
-        return self.estimate is None and not self.unplaced
+        return self.estimate is None and not self.unplaced and not self.waits_for_others
 
     def sooner_than(self, other: "Quote", *, by: timedelta) -> bool:
         """Starts meaningfully sooner than `other`: its estimate at least `by` earlier (or `other` never starts)."""
@@ -277,6 +280,7 @@ class _Run:
     freed_by_running: dict[int, int] = field(default_factory=dict)  # index -> GPUs running jobs gave back before it
     reclaimed: dict[int, int] = field(default_factory=dict)  # index -> GPUs reclaimed before it
     preempted: dict[int, tuple[int, int]] = field(default_factory=dict)  # index -> (jobs, GPUs) it stops to start
+    capacity: dict[int, int] = field(default_factory=dict)  # pool id -> the most GPUs the team can ever hold there
 
 
 @dataclass(slots=True)
@@ -403,12 +407,15 @@ def _replay(queue: TeamQueue, *, level: float, now: datetime, running: list[tupl
         coming[key] = job
         events.append((at, key))
     heapq.heapify(events)
-    run = _Run()
-    # A job larger than all its team could ever hold in its pools waits for ever: it blocks nobody (Kueue sets it
-    # aside as inadmissible).
+    # A job larger than all its team could ever hold in its pools (`ceiling`) waits for ever: it blocks nobody (Kueue
+    # sets it aside as inadmissible). One within it may wait for other teams' borrowed GPUs, which the replay does
+    # not see return: it gets no time (`Quote.waits_for_others`).
     capacity = dict(queue.room)
     for pool_id, gpus in [*((each.pool_id, each.gpus) for each in held.values()), *reclaims.values()]:
         capacity[pool_id] = capacity.get(pool_id, 0) + gpus
+    for pool_id, gpus in queue.ceiling.items():
+        capacity[pool_id] = max(capacity.get(pool_id, 0), gpus)
+    run = _Run(capacity=capacity)
     # Kueue's order: priority, then submission (the order of `waiting`); a preempted job is requeued behind the jobs of
     # its priority already queued.
     left: list[tuple[tuple[int, int], int | None, Waiting]] = [
@@ -541,6 +548,9 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
     if ahead:
         basis.append({"say": "ahead", "jobs": len(ahead), "gpus": sum(other.gpus for other in ahead)})
     if index not in runs[LATEST].starts:
+        if any(runs[LATEST].capacity.get(pool_id, 0) >= job.gpus for pool_id in job.pools):  # others' GPUs to wait
+            basis.append({"say": "others", "pool": queue.pool_names.get(home, "")})
+            return Quote(starts_now=False, estimate=None, low=None, high=None, basis=basis, waits_for_others=True)
         basis.append({"say": "never", "gpus": job.gpus, "pool": queue.pool_names.get(home, "")})
         return Quote(starts_now=False, estimate=None, low=None, high=None, basis=basis)
     times = sorted(runs[level].starts.get(index, runs[LATEST].starts[index])[0] for level in (LOW, ESTIMATE, HIGH))

@@ -81,7 +81,7 @@ def _nodes_can_hold(pool: Pool, *, gpus: int, nodes: int) -> bool:
 
 def _meaningfully(base: Quote, *, now: datetime) -> timedelta:
     """How much sooner an alternative must start to be offered: 5 minutes, or a tenth of the wait if longer."""
-    if base.never:
+    if base.estimate is None:  # it never starts, or no time is known: any quoted start is sooner
         return timedelta(0)
     return max(timedelta(minutes=5), (base.estimate - now) / 10)
 

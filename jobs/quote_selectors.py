@@ -16,7 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from pools.choices import PoolKind
-from pools.lending import pool_lending, team_uses
+from pools.lending import TeamUse, most_available_to, pool_lending, team_uses
 from pools.models import Pool, Quota
 from pools.occupancy import pool_occupancy
 from pools.selectors import spill_targets
@@ -318,16 +318,22 @@ def _team_queues(team_ids, *, now: datetime | None, extra_pools: dict | None) ->
     }
     pools = {pool.pk: pool for pool in Pool.objects.filter(pk__in={p for _t, p in pairs})}
     uses = team_uses(sorted(pools), now=now)
-    room = quota_room(pairs, quotas=quotas, now=now, pools=pools, uses=uses)
-    reclaim = _reclaims(team_ids, list(pools.values()), now=now, uses=uses)
+    lending = pool_lending(pools=list(pools.values()), now=now, uses=uses)
+    room = quota_room(pairs, quotas=quotas, now=now, pools=pools, uses=uses, lending=lending)
+    reclaim = _reclaims(team_ids, list(pools.values()), now=now, uses=uses, lending=lending)
     fractions = run_fractions(team_ids, now=now)
     delay = StartDelay.fitted(*start_delays(now=now))
     stops = StopTimes.fitted(stop_fractions(now=now))
     free_blocks = {pool_id: each.largest_free_block for pool_id, each in pool_occupancy(sorted(pools)).items()}
     submitted = recent_submissions(team_ids, now=now, spill=spill)
     rooms: dict[int, dict[int, int]] = {team_id: {} for team_id in team_ids}
+    ceilings: dict[int, dict[int, int]] = {team_id: {} for team_id in team_ids}
     for (team_id, pool_id), (_quota, left) in room.items():
         rooms.setdefault(team_id, {})[pool_id] = max(left, 0)
+        use = uses.get(pool_id, {}).get(team_id) or TeamUse(team_id=team_id)
+        ceilings.setdefault(team_id, {})[pool_id] = most_available_to(
+            use, quota=quotas.get((team_id, pool_id), 0), cohort_quota=lending[pool_id].cohort_quota
+        )
     pool_names = {pool.pk: pool.name for pool in pools.values()}
     queues = {}
     for team_id in team_ids:
@@ -335,6 +341,7 @@ def _team_queues(team_ids, *, now: datetime | None, extra_pools: dict | None) ->
             team_id=team_id,
             best_effort=strategies.get(team_id) == QueueingStrategy.BEST_EFFORT_FIFO,
             room=rooms[team_id],
+            ceiling=ceilings[team_id],
             holding=[],
             waiting=waiting[team_id],
             history=RunHistory.fitted(fractions.get(team_id, [])),
@@ -355,16 +362,17 @@ def _team_queues(team_ids, *, now: datetime | None, extra_pools: dict | None) ->
     return queues
 
 
-def _reclaims(team_ids, pools: list[Pool], *, now: datetime, uses: dict) -> dict[int, dict[int, tuple[int, int]]]:
-    """Per team and reserved pool: GPUs of its reservation other teams hold now (`pool_lending`'s attribution, on
-    `uses`, the pools' `team_uses`) and how long Kueue's reclaim takes — the longest grace period of the other teams'
-    jobs there, capped by the platform's cap. One query."""
+def _reclaims(
+    team_ids, pools: list[Pool], *, now: datetime, uses: dict, lending: dict
+) -> dict[int, dict[int, tuple[int, int]]]:
+    """Per team and reserved pool: GPUs of its reservation other teams hold now (`lending`, the pools'
+    `pool_lending`) and how long Kueue's reclaim takes — the longest grace period of the other teams' jobs there,
+    capped by the platform's cap. One query."""
     from .models import Job
 
     reserved = [pool for pool in pools if pool.kind == PoolKind.RESERVED]
     if not reserved:
         return {}
-    lending = pool_lending(pools=reserved, now=now, uses=uses)
     graces: dict[int, dict[int, int]] = {}
     for team_id, pool_id, grace in (
         Job.objects.in_use(pools=reserved)
@@ -376,8 +384,8 @@ def _reclaims(team_ids, pools: list[Pool], *, now: datetime, uses: dict) -> dict
         graces.setdefault(pool_id, {})[team_id] = grace
     cap = max_grace_seconds()
     reclaims: dict[int, dict[int, tuple[int, int]]] = {}
-    for pool_id, pool in lending.items():
-        for team_id, lent in pool.lent_by_team.items():
+    for pool_id in (pool.pk for pool in reserved):
+        for team_id, lent in lending[pool_id].lent_by_team.items():
             if team_id in team_ids and lent:
                 others = [g for other, g in graces.get(pool_id, {}).items() if other != team_id]
                 reclaims.setdefault(team_id, {})[pool_id] = (lent, min(max(others, default=0), cap))

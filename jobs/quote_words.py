@@ -73,6 +73,9 @@ def _basis_item(item: dict, now: datetime) -> str:
         return _("Kueue has admitted it: it starts as soon as its pods are placed on nodes")
     if say == "spills":
         return _("in %(pool)s, a spill pool") % item
+    if say == "others":
+        text = _("other teams' jobs hold GPUs of %(pool)s your team may use: they return as those jobs end (no time)")
+        return text % item
     if say == "never":
         return _("it needs %(gpus)d GPUs, more than your team can ever hold in %(pool)s") % item
     return ""
@@ -90,6 +93,8 @@ def quote_in_words(quote: Quote, *, now: datetime | None = None) -> str:
     now = now or timezone.now()
     if quote.unplaced:
         return _("waits for a node")
+    if quote.waits_for_others:
+        return _("waits for GPUs other teams borrow")
     if quote.never:
         return _("cannot start with your team's quota")
     if quote.starts_now:
@@ -111,6 +116,7 @@ class QuoteWords:
     starts_now: bool
     never: bool
     unplaced: bool
+    waits_for_others: bool
     estimate: datetime | None
     low: datetime | None
     high: datetime | None
@@ -124,6 +130,7 @@ def worded(quote: Quote, *, now: datetime | None = None) -> QuoteWords:
         starts_now=quote.starts_now,
         never=quote.never,
         unplaced=quote.unplaced,
+        waits_for_others=quote.waits_for_others,
         estimate=quote.estimate,
         low=quote.low,
         high=quote.high,

@@ -325,20 +325,28 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
 
 
 def quota_room(
-    team_pools, *, quotas: dict[tuple[int, int], int], now=None, pools: dict | None = None, uses: dict | None = None
+    team_pools,
+    *,
+    quotas: dict[tuple[int, int], int],
+    now=None,
+    pools: dict | None = None,
+    uses: dict | None = None,
+    lending: dict | None = None,
 ) -> dict[tuple[int, int], tuple[int, int]]:
     """Per (team id, pool id) of `team_pools`: (GPUs the team uses in the pool, GPUs it can still be admitted on
     there), from the numbers Kueue admits by (`pools.lending`: GPUs in use where Kueue admitted them, reservations,
     lending, the cohort's free GPUs). Kueue's "N more needed" for a job of G GPUs is G minus the second figure, so
     the pending page's reason and hint say the same N. Four queries at most (three when `pools`, the Pool rows by id,
-    are passed, one when `uses`, `pools.lending.team_uses` of these pools, is too), none for no pairs."""
+    are passed, one when `uses`, `pools.lending.team_uses` of these pools, is too, none when `lending`, their
+    `pool_lending`, is too), none for no pairs."""
     team_pools = set(team_pools)
     if not team_pools:
         return {}
     pool_ids = sorted({pool_id for _team, pool_id in team_pools})
     uses = team_uses(pool_ids, now=now) if uses is None else uses
     loaded = [pools[pool_id] for pool_id in pool_ids] if pools is not None and set(pool_ids) <= pools.keys() else None
-    lending = pool_lending(pool_ids, pools=loaded, now=now, uses=uses)
+    if lending is None:
+        lending = pool_lending(pool_ids, pools=loaded, now=now, uses=uses)
     room = {}
     for team_id, pool_id in team_pools:
         use = uses.get(pool_id, {}).get(team_id) or TeamUse(team_id=team_id)

@@ -282,13 +282,19 @@ QUOTE_MOVED = timezone.timedelta(minutes=5)
 QUOTES_KEPT = 50
 
 
+def _untimed_why(basis) -> list[str]:
+    return [item.get("say") for item in basis or () if item.get("say") in ("never", "others")]
+
+
 def _quote_moved(kept, quote) -> bool:
-    """Whether `quote` says something new against the last kept one: starts now or never where it did not, a job
-    more or fewer ahead, or a bound that moved by `QUOTE_MOVED` or more. A job still quoted "starts now" says
-    nothing new (its times follow the clock while Kueue has not admitted it)."""
+    """Whether `quote` says something new against the last kept one: starts now, never or no time (waiting for other
+    teams' GPUs) where it did not, a job more or fewer ahead, or a bound that moved by `QUOTE_MOVED` or more. A job
+    still quoted "starts now" says nothing new (its times follow the clock while Kueue has not admitted it)."""
     if kept is None:
         return True
     if (kept.starts_now, kept.estimate is None) != (quote.starts_now, quote.estimate is None):
+        return True
+    if _untimed_why(kept.basis) != _untimed_why(quote.basis):  # never, or waiting for other teams' GPUs
         return True
     if quote.starts_now:
         return False

@@ -58,6 +58,7 @@ class PoolLending:
     lent_by_team: dict[int, int] = field(default_factory=dict)
     from_lenders: int = 0
     borrowable: int = 0
+    cohort_quota: int = 0  # the unreserved GPUs plus every reservation's lendable ones: the cohort's whole quota
 
     def borrowers_other_than(self, team_id: int) -> int:
         """How many teams other than `team_id` borrow in the pool now."""
@@ -86,6 +87,7 @@ def split_pool(*, unreserved: int, uses: list[TeamUse]) -> PoolLending:
         lent_by_team={team: gpus for team, gpus in lent.items() if gpus},
         from_lenders=from_lenders,
         borrowable=max(cohort_quota - cohort_used, 0),
+        cohort_quota=cohort_quota,
     )
 
 
@@ -99,6 +101,15 @@ def available_to(use: TeamUse, *, quota: int, cohort_free: int) -> int:
     used_in_cohort = max(use.used - guaranteed, 0)
     borrowing_limit = max(quota - use.reserved, 0)
     return local + min(use.lendable - used_in_cohort + borrowing_limit, cohort_free)
+
+
+def most_available_to(use: TeamUse, *, quota: int, cohort_quota: int) -> int:
+    """The most GPUs `use`'s team can ever be admitted on in the pool with its reservations of now: `available_to`
+    with none of its own GPUs in use and the cohort's whole quota free (every other team's borrowing ended, as it
+    does when their jobs end). A job above it waits for ever; one within it but above `available_to` waits for its
+    team's jobs or for other teams' borrowed GPUs."""
+    idle = TeamUse(team_id=use.team_id, reserved=use.reserved, lendable=use.lendable)
+    return available_to(idle, quota=quota, cohort_free=cohort_quota)
 
 
 def team_uses(pool_ids: list[int] | None = None, *, now: datetime | None = None) -> dict[int, dict[int, TeamUse]]:

@@ -70,7 +70,10 @@ class ExpectedStartSerializer(serializers.Serializer):
     starts_now = serializers.BooleanField(help_text=_("It fits at once (or Kueue has admitted it already)."))
     estimate = serializers.DateTimeField(
         allow_null=True,
-        help_text=_("The likely start; null when it cannot start with its team's quota, or waits for a node."),
+        help_text=_(
+            "The likely start; null when it cannot start with its team's quota, waits for a node or for GPUs other "
+            "teams borrow."
+        ),
     )
     low = serializers.DateTimeField(
         allow_null=True, help_text=_("Where the interval holding the start with 80 percent likelihood begins.")
@@ -80,6 +83,12 @@ class ExpectedStartSerializer(serializers.Serializer):
         source="unplaced",
         help_text=_(
             "Kueue has admitted it but the scheduler finds no node for its pods: no time is quoted (see basis)."
+        ),
+    )
+    waits_for_other_teams = serializers.BooleanField(
+        source="waits_for_others",
+        help_text=_(
+            "It (or a job ahead of it) waits for GPUs other teams borrow in the pool's cohort: no time is quoted."
         ),
     )
     text = serializers.CharField(help_text=_("The quote in the reader's language."))

@@ -59,7 +59,8 @@ class JobTemplate(models.Model):
 class JobQuote(models.Model):
     """A start-time quote a queued job was given (`jobs.quote`), kept when the queue moved it: the job page shows how
     its quote changed. `basis` holds the quote's reasons as `jobs.quote_words.basis_in_words` words them, in any
-    language. `estimate`, `low` and `high` are empty when the job could not start with its team's quota."""
+    language. `estimate`, `low` and `high` are empty when the job could not start with its team's quota, or waited
+    for GPUs other teams borrowed (a basis item "others")."""
 
     job = models.ForeignKey(Job, verbose_name=_("job"), on_delete=models.CASCADE, related_name="quotes")
     at = models.DateTimeField(_("quoted at"), default=timezone.now)
@@ -88,7 +89,14 @@ class JobQuote(models.Model):
     def as_quote(self):
         from ..quote import Quote
 
-        return Quote(starts_now=self.starts_now, estimate=self.estimate, low=self.low, high=self.high, basis=self.basis)
+        return Quote(
+            starts_now=self.starts_now,
+            estimate=self.estimate,
+            low=self.low,
+            high=self.high,
+            basis=self.basis,
+            waits_for_others=any(item.get("say") == "others" for item in self.basis or ()),
+        )
 
 
 class JobNotification(models.Model):
