@@ -207,16 +207,17 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
     occupancy = pool_occupancy()
 
     pods = Pod.objects.filter(phase="Pending", scheduled=False)
-    queued = Job.objects.filter(state=JobState.QUEUED)
     if pool is not None:
         pods = pods.filter(pool=pool)
-        queued = queued.filter(pool=pool)
     pod_rows = list(
         pods.values_list("team_id", "pool_id", "job_id", "gpus", "created_at", "pending_reason", "name").order_by()
     )
-    # Kueue's order within a team's ClusterQueue (one per team, all its pools): priority, then submission time.
+    # Kueue's order within a team's ClusterQueue (one per team, all its pools): priority, then submission time. Over
+    # all the team's queued jobs, whatever pool the page shows (a filter in the query would number only its rows).
     queued_rows = list(
-        queued.annotate(
+        Job.objects.filter(state=JobState.QUEUED)
+        .with_waiting_since()
+        .annotate(
             position=Window(
                 RowNumber(),
                 partition_by=[F("team_id")],
@@ -227,8 +228,11 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                 .order_by("-created_at", "-id")
                 .values("message")[:1]
             ),
-        ).values_list("id", "team_id", "pool_id", "total_gpus", "created_at", "position", "kueue_said")
+        )
+        .values_list("id", "team_id", "pool_id", "total_gpus", "waiting_since", "position", "kueue_said")
     )
+    if pool is not None:
+        queued_rows = [row for row in queued_rows if row[2] == pool.pk]
     quotas = {(t, p): q for t, p, q in Quota.objects.values_list("team_id", "pool_id", "max_gpus")}
 
     rows: list[PendingRow] = []
@@ -247,12 +251,12 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                 pod_name=pod_name if shown else "",
             )
         )
-    for job_id, team_id, pool_id, gpus, created_at, position, kueue_said in queued_rows:
+    for job_id, team_id, pool_id, gpus, waiting_since, position, kueue_said in queued_rows:
         shown = team_id in visible
         rows.append(
             PendingRow(
                 kind="queued",
-                since=created_at,
+                since=waiting_since,
                 visible=shown,
                 team_name=visible.get(team_id, ""),
                 pool=pools.get(pool_id),

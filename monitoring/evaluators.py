@@ -7,8 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Max, Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Q, Sum
 from django.utils.translation import gettext_noop
 
 from billing.budget import budget_statuses
@@ -92,10 +91,9 @@ def _minutes(delta: timedelta) -> float:
 def queue_wait(now: datetime) -> list[Observation]:
     """How long each job not started yet has waited: since it last went to Queued (its submission, or its preemption:
     a job preempted a minute ago after running for hours has waited a minute)."""
-    last_queued = Max("events__at", filter=Q(events__to_state=JobState.QUEUED))
     jobs = (
         Job.objects.filter(state__in=WAITING_STATES)
-        .annotate(waiting_since=Coalesce(last_queued, "created_at"))
+        .with_waiting_since()
         .values_list("pk", "name", "team_id", "pool_id", "waiting_since")
     )
     return [

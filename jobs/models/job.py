@@ -121,6 +121,17 @@ class JobQuerySet(TeamScopedQuerySet):
         )
         return Coalesce(models.Subquery(total, output_field=models.IntegerField()), models.Value(0))
 
+    def with_waiting_since(self) -> "JobQuerySet":
+        """Annotated with `waiting_since`: when each job last went to Queued (its submission, or its preemption: a
+        job preempted a minute ago after running for hours has waited a minute). The one rule the queue-wait alert
+        and the pending page share."""
+        last_queued = (
+            JobEvent.objects.filter(job=models.OuterRef("pk"), to_state=JobState.QUEUED)
+            .order_by("-at")
+            .values("at")[:1]
+        )
+        return self.annotate(waiting_since=Coalesce(models.Subquery(last_queued), models.F("created_at")))
+
     def expected_in_cluster(self) -> "JobQuerySet":
         """Jobs that should have a Job in the cluster now (queued ones wait there, suspended by Kueue). The one
         definition the submit task and convergence (reconcile/jobs.py) share: change it here, and both follow."""
