@@ -1,7 +1,9 @@
 """Occupancy and fragmentation of pools, computed in one SQL query from synced state.
 
 Per node: allocatable GPUs (0 unless Ready and schedulable) minus the GPUs of pods bound to it that have not
-terminated = free GPUs. A k-GPU job needs k free GPUs on one node, so the pool fits Σ ⌊free/k⌋ such jobs; the
+terminated = free GPUs. Allocated GPUs are those of Ready nodes, of the same live capacity; pods still bound to a
+NotReady node (they stay until it returns or they are deleted) are counted apart (`held_not_ready`). A k-GPU job
+needs k free GPUs on one node, so the pool fits Σ ⌊free/k⌋ such jobs; the
 free GPUs left over, Σ free − k·fits(k), are *stranded* for size k: free, but useless to a k-GPU job.
 
 A multi-node job of N nodes × G GPUs (a gang: one pod per node, all or none) fits now when at least N nodes each have
@@ -36,7 +38,8 @@ SELECT pool_id,
        COUNT(*) FILTER (WHERE ready) AS nodes_ready,
        COUNT(*) FILTER (WHERE NOT ready) AS nodes_not_ready,
        COALESCE(SUM(allocatable) FILTER (WHERE ready), 0) AS live_gpus,
-       COALESCE(SUM(used), 0) AS allocated,
+       COALESCE(SUM(used) FILTER (WHERE ready), 0) AS allocated,
+       COALESCE(SUM(used) FILTER (WHERE NOT ready), 0) AS held_not_ready,
        COALESCE(SUM(free), 0) AS free,
        COALESCE(MAX(free), 0) AS largest_free_block,
        {fits},
@@ -52,11 +55,12 @@ class Occupancy:
     nodes_ready: int = 0
     nodes_not_ready: int = 0
     live_gpus: int = 0
-    allocated: int = 0
+    allocated: int = 0  # GPUs of pods bound to Ready nodes: of `live_gpus`, as `free` is
     free: int = 0
     largest_free_block: int = 0
     fits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(JOB_SIZES, 0))
     node_free: tuple[int, ...] = ()  # free GPUs of each node that has some, largest first
+    held_not_ready: int = 0  # GPUs of pods still bound to NotReady nodes (lost with them until they return)
 
     def nodes_with_free(self, gpus: int) -> int:
         """Nodes with at least `gpus` free GPUs: the largest N for which an N × `gpus` job fits now."""
@@ -95,6 +99,7 @@ def pool_occupancy(pool_ids: list[int] | None = None) -> dict[int, Occupancy]:
             nodes_not_ready=row["nodes_not_ready"],
             live_gpus=int(row["live_gpus"]),
             allocated=int(row["allocated"]),
+            held_not_ready=int(row["held_not_ready"]),
             free=int(row["free"]),
             largest_free_block=int(row["largest_free_block"]),
             fits={size: int(row[f"fits_{size}"]) for size in JOB_SIZES},

@@ -55,6 +55,7 @@ def _occupancy_row(pool: Pool, occupancy: Occupancy | None, gang: tuple[int, int
         "contracted_gpus": pool.contracted_gpus,
         "live_gpus": occupancy.live_gpus,
         "allocated": occupancy.allocated,
+        "held_not_ready": occupancy.held_not_ready,
         "free": occupancy.free,
         "nodes_ready": occupancy.nodes_ready,
         "nodes_not_ready": occupancy.nodes_not_ready,
