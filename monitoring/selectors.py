@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.paginator import Paginator
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -99,12 +100,19 @@ def firing_count(user) -> int:
     return Alert.objects.visible_to(user).firing().count()
 
 
-def alerts_page(user, *, history_limit: int = 50) -> dict:
+HISTORY_PAGE_SIZE = 50
+
+
+def alerts_page(user, *, history_page=1) -> dict:
+    """Firing and pending alerts the user may see, and one page (`history_page`, clamped) of the resolved ones,
+    newest first: every resolved alert is on some page."""
     visible = Alert.objects.visible_to(user).select_related("pool", "team", "job")
+    resolved = visible.filter(state=AlertState.RESOLVED).order_by("-resolved_at", "-id")
+    history = Paginator(resolved, HISTORY_PAGE_SIZE).get_page(history_page)
     return {
         "firing": list(visible.filter(state=AlertState.FIRING).order_by("-fired_at")),
         "pending": list(visible.filter(state=AlertState.PENDING).order_by("active_since")),
-        "history": list(visible.filter(state=AlertState.RESOLVED).order_by("-resolved_at")[:history_limit]),
+        "history": history,
     }
 
 

@@ -10,7 +10,10 @@ from .models import Alert
 @login_required
 def alert_list(request):
     """Firing, pending and past alerts the user may see; the active part refreshes itself every 10 s."""
-    context = {**selectors.alerts_page(request.user), "rules": selectors.rules_in_effect(request.user)}
+    context = {
+        **selectors.alerts_page(request.user, history_page=request.GET.get("page")),
+        "rules": selectors.rules_in_effect(request.user),
+    }
     return render_page_or_partial(
         request, "monitoring/alert_list.html", "monitoring/partials/active_alerts.html", context
     )
