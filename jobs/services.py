@@ -230,6 +230,7 @@ def set_job_notify(*, job: Job, user, notify: list[str]) -> Job:
     job = _locked(job.pk)
     if job.submitted_by_id != user.pk:
         raise PermissionDenied(_("Only the job's submitter chooses the e-mails about it."))
+    before = audit.snapshot(job)
     if job.is_final:
         raise ValidationError(
             {"notify": _("Job #%(id)d is already %(state)s.") % {"id": job.pk, "state": job.get_state_display()}}
@@ -239,6 +240,7 @@ def set_job_notify(*, job: Job, user, notify: list[str]) -> Job:
     except ValidationError as error:
         raise ValidationError({"notify": error.messages}) from None
     job.save(update_fields=["notify"])
+    audit.record(actor=user, action="job.set_notify", instance=job, before=before, after=audit.snapshot(job))
     return job
 
 
