@@ -12,7 +12,8 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpResponse
+from django.core.validators import slug_re
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -405,6 +406,8 @@ def template_delete(request, pk: int):
 def pending(request):
     pool = None
     if slug := request.GET.get("pool"):
+        if not slug_re.fullmatch(slug):  # no pool has it (and a NUL byte would not reach the database)
+            raise Http404
         pool = get_object_or_404(Pool.objects.visible_to(request.user), slug=slug)
     overview = selectors.pending_overview(request.user, pool=pool, page_number=request.GET.get("page"))
     # Quotes for the viewer's own queued jobs (other teams' rows carry no job id: nothing of theirs), read for every
