@@ -259,6 +259,8 @@ class Quote:
     basis: list[dict] = field(default_factory=list)
     unplaced: bool = False
     waits_for_others: bool = False
+    # Kueue admits it at once at every level (in `pool_id`): "starts now" when its pods then run within a minute too.
+    admitted_now: bool = False
 
     @property
     def never(self) -> bool:
@@ -595,6 +597,4 @@ def _quote_one(queue: TeamQueue, index: int, job: Waiting, runs: dict[float, _Ru
         basis.append({"say": "unmeasured", "seconds": int(STARTS_NOW_WITHIN.total_seconds())})
     if pool_id != home:
         basis.append({"say": "spills", "pool": queue.pool_names.get(pool_id, "")})
-    return Quote(
-        starts_now=starts_now, estimate=estimate, low=low, high=high, latest=latest, pool_id=pool_id, basis=basis
-    )
+    return Quote(starts_now, estimate, low, high, latest, pool_id, basis, admitted_now=admitted_now)

@@ -49,8 +49,11 @@ class Alternative:
 
 @dataclass
 class PreviewQuote:
+    """The typed job's quote, its place in its team's queue (1: nobody ahead) and the alternatives."""
+
     quote: Quote
     alternatives: list[Alternative] = field(default_factory=list)
+    position: int = 1
 
 
 def _queue_with(queue: TeamQueue, *, waiting: Waiting, priority: int, priorities: dict[int, int]) -> TeamQueue:
@@ -124,7 +127,8 @@ def _preview_quote(*, team: Team, pool: Pool, spec: JobSpec, now: datetime) -> P
     base = quoted(
         pool_id=pool.pk, gpus_per_node=spec.gpus, placement=spec.placement, max_run_minutes=spec.max_run_minutes
     )
-    result = PreviewQuote(quote=base)
+    position = 1 + sum(1 for priority in priorities.values() if priority >= spec.priority)
+    result = PreviewQuote(quote=base, position=position)
     if base.starts_now:
         return result
     candidates: list[Alternative] = []

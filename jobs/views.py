@@ -29,7 +29,7 @@ from portal.htmx import render_page_or_partial
 from portal.throttling import counts_as_submission, not_a_write
 from teamdata.selectors import usable_by_team
 
-from . import job_templates, notifications, quote_preview, quote_selectors, reasons, selectors, services
+from . import job_templates, notifications, quote_selectors, reasons, selectors, services
 from .choices import FINAL_STATES, JobState
 from .filters import JobFilterSet
 from .forms import JobNotifyForm, JobSubmitForm
@@ -271,13 +271,12 @@ def _outlook(form: JobSubmitForm, user):
     return submit_outlook(team=data["team"], pool=data["pool"], spec=form.spec(), user=user)
 
 
-def _preview_quote(form: JobSubmitForm, outlook) -> dict | None:
-    """When the typed job would start (`quote_preview.preview_quote`) and the alternatives that start sooner, in
-    words; None while the form is incomplete or the job can never fit."""
-    if outlook is None or outlook.start == "never":
+def _preview_quote(outlook) -> dict | None:
+    """When the typed job would start (`quote_preview.preview_quote`, which the outlook read its start off) and the
+    alternatives that start sooner, in words; None while the form is incomplete or the job can never fit."""
+    preview = outlook.preview if outlook is not None else None
+    if preview is None:
         return None
-    data = form.cleaned_data
-    preview = quote_preview.preview_quote(team=data["team"], pool=data["pool"], spec=form.spec())
     return {
         "quote": worded(preview.quote),
         "alternatives": [
@@ -359,7 +358,7 @@ def job_submit_preview(request):
     context = {
         "form": form,
         "outlook": outlook,
-        "quote": _preview_quote(form, outlook),
+        "quote": _preview_quote(outlook),
         "to_fill": to_fill,
         "problems": problems,
         "templates": selectors.templates_for(request.user),
