@@ -5,12 +5,12 @@ node(s) had untolerated taint(s). no new claims to deallocate, preemption: 0/9 n
 not helpful for scheduling."). `plain_reason` keeps the first sentence (the rest is about preemption, which the
 portal's priority classes never ask of the scheduler) and turns its counted causes into one whole sentence; a cause of
 a shape not known here is not guessed at: the whole message follows, verbatim, on its own line. `fit_hint` compares
-what the work needs with the pool's occupancy right now: it fits now (the scheduler will retry), it would fit with
-soft placement in a spill pool, or the largest free block is too small. Quota waits are Kueue's: `kueue_reason` reads
-the reasons Kueue joins into its QuotaReserved message ("couldn't assign flavors to pod set main: flavor elastic
-doesn't match node affinity, insufficient unused quota for nvidia.com/gpu in flavor a800, 2 more needed") and says
-them with pool names; flavors the job's placement excludes are left out. A message of another shape is shown as it is,
-as what the cluster says.
+what the work needs with the pool's occupancy right now: it fits now (the scheduler will retry; only when the
+scheduler names no cause but GPUs, else what holds it), it would fit with soft placement in a spill pool, or the
+largest free block is too small. Quota waits are Kueue's: `kueue_reason` reads the reasons Kueue joins into its
+QuotaReserved message ("couldn't assign flavors to pod set main: flavor elastic doesn't match node affinity,
+insufficient unused quota for nvidia.com/gpu in flavor a800, 2 more needed") and says them with pool names; flavors
+the job's placement excludes are left out. A message of another shape is shown as it is, as what the cluster says.
 """
 
 import re
@@ -46,15 +46,6 @@ _KNOWN_CAUSES = [
     "not ready",
     "too many pods",
 ]
-
-
-def _cause_in_words(count: int, text: str) -> str | None:
-    """One counted cause of the scheduler's message in words; None for a cause of a shape not known here."""
-    lowered = text.lower()
-    for needle in _KNOWN_CAUSES:
-        if needle in lowered:
-            return _cause_words(needle, count)
-    return None
 
 
 def _cause_words(needle: str, count: int) -> str:
@@ -97,31 +88,41 @@ def _scheduler_head(message: str) -> str:
     return re.split(r"\.\s|\.$|,\s*preemption:", message.strip(), maxsplit=1)[0].strip()
 
 
+def _scheduler_causes(message: str) -> tuple[int, list[tuple[int, str | None, str]]] | None:
+    """The scheduler's message read: how many nodes it checked and each counted cause as (count, the known cause it
+    is, or None, its text); None for a message of another shape."""
+    head = _SCHEDULER_HEAD.match(_scheduler_head(message))
+    if not head or not head["causes"]:
+        return None
+    causes = []
+    for cause in head["causes"].split(", "):
+        match = _CAUSE.match(cause.strip())
+        needle = None
+        if match:
+            needle = next((each for each in _KNOWN_CAUSES if each in match[2].lower()), None)
+        causes.append((int(match[1]) if match else 0, needle, cause.strip()))
+    return int(head["total"]), causes
+
+
 def plain_reason(message: str) -> str:
     """The scheduler's PodScheduled=False message in whole sentences. Causes of a shape not known here are not
     guessed at: the message is then shown verbatim, on its own line, as what the cluster says."""
     if not message:
         return _("Waiting to be scheduled.")
     said = _("The cluster says: %(message)s") % {"message": message}
-    head = _SCHEDULER_HEAD.match(_scheduler_head(message))
-    if not head or not head["causes"]:
+    parsed = _scheduler_causes(message)
+    if parsed is None:
         return said
-    parts, unknown = [], False
-    for cause in head["causes"].split(", "):
-        match = _CAUSE.match(cause.strip())
-        words = _cause_in_words(int(match[1]), match[2]) if match else None
-        if words is None:
-            unknown = True
-        else:
-            parts.append(words)
+    total, causes = parsed
+    parts = [_cause_words(needle, count) for count, needle, _text in causes if needle is not None]
     if not parts:
         return said
-    total = int(head["total"])
     sentence = ngettext(
         "No node can take it now (%(n)d node checked): %(causes)s.",
         "No node can take it now (%(n)d nodes checked): %(causes)s.",
         total,
     ) % {"n": total, "causes": pgettext("between causes", "; ").join(parts)}
+    unknown = any(needle is None for _count, needle, _text in causes)
     return f"{sentence}\n{said}" if unknown else sentence
 
 
@@ -266,16 +267,61 @@ def eviction_reason(
     return _("Sent back to the queue by Kueue.")
 
 
+# Causes that rule a node out before its free GPUs are looked at: a node outside the pod's pools (their node
+# affinity, another pool's taint) or one the occupancy counts no free GPUs on (not ready, unreachable, cordoned).
+_BEFORE_GPUS = {
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/unschedulable",
+    "untolerated taint",
+    "node affinity/selector",
+    "node selector",
+    "unschedulable",
+    "not ready",
+}
+
+
+def _held_by(message: str) -> list[str] | None:
+    """What holds a pod on a node with GPUs free, in words, by the scheduler's `message`: [] when nothing but GPUs
+    (a message older than the GPUs freed since, or none yet); None when it names a cause not known here (a missing
+    volume...). Nodes ruled out before their GPUs are looked at hold it only when no node got as far: otherwise they
+    are the nodes of other pools, which every message of a cluster with several pools names."""
+    if not message:
+        return []
+    parsed = _scheduler_causes(message)
+    if parsed is None:
+        return None
+    causes = [(count, needle) for count, needle, _text in parsed[1] if needle != "insufficient nvidia.com/gpu"]
+    if any(needle is None for _count, needle in causes):
+        return None
+    held = [(count, needle) for count, needle in causes if needle not in _BEFORE_GPUS]
+    if not held and len(causes) == len(parsed[1]):  # no node got as far as its GPUs: no node of its pools fits
+        held = causes
+    return [_cause_words(needle, count) for count, needle in held]
+
+
 def fit_hint(
-    *, gpus: int, occupancy: Occupancy | None, placement: str = "", spill: list[tuple[str, Occupancy]] = ()
+    *,
+    gpus: int,
+    occupancy: Occupancy | None,
+    placement: str = "",
+    spill: list[tuple[str, Occupancy]] = (),
+    message: str = "",
 ) -> str:
-    """What would make `gpus` GPUs fit in the pool now, given its occupancy and that of its spill pools."""
+    """What would make `gpus` GPUs fit in the pool now, given its occupancy and that of its spill pools. A node with
+    the GPUs free "fits now" only when the scheduler's `message` names nothing else that holds the pod (its CPU, its
+    memory, a volume...): else the hint says what does, as the reason beside it."""
     if occupancy is None:
         return ""
     if occupancy.largest_free_block >= gpus:
-        return _("fits now: a node has %(n)d free GPUs (the scheduler retries by itself)") % {
-            "n": occupancy.largest_free_block
-        }
+        held = _held_by(message)
+        free = {"n": occupancy.largest_free_block}
+        if held is None:
+            return _("a node has %(n)d free GPUs, but the pod is held by what the cluster says") % free
+        if held:
+            causes = pgettext("between causes", "; ").join(held)
+            return _("a node has %(n)d free GPUs, but the pod is held: %(causes)s") % {**free, "causes": causes}
+        return _("fits now: a node has %(n)d free GPUs (the scheduler retries by itself)") % free
     if placement != Placement.SOFT:
         for name, other in spill:
             if other.largest_free_block >= gpus:

@@ -297,7 +297,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
             if team_pool in reclaims:
                 row.hint = reasons.reclaim_hint(reclaims[team_pool])
         else:
-            row.reason = reasons.plain_reason(row.reason)
+            message, row.reason = row.reason, reasons.plain_reason(row.reason)
             if row.pool is not None:
                 effective = Placement.SOFT if spilled else (placement or Placement.SOFT)
                 spill_occupancy = [
@@ -309,6 +309,7 @@ def pending_overview(user, *, pool: Pool | None = None, page_number=1, now=None)
                     occupancy=occupancy.get(row.pool.pk, Occupancy(pool_id=row.pool.pk)),
                     placement=effective,
                     spill=spill_occupancy,
+                    message=message,
                 )
         if row.job_id in gangs and row.pool is not None:
             nodes, gpus = gangs[row.job_id]
