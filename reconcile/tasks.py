@@ -117,6 +117,8 @@ def ensure_volume(volume_id: int) -> str:
 
 @shared_task(name="teamdata.refresh_volumes", acks_late=True)
 def refresh_volumes() -> int:
-    """Periodic: record each registered volume's claim state (bound, pending with why, lost, gone). Its next run is its
-    retry."""
-    return volumes.refresh_volumes()
+    """Periodic: record each registered volume's claim state (bound, pending with why, lost, gone), and make the claim
+    of a volume nothing has examined yet (its task gave up or was lost). Its next run is its retry: each cluster call
+    is tried once."""
+    with single_attempt():
+        return volumes.refresh_volumes()

@@ -1,7 +1,16 @@
 """Team volumes in the cluster: each registered volume's PersistentVolumeClaim is made (for a volume the portal
 creates) and its state recorded (`teamdata.services.record_claim`); the periodic refresh records every claim's
 state from one list. The rows are written by teamdata/services.py (register, unregister), which sends
-`teamdata.ensure_volume` (reconcile/tasks.py) through the outbox."""
+`teamdata.ensure_volume` (reconcile/tasks.py) through the outbox.
+
+The task is only the fast path: its message can be lost, or it can give up while the apiserver is away longer than
+its retries. A volume nothing has examined yet (`checked_at` empty: its claim was never made or read back) is
+therefore not judged from the refresh's list, which would call it Failed for a claim nobody made yet; the refresh
+runs `ensure_volume` for it instead, so its claim is made once the apiserver is back (creating is idempotent). A
+volume once examined is only recorded: a claim someone deleted by hand after it was made is not made again, the
+volume is Failed and says there is no claim."""
+
+import logging
 
 from django.utils.translation import gettext as _
 
@@ -13,6 +22,8 @@ from teamdata.models import TeamVolume
 from teamdata.services import record_claim
 
 from .namespaces import ensure as ensure_namespace
+
+log = logging.getLogger(__name__)
 
 
 def _storage_class_of(volume: TeamVolume):
@@ -81,11 +92,21 @@ def ensure_volume(volume: TeamVolume) -> str:
 
 def refresh_volumes() -> int:
     """Record the state of every registered volume's claim from one list of the cluster's claims (a pending one
-    also gets its newest warning). Returns how many volumes changed."""
+    also gets its newest warning); a volume not examined yet is made and examined by `ensure_volume` instead (see
+    module docstring). Returns how many volumes changed (or were examined)."""
     claims = resources.list_claims()
     changed = 0
     for volume in TeamVolume.objects.select_related("team").order_by("pk"):
         namespace = volume.team.namespace
+        if volume.checked_at is None:
+            try:
+                outcome = ensure_volume(volume)
+            except ClusterError as error:  # left Pending for the next run, which is the retry
+                log.warning("volume %s of %s: claim not made yet: %s", volume.name, volume.team.slug, error)
+                continue
+            log.info("volume %s of %s examined by the refresh: %s", volume.name, volume.team.slug, outcome)
+            changed += 1
+            continue
         claim = claims.get((namespace, volume.name))
         if claim is not None and volume.source == VolumeSource.CREATED and not claim.managed:
             claim = None
