@@ -8,10 +8,13 @@ its retries. A volume nothing has examined yet (`checked_at` empty: its claim wa
 therefore not judged from the refresh's list, which would call it Failed for a claim nobody made yet; the refresh
 runs `ensure_volume` for it instead, so its claim is made once the apiserver is back (creating is idempotent). A
 volume once examined is only recorded: a claim someone deleted by hand after it was made is not made again, the
-volume is Failed and says there is no claim."""
+volume is Failed and says there is no claim. Each record carries the time its facts were read, and facts older than
+the volume's `checked_at` are not written over newer ones (the refresh's list taken before the task recorded the
+claim it had just made)."""
 
 import logging
 
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from cluster import resources
@@ -70,10 +73,12 @@ def ensure_volume(volume: TeamVolume) -> str:
                 missing_reason=_("the cluster refused the claim: %(why)s") % {"why": error},
             )
             return "refused"
+    read_at = timezone.now()
     claim = resources.read_claim(namespace, volume.name)
     if claim is not None and volume.source == VolumeSource.CREATED and not claim.managed:
         record_claim(
             volume_id=volume.pk,
+            as_of=read_at,
             claim=None,
             missing_reason=_("a claim named %(name)s already exists in %(namespace)s and was not made by the portal")
             % {"name": volume.name, "namespace": namespace},
@@ -82,6 +87,7 @@ def ensure_volume(volume: TeamVolume) -> str:
     warning = resources.claim_warning(namespace, volume.name) if claim is not None and claim.phase == "Pending" else ""
     record_claim(
         volume_id=volume.pk,
+        as_of=read_at,
         claim=claim,
         warning=warning,
         missing_reason=_("there is no claim named %(name)s in %(namespace)s")
@@ -93,7 +99,9 @@ def ensure_volume(volume: TeamVolume) -> str:
 def refresh_volumes() -> int:
     """Record the state of every registered volume's claim from one list of the cluster's claims (a pending one
     also gets its newest warning); a volume not examined yet is made and examined by `ensure_volume` instead (see
-    module docstring). Returns how many volumes changed (or were examined)."""
+    module docstring). A volume recorded after the list was taken keeps what was recorded. Returns how many volumes
+    changed (or were examined)."""
+    listed_at = timezone.now()
     claims = resources.list_claims()
     changed = 0
     for volume in TeamVolume.objects.select_related("team").order_by("pk"):
@@ -115,6 +123,7 @@ def refresh_volumes() -> int:
         )
         changed += record_claim(
             volume_id=volume.pk,
+            as_of=listed_at,
             claim=claim,
             warning=warning,
             missing_reason=_("there is no claim named %(name)s in %(namespace)s")

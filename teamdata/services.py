@@ -169,11 +169,14 @@ def _claim_state(claim) -> tuple[str, str]:
 
 
 @transaction.atomic
-def record_claim(*, volume_id: int, claim, warning: str = "", missing_reason: str = "") -> bool:
+def record_claim(*, volume_id: int, claim, warning: str = "", missing_reason: str = "", as_of=None) -> bool:
     """Record what the cluster said of a volume's claim (`claim`: ClaimFacts, or None when there is none, with
-    `missing_reason`). Audited as the system when the state changes. True when something changed."""
+    `missing_reason`) at `as_of` (when it was read; default now), which becomes the volume's `checked_at`. Facts
+    older than those already recorded are ignored (a sweep's list taken before a task recorded the claim it just
+    made). Audited as the system when the state changes. True when something changed."""
     volume = TeamVolume.objects.select_for_update(of=("self",)).filter(pk=volume_id).first()  # not the team's row
-    if volume is None:
+    as_of = as_of or timezone.now()
+    if volume is None or (volume.checked_at is not None and volume.checked_at > as_of):
         return False
     before = audit.snapshot(volume)
     if claim is None:
@@ -189,7 +192,7 @@ def record_claim(*, volume_id: int, claim, warning: str = "", missing_reason: st
             volume.storage_class = claim.storage_class
     previous_state = volume.state
     changed = volume.transition_to(state, reason=reason)
-    volume.checked_at = timezone.now()
+    volume.checked_at = as_of
     volume.save()
     if previous_state != volume.state:
         audit.record(
