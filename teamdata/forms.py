@@ -6,6 +6,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
+from jobs.specs import SECRET_KEY
 from portal.forms import ServiceErrorsMixin
 
 from .choices import AccessMode, SecretKind, VolumeSource
@@ -58,6 +59,12 @@ def _pairs(text: str) -> dict[str, str]:
         key, sep, value = line.partition("=")
         if not sep or not key.strip():
             raise ValidationError(_("Line %(n)d: write KEY=value."), params={"n": number}, code="pairs")
+        if not SECRET_KEY.match(key.strip()):  # the line is named, never echoed: what precedes '=' may be a value
+            raise ValidationError(
+                _("Line %(n)d: a key may hold only letters, digits, '-', '_' and '.' (write KEY=value)."),
+                params={"n": number},
+                code="pairs",
+            )
         pairs[key.strip()] = value
     return pairs
 

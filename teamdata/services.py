@@ -218,11 +218,12 @@ def _check_values(kind: str, values: dict[str, str], registry: str, username: st
     elif kind == SecretKind.OPAQUE:
         if not values:
             errors["values"] = _("Give at least one KEY=value pair.")
-        bad = [key for key in values if not SECRET_KEY.match(key)]
+        # Named by position, never echoed: a pasted line split at a value's '=' makes the value part of the "key".
+        bad = [str(position) for position, key in enumerate(values, start=1) if not SECRET_KEY.match(key)]
         if bad:
-            errors["values"] = _("Keys may hold only letters, digits, '-', '_' and '.': %(keys)s.") % {
-                "keys": ", ".join(bad)
-            }
+            errors["values"] = _(
+                "Keys may hold only letters, digits, '-', '_' and '.'; not so: key %(positions)s (counted from 1)."
+            ) % {"positions": ", ".join(bad)}
         elif sum(len(key) + len(value.encode()) for key, value in values.items()) > MAX_SECRET_BYTES:
             errors["values"] = _("A secret holds at most %(kib)d KiB.") % {"kib": MAX_SECRET_BYTES // 1024}
     else:
