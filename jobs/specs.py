@@ -375,8 +375,9 @@ def _check_secret_refs(spec: JobSpec, errors: dict) -> None:
         errors["secret_env"] = " ".join(problems)
 
 
-# A key of a Secret's data (Kubernetes: alphanumerics, '-', '_' or '.').
-SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]{1,253}\Z")
+# A key of a Secret's data (Kubernetes: alphanumerics, '-', '_' or '.', and neither '.' nor starting with '..', which
+# covers '..'). The one rule of the keys of team secrets and of the keys jobs' secret_env names.
+SECRET_KEY = re.compile(r"^(?!\.\Z)(?!\.\.)[-._a-zA-Z0-9]{1,253}\Z")
 
 
 def check_team_data(spec: JobSpec, errors: dict) -> None:

@@ -61,7 +61,10 @@ def _pairs(text: str) -> dict[str, str]:
             raise ValidationError(_("Line %(n)d: write KEY=value."), params={"n": number}, code="pairs")
         if not SECRET_KEY.match(key.strip()):  # the line is named, never echoed: what precedes '=' may be a value
             raise ValidationError(
-                _("Line %(n)d: a key may hold only letters, digits, '-', '_' and '.' (write KEY=value)."),
+                _(
+                    "Line %(n)d: a key may hold only letters, digits, '-', '_' and '.', and may not be '.' or start "
+                    "with '..' (write KEY=value)."
+                ),
                 params={"n": number},
                 code="pairs",
             )

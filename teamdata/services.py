@@ -222,7 +222,8 @@ def _check_values(kind: str, values: dict[str, str], registry: str, username: st
         bad = [str(position) for position, key in enumerate(values, start=1) if not SECRET_KEY.match(key)]
         if bad:
             errors["values"] = _(
-                "Keys may hold only letters, digits, '-', '_' and '.'; not so: key %(positions)s (counted from 1)."
+                "Keys may hold only letters, digits, '-', '_' and '.', and may not be '.' or start with '..'; not so: "
+                "key %(positions)s (counted from 1)."
             ) % {"positions": ", ".join(bad)}
         elif sum(len(key) + len(value.encode()) for key, value in values.items()) > MAX_SECRET_BYTES:
             errors["values"] = _("A secret holds at most %(kib)d KiB.") % {"kib": MAX_SECRET_BYTES // 1024}
