@@ -8,8 +8,10 @@ from django.utils.translation import gettext as _
 
 from portal.models import Team
 
-from .choices import SecretKind, VolumeState
+from .choices import AccessMode, SecretKind, VolumeSource, VolumeState
 from .models import TeamSecret, TeamVolume
+
+SINGLE_NODE_ACCESS_MODES = frozenset({AccessMode.READ_WRITE_ONCE, AccessMode.READ_WRITE_ONCE_POD})
 
 
 def team_data(team: Team) -> dict:
@@ -40,9 +42,9 @@ def usable_by_team(user) -> list[dict]:
 
 def check_job_references(*, team: Team, spec) -> None:
     """Refuse a job spec that names a volume or secret its team does not have (another team's is exactly as
-    unknown as one that does not exist), a failed volume, a secret key the secret does not hold, named secrets as
-    image pull credentials, or image pull credentials as an environment source (so that nobody who may submit can
-    print the registry password)."""
+    unknown as one that does not exist), a failed volume, a volume one node only can attach in a job on several
+    nodes, a secret key the secret does not hold, named secrets as image pull credentials, or image pull credentials
+    as an environment source (so that nobody who may submit can print the registry password)."""
     errors = {}
     names = [item.get("name") for item in spec.volumes]
     if names:
@@ -58,6 +60,8 @@ def check_job_references(*, team: Team, spec) -> None:
             problems.append(
                 _("Volume %(name)s cannot be used: %(reason)s") % {"name": name, "reason": volumes[name].state_reason}
             )
+        if isinstance(spec.nodes, int) and spec.nodes > 1:
+            problems += _single_node_volume_problems(volumes=[volumes[name] for name in sorted(volumes)], spec=spec)
         if problems:
             errors["volumes"] = " ".join(problems)
     wanted = set(spec.image_pull_secrets) | {ref.get("secret") for ref in spec.secret_env.values()}
@@ -92,6 +96,33 @@ def check_job_references(*, team: Team, spec) -> None:
         errors["secret_env"] = " ".join(env_problems)
     if errors:
         raise ValidationError(errors)
+
+
+def _single_node_volume_problems(*, volumes: list[TeamVolume], spec) -> list[str]:
+    """A job on several nodes (one pod per node) cannot mount a volume only one node can attach: its second pod would
+    wait for the volume until the job's maximum run time, holding the gang's GPUs. An existing claim whose access
+    mode the cluster has not told yet is refused until it has."""
+    problems = []
+    for volume in volumes:
+        if volume.state == VolumeState.FAILED:
+            continue
+        if volume.source == VolumeSource.EXISTING and volume.checked_at is None:
+            problems.append(
+                _(
+                    "Volume %(name)s cannot be mounted by a job on %(nodes)d nodes yet: its access mode has not been "
+                    "read from the cluster; try again in a minute."
+                )
+                % {"name": volume.name, "nodes": spec.nodes}
+            )
+        elif volume.access_mode in SINGLE_NODE_ACCESS_MODES:
+            problems.append(
+                _(
+                    "Volume %(name)s is %(mode)s, which one node only can attach: a job on %(nodes)d nodes cannot "
+                    "mount it. Use a ReadWriteMany or ReadOnlyMany volume, or run on one node."
+                )
+                % {"name": volume.name, "mode": volume.access_mode, "nodes": spec.nodes}
+            )
+    return problems
 
 
 def storage_class_allowed(name: str) -> bool:
