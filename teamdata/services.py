@@ -16,6 +16,7 @@ an error report (`sensitive_variables`), and the views that take values hide the
 
 import hashlib
 import logging
+import math
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -60,9 +61,23 @@ def ensure_namespace(team: Team) -> None:
 # --- volumes ---------------------------------------------------------------------------------------------------
 
 
+def _capacity_gib(capacity: str) -> int:
+    """A claim's capacity as the cluster reports it (e.g. "80Gi", "100G"), in whole GiB rounded up; 0 when unknown."""
+    from kubernetes.utils import parse_quantity
+
+    try:
+        return math.ceil(parse_quantity(capacity) / 2**30) if capacity else 0
+    except ValueError:
+        return 0
+
+
 def _check_volume_limits(*, team: Team, volume: TeamVolume) -> dict:
-    """The team's caps (its NamespaceLimits: number of volumes, total GiB of the claims the portal creates) and the
-    storage class allowlist, for a volume about to be registered. The caller holds the team's row lock."""
+    """The team's caps (its NamespaceLimits: number of volumes, total GiB of their claims: the size a new one asks
+    for, the capacity the cluster reported of an existing one, as the namespace's ResourceQuota counts them) and the
+    storage class allowlist, for a volume about to be registered. The caller holds the team's row lock.
+
+    Claims of the namespace that no registered volume stands for (one a lead unregistered: it stays; one made around
+    the portal) count in the quota but not here; the message at the cap says so."""
     from pools.models import NamespaceLimits
 
     limits = NamespaceLimits.objects.filter(team=team).first() or NamespaceLimits(team=team)
@@ -70,13 +85,17 @@ def _check_volume_limits(*, team: Team, volume: TeamVolume) -> dict:
     errors = {}
     count = registered.count()
     if count + 1 > limits.max_volumes:
-        errors["name"] = _("%(team)s may have at most %(max)d volumes and has %(count)d: remove one first.") % {
-            "team": team.name,
-            "max": limits.max_volumes,
-            "count": count,
-        }
+        errors["name"] = _(
+            "%(team)s may have at most %(max)d volumes and has %(count)d. Removing a volume only forgets it: its claim "
+            "stays in the namespace and still counts, so an admin deletes a claim there first (a Failed volume "
+            "without a claim can simply be removed)."
+        ) % {"team": team.name, "max": limits.max_volumes, "count": count}
     if volume.source == VolumeSource.CREATED and volume.size_gib:
-        used = registered.aggregate(total=Sum("size_gib"))["total"] or 0
+        used = registered.filter(source=VolumeSource.CREATED).aggregate(total=Sum("size_gib"))["total"] or 0
+        used += sum(
+            _capacity_gib(capacity)
+            for capacity in registered.filter(source=VolumeSource.EXISTING).values_list("capacity", flat=True)
+        )
         left = max(limits.max_volume_storage_gib - used, 0)
         if volume.size_gib > left:
             errors["size_gib"] = _(
