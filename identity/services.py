@@ -6,6 +6,7 @@ group rules give for the groups the provider sent. A membership an admin set by 
 do not. Every change is audited with the provider as the actor ("oidc:<issuer>").
 """
 
+from django.contrib.auth import password_validation
 from django.db import transaction
 
 from portal import audit
@@ -86,3 +87,33 @@ def apply_groups(*, member: User, groups: list[str], provider: str) -> GrantedAc
             after=audit.snapshot(member),
         )
     return access
+
+
+@transaction.atomic
+def save_break_glass_admin(*, username: str, password: str, email: str = "", actor_name: str = "") -> tuple[User, bool]:
+    """Make `username` a break-glass platform admin with `password` (created when missing); return it and whether it
+    was created. The password is checked by AUTH_PASSWORD_VALIDATORS first (ValidationError). Break-glass: it signs
+    in with this password also when local passwords are off (identity/backends.py), and the provider's groups never
+    take its admin flags away (apply_groups)."""
+    member = User.objects.select_for_update().filter(username=username).first()
+    created = member is None
+    if created:
+        member = User(username=username)
+    before = None if created else audit.snapshot(member)
+    if email:
+        member.email = email
+    password_validation.validate_password(password, member)
+    member.set_password(password)
+    member.is_active = member.is_break_glass = True
+    member.is_platform_admin = member.is_staff = member.is_superuser = True
+    member.full_clean()
+    member.save()
+    audit.record(
+        actor=None,
+        actor_name=actor_name,
+        action="user.create" if created else "user.update",
+        instance=member,
+        before=before,
+        after=audit.snapshot(member),
+    )
+    return member, created
