@@ -3,7 +3,9 @@ else is touched, so a database outage never gets the web pods restarted), `/read
 answer now (readiness: a pod that cannot reach them is taken out of the Service until they come back).
 
 Both are plain GETs with no login, never throttled (only writes are), exempt from the HTTPS redirect (probes talk
-plain HTTP to the pod) and cheap: one `SELECT 1` and one Redis PING, each bounded by a short timeout."""
+plain HTTP to the pod) and cheap: one `SELECT 1` and one Redis PING, each bounded by a short timeout (Redis's
+below; PostgreSQL's are the connection options of portal/settings/base.py: 2 s to connect, 10 s for a kept
+connection whose server went silent), so a silent dependency never holds the workers that answer /healthz."""
 
 import logging
 

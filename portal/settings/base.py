@@ -101,6 +101,20 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DATABASE_CONN_MAX_AGE", default=
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["ENGINE"] = "portal.database"
+    # A PostgreSQL that stops answering without refusing (its host powered off, a partition, a fail-over's old
+    # address) fails a request, a task or /readyz in seconds instead of holding it for minutes: connecting gives up
+    # after 2 s (libpq's least), a kept connection whose data goes unacknowledged for 10 s is dropped, and idle kept
+    # connections are probed. Held web workers would otherwise leave none to answer /healthz, and the kubelet would
+    # restart every web pod (docs/failures.md). What DATABASE_URL's query string sets wins.
+    DATABASES["default"]["OPTIONS"] = {
+        "connect_timeout": 2,
+        "tcp_user_timeout": 10_000,  # milliseconds
+        "keepalives": 1,
+        "keepalives_idle": 30,
+        "keepalives_interval": 10,
+        "keepalives_count": 3,
+        **DATABASES["default"].get("OPTIONS", {}),
+    }
 # While PostgreSQL cannot be reached, pages and the API answer 503 with this Retry-After (portal/outage.py).
 DATABASE_UNAVAILABLE_RETRY_AFTER_SECONDS = env.int("RESERVOIR_DB_RETRY_AFTER_SECONDS", default=10)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
