@@ -2,6 +2,10 @@
 else is touched, so a database outage never gets the web pods restarted), `/readyz` says PostgreSQL and Redis
 answer now (readiness: a pod that cannot reach them is taken out of the Service until they come back).
 
+Redis is in readiness although every pod shares it, so its outage takes them all out: sign-in through the provider
+needs it (django-allauth keeps the ID tokens it accepted in the cache, and fails with a 500 without it), so a pod
+without Redis cannot serve everyone. What was accepted before waits in the outbox (docs/failures.md).
+
 Both are plain GETs with no login, never throttled (only writes are), exempt from the HTTPS redirect (probes talk
 plain HTTP to the pod) and cheap: one `SELECT 1` and one Redis PING, each bounded by a short timeout (Redis's
 below; PostgreSQL's are the connection options of portal/settings/base.py: 2 s to connect, 10 s for a kept

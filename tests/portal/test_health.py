@@ -1,7 +1,12 @@
 """The probes the Helm chart points Kubernetes at: /healthz (the process answers) and /readyz (PostgreSQL and Redis
-answer); both without a login, never redirected to HTTPS in production, and /readyz says 503 naming what is down."""
+answer); both without a login, never redirected to HTTPS in production, and /readyz says 503 naming what is down
+(Redis too: sign-in through the provider needs it)."""
+
+import time
 
 import pytest
+import redis
+from allauth.socialaccount.internal import jwtkit
 
 from tests.faultkit import database_down, free_port
 
@@ -27,6 +32,20 @@ def test_readyz_is_not_ready_while_redis_is_unreachable(client, settings):
     response = client.get("/readyz")
     assert response.status_code == 503
     assert response.json()["checks"] == {"database": "ok", "redis": "unreachable"}
+
+
+def test_why_redis_is_in_readiness_sign_in_through_the_provider_needs_it(settings):
+    """docs/failures.md: every web pod leaves the Service while Redis is away, because django-allauth records each ID
+    token it accepts in the cache and fails without it. Should that stop being true, /readyz could leave Redis out."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+        }
+    }
+    claims = {"iss": "https://idp.example.com", "jti": "id-token-1", "exp": time.time() + 300}
+    with pytest.raises(redis.ConnectionError):
+        jwtkit.verify_jti(claims)
 
 
 @pytest.mark.django_db(transaction=True)
