@@ -14,6 +14,11 @@ env = environ.Env()
 SECRET_KEY = env("DJANGO_SECRET_KEY", default="")
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+# The pod's own address is an allowed host too (the Helm chart sets it from the downward API): Prometheus scrapes each
+# web pod's /metrics at http://<pod IP>:8000, with that address as Host. An IPv6 one is written in brackets there.
+_POD_IP = env("RESERVOIR_POD_IP", default="")
+if _POD_IP:
+    ALLOWED_HOSTS = [*ALLOWED_HOSTS, f"[{_POD_IP}]" if ":" in _POD_IP else _POD_IP]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
