@@ -39,16 +39,20 @@ app.kubernetes.io/component: {{ .component }}
 {{ $name }}-team-worker={{ $ns }}/{{ $name }}-worker,{{ $name }}-team-web={{ $ns }}/{{ $name }}-web,{{ $name }}-team-sync={{ $ns }}/{{ $name }}-sync
 {{- end -}}
 
-{{/* One secret-backed variable: (dict "root" $ "name" "DATABASE_URL" "ref" .Values.secrets.databaseUrl) */}}
+{{/* One secret-backed variable: (dict "root" $ "name" "DATABASE_URL" "ref" .Values.secrets.databaseUrl). An optional
+     one for which no Secret is named (neither its secretName nor existingSecret) is left out. */}}
 {{- define "reservoir.secretEnv" -}}
+{{- $secret := .ref.secretName | default .root.Values.existingSecret -}}
+{{- if or $secret (not .ref.optional) -}}
 - name: {{ .name }}
   valueFrom:
     secretKeyRef:
-      name: {{ .ref.secretName | default .root.Values.existingSecret | required "existingSecret or secrets.*.secretName is required" }}
+      name: {{ $secret | required "existingSecret or secrets.*.secretName is required" }}
       key: {{ .ref.key }}
       {{- if .ref.optional }}
       optional: true
       {{- end }}
+{{- end -}}
 {{- end -}}
 
 {{/* The settings every portal process reads (values and existing Secrets; never a secret value inline). */}}
@@ -129,7 +133,8 @@ seccompProfile:
 {{- end -}}
 
 {{/* The pod of one process kind: (dict "root" $ "component" "worker" "command" (list ...) "kube" true
-     "resources" .Values.worker.resources "extra" "<yaml of more container fields>") */}}
+     "resources" .Values.worker.resources "extra" "<yaml of more container fields>"); "env" adds variables,
+     "secretEnv" secret-backed ones ((list (dict "name" ... "ref" .Values.secrets.x)), as reservoir.secretEnv). */}}
 {{- define "reservoir.pod" -}}
 {{- $root := .root -}}
 metadata:
@@ -163,6 +168,9 @@ spec:
         {{- include "reservoir.env" $root | nindent 8 }}
         {{- with .env }}
         {{- toYaml . | nindent 8 }}
+        {{- end }}
+        {{- range .secretEnv }}
+        {{- include "reservoir.secretEnv" (dict "root" $root "name" .name "ref" .ref) | nindent 8 }}
         {{- end }}
       securityContext:
         {{- include "reservoir.containerSecurityContext" $root | nindent 8 }}
