@@ -263,6 +263,8 @@ class ListWatch:
     # With `on_events`: how long a batch waits after its first event for more to arrive. Each batch costs its handler a
     # few queries and a commit whatever its size, so under a steady stream a short wait saves most of them.
     gather_seconds: float = 0.0
+    # Called just before a list asks for its first page: what `on_relist` then receives is a snapshot taken no earlier.
+    on_list_start: Callable[[], None] | None = None
 
     def __post_init__(self):
         self.stop = self.stop or threading.Event()
@@ -292,6 +294,8 @@ class ListWatch:
         return list_pages(self.list_call, self.list_kwargs, self.parse)
 
     def relist(self) -> str:
+        if self.on_list_start is not None:
+            self._apply(self.on_list_start)
         started = time.monotonic()
         items, version = self.list_all()
         listed = time.monotonic()

@@ -32,7 +32,7 @@ here that routes one to the other, and one row in `reconcile/management/commands
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -49,7 +49,8 @@ from portal.models import Team
 
 log = logging.getLogger(__name__)
 
-# A Job created in the cluster this recently may be missing from a list that was taken just before it.
+# A Job created in the cluster this recently before a list started may be missing from it (the apiserver's snapshot
+# and the portal's record of the creation are not one instant).
 JUST_CREATED = timedelta(seconds=30)
 
 
@@ -131,6 +132,11 @@ class ClusterSync:
         self.attribution = Attribution()
         self._nodes_recorded: dict[str, tuple[NodeFacts, float]] = {}  # name -> (facts last recorded, when)
         self._releaser: ThreadPoolExecutor | None = None  # made at the first release (`_release`)
+        self._list_started: dict[str, datetime] = {}  # resource -> when its running list asked for its first page
+
+    def list_starting(self, resource: str) -> None:
+        """A list of `resource` is about to start (`ListWatch.on_list_start`): its snapshot is no older than now."""
+        self._list_started[resource] = timezone.now()
 
     # --- versions -------------------------------------------------------------------------------------------
     @staticmethod
@@ -306,9 +312,12 @@ class ClusterSync:
         accepted = self._portal_jobs(job_list)
         for job_id, facts in accepted:
             observations.record_job_state(job_id=job_id, job=facts)
-        # Admitted jobs created in the cluster before this list whose Job is gone were deleted outside the portal.
+        # Admitted jobs created in the cluster before this list whose Job is gone were deleted outside the portal. A
+        # list of many pages can take minutes to fetch and record: the jobs whose Job was made after it started are in
+        # none of its pages, so the cutoff counts from its start, never from now.
+        listed_from = self._list_started.pop("jobs", None) or timezone.now()
         observations.settle_missing_jobs(
-            present_job_ids={job_id for job_id, _facts in accepted}, created_before=timezone.now() - JUST_CREATED
+            present_job_ids={job_id for job_id, _facts in accepted}, created_before=listed_from - JUST_CREATED
         )
         self.save_version("jobs", version, listed=True)
 

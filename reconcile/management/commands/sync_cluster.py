@@ -60,6 +60,7 @@ def build_watches(sync: ClusterSync, stop: threading.Event) -> list[ListWatch]:
             on_event=on_event and _guarded(on_event),
             on_events=on_events and _guarded(on_events),
             save_version=_guarded(lambda version, name=name: sync.save_version(name, version)),
+            on_list_start=functools.partial(sync.list_starting, name),
             stop=stop,
             gather_seconds=settings.SYNC_GATHER_SECONDS,
         )
