@@ -52,6 +52,49 @@ def note_submit_problem(*, job_id: int, message: str | Words, attempt: int) -> N
 
 
 @transaction.atomic
+def give_up_submission(*, job_id: int, reason: str, transient: bool) -> str:
+    """The submit task stopped trying to create the job's Job (`reconcile.tasks.SubmitTask`): what that means for the
+    job, decided under its row lock. A job the cluster already has is never failed for it: a create whose answer was
+    lost (timed out) made the Job, and Kueue took it, while every later attempt failed before it could be recorded.
+
+    - Made already (recorded), or final: nothing.
+    - Taken by Kueue (a Workload seen, or a state past Queued): on a transient failure it is left to convergence
+      (reconcile/jobs.py), whose resend finishes the submission and finds the Job by its name; on a verdict the Job is
+      recorded as made, with the reason noted.
+    - Otherwise it fails with the reason.
+    Returns what was done."""
+    job = _locked(job_id)
+    if job.is_final or job.cluster_created_at is not None:
+        return "nothing to do"
+    taken = job.state != JobState.QUEUED or job.workloads.exists()
+    if transient and taken:
+        message = Words(
+            gettext_noop("the cluster is unreachable (%(reason)s): the job will be sent again once it is back"),
+            {"reason": reason},
+        )
+        job.last_error = str(message)
+        job.save(update_fields=["last_error"])
+        JobEvent.note(job=job, message=message)
+        return "sent again later"
+    if taken:
+        job.cluster_created_at = timezone.now()
+        job.last_error = ""
+        job.save(update_fields=["cluster_created_at", "last_error"])
+        JobEvent.note(
+            job=job,
+            message=Words(
+                gettext_noop("the submission stopped (%(reason)s), but Kueue has the Job already"), {"reason": reason}
+            ),
+        )
+        return "in the cluster"
+    fail_job(
+        job_id=job_id,
+        message=Words(gettext_noop("could not create the Job in the cluster: %(reason)s"), {"reason": reason}),
+    )
+    return "failed"
+
+
+@transaction.atomic
 def fail_job(*, job_id: int, message: str | Words) -> None:
     job = _locked(job_id)
     if job.is_final:

@@ -4,18 +4,17 @@ the outbox and beat's schedules (each app's beat.py) name them.
 
 The tasks that call the cluster use the one retry policy of `portal.retry.ClusterTask` (each cluster call tried once,
 the task retried with backoff and jitter on a transient failure; when a submission gives up, the job is Failed with
-the reason). Three periodic sweeps do not retry as tasks: the namespace sweep goes on to the next team when one fails,
-and the reservation-boundary check and convergence run every few seconds, so their next run is their retry (retries of
-them would pile up during an outage); their cluster calls are tried once (portal/retry.py)."""
+the reason, unless Kueue has its Job already: `jobs.observations.give_up_submission`). Three periodic sweeps do not
+retry as tasks: the namespace sweep goes on to the next team when one fails, and the reservation-boundary check and
+convergence run every few seconds, so their next run is their retry (retries of them would pile up during an outage);
+their cluster calls are tried once (portal/retry.py)."""
 
 import logging
 
 from celery import shared_task
-from django.utils.translation import gettext_noop
 
-from cluster.errors import ClusterError, describe, single_attempt
+from cluster.errors import ClusterError, describe, is_transient, single_attempt
 from jobs import observations
-from jobs.models import Words
 from portal.models import Team
 from portal.retry import ClusterTask
 from teamdata.models import TeamVolume
@@ -83,9 +82,9 @@ def check_budgets() -> dict:
 
 class SubmitTask(ClusterTask):
     def gave_up(self, error: BaseException, job_id: int, *args, **kwargs) -> None:
+        """Never fails a job the cluster already has (`observations.give_up_submission`)."""
         reason = str(error) if isinstance(error, ClusterError) else describe(error)
-        message = Words(gettext_noop("could not create the Job in the cluster: %(reason)s"), {"reason": reason})
-        observations.fail_job(job_id=job_id, message=message)
+        observations.give_up_submission(job_id=job_id, reason=reason, transient=is_transient(error))
 
 
 @shared_task(base=SubmitTask, name="jobs.submit_job", bind=True)
