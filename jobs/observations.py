@@ -54,20 +54,22 @@ def note_submit_problem(*, job_id: int, message: str | Words, attempt: int) -> N
 @transaction.atomic
 def give_up_submission(*, job_id: int, reason: str, transient: bool) -> str:
     """The submit task stopped trying to create the job's Job (`reconcile.tasks.SubmitTask`): what that means for the
-    job, decided under its row lock. A job the cluster already has is never failed for it: a create whose answer was
-    lost (timed out) made the Job, and Kueue took it, while every later attempt failed before it could be recorded.
+    job, decided under its row lock. Accepted work reaches the cluster without anyone's help (PRODUCT.md), so an outage
+    fails no job, and a job the cluster already has is never failed: a create whose answer was lost (timed out) made
+    the Job, and Kueue took it, while every later attempt failed before it could be recorded.
 
     - Made already (recorded), or final: nothing.
-    - Taken by Kueue (a Workload seen, or a state past Queued): on a transient failure it is left to convergence
-      (reconcile/jobs.py), whose resend finishes the submission and finds the Job by its name; on a verdict the Job is
-      recorded as made, with the reason noted.
-    - Otherwise it fails with the reason.
+    - A transient failure (the apiserver unreachable, timing out, overloaded; a webhook unavailable): the job stays as
+      it is, saying so. Convergence (reconcile/jobs.py) sends it again once nothing has tried for its grace, until the
+      cluster answers; the Job is found by its name if an attempt made it.
+    - A verdict (the apiserver refused the Job) on a job Kueue has taken (a Workload seen, or a state past Queued): the
+      Job is recorded as made, with the reason noted.
+    - A verdict otherwise: the job fails with the reason.
     Returns what was done."""
     job = _locked(job_id)
     if job.is_final or job.cluster_created_at is not None:
         return "nothing to do"
-    taken = job.state != JobState.QUEUED or job.workloads.exists()
-    if transient and taken:
+    if transient:
         message = Words(
             gettext_noop("the cluster is unreachable (%(reason)s): the job will be sent again once it is back"),
             {"reason": reason},
@@ -76,7 +78,7 @@ def give_up_submission(*, job_id: int, reason: str, transient: bool) -> str:
         job.save(update_fields=["last_error"])
         JobEvent.note(job=job, message=message)
         return "sent again later"
-    if taken:
+    if job.state != JobState.QUEUED or job.workloads.exists():
         job.cluster_created_at = timezone.now()
         job.last_error = ""
         job.save(update_fields=["cluster_created_at", "last_error"])

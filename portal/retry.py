@@ -51,7 +51,7 @@ class ClusterTask(RetryingTask):
     """A task that calls the cluster: each cluster call is tried once (`cluster.errors.single_attempt`), and a
     transient failure (unreachable, timeout, 429, 5xx) retries the whole task, up to `CLUSTER_TASK_MAX_RETRIES`; a
     verdict (400, 403, 404, 422) fails at once. When the task gives up, `gave_up(error, *args)` is called so the
-    task can leave its object in a state that says why (a job Failed with the reason)."""
+    task can leave its object in a state that says why (a job Failed with the reason after a verdict)."""
 
     abstract = True
 

@@ -18,8 +18,9 @@ without it, a worker killed mid-task, a retry whose countdown lived only in Redi
    none recorded (`cluster_created_at` empty) is sent again through the outbox, once nothing has tried to send it
    for CONVERGENCE_GRACE_SECONDS: no state change, no event (each failed attempt notes one) and no outbox message
    for it in that time. A fresh submission or a retry in progress is left alone; a lost one is picked up within
-   the grace plus one period. Jobs with a `last_error` are included. The submit task finds a Job that exists by
-   its name, so a resend never makes a second one.
+   the grace plus one period. Jobs with a `last_error` are included: among them those whose submit task ran out of
+   retries on a transient failure (an outage), sent again after each chain until the cluster answers. The submit task
+   finds a Job that exists by its name, so a resend never makes a second one.
 2. Leftover Jobs. One LIST of the Jobs labelled `app.kubernetes.io/managed-by=reservoir` (in pages) is compared
    with the database. The Job of a job that is final in the portal is deleted when the job was cancelled, or when
    the Job has not finished although the portal finished the job more than the grace ago. A Job that finished in

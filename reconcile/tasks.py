@@ -4,10 +4,10 @@ the outbox and beat's schedules (each app's beat.py) name them.
 
 The tasks that call the cluster use the one retry policy of `portal.retry.ClusterTask` (each cluster call tried once,
 the task retried with backoff and jitter on a transient failure; when a submission gives up, the job is Failed with
-the reason, unless Kueue has its Job already: `jobs.observations.give_up_submission`). Three periodic sweeps do not
-retry as tasks: the namespace sweep goes on to the next team when one fails, and the reservation-boundary check and
-convergence run every few seconds, so their next run is their retry (retries of them would pile up during an outage);
-their cluster calls are tried once (portal/retry.py)."""
+the reason after a verdict, or left Queued for convergence to send again: `jobs.observations.give_up_submission`).
+Three periodic sweeps do not retry as tasks: the namespace sweep goes on to the next team when one fails, and the
+reservation-boundary check and convergence run every few seconds, so their next run is their retry (retries of them
+would pile up during an outage); their cluster calls are tried once (portal/retry.py)."""
 
 import logging
 
