@@ -190,10 +190,13 @@ POD_COLUMNS = ("phase", "scheduled", "node_name", "pending_reason", "bound_at", 
 
 
 def _live_pods(job_ids: list[int]) -> dict[int, list[tuple]]:
-    """The Pending and Running pods of `job_ids`, newest first, by job (`POD_COLUMNS`)."""
+    """The Pending and Running pods of `job_ids` that are not being deleted, newest first, by job (`POD_COLUMNS`). A
+    stopping pod (preempted, in its grace period) is not the job's: Kueue gives its quota back at once and may admit
+    the job again before it has stopped (docs/kueue.md); the job then waits for its new pod, and a gang's stopping pods
+    do not count among those that run."""
     pods: dict[int, list[tuple]] = defaultdict(list)
     rows = (
-        Pod.objects.filter(job_id__in=job_ids, phase__in=["Pending", "Running"])
+        Pod.objects.filter(job_id__in=job_ids, phase__in=["Pending", "Running"], deleting=False)
         .order_by("job_id", "-created_at")
         .values_list("job_id", *POD_COLUMNS)
     )
