@@ -290,9 +290,24 @@ class JobSubmitSerializer(serializers.Serializer):
         max_length=255, help_text=_("OCI reference, e.g. registry.example.com/team/train:1.0")
     )
     gpus = WholeNumberField(label_text=str(_("GPUs")), min_value=1, max_value=MAX_GPUS_PER_JOB)
-    command = serializers.ListField(child=serializers.CharField(allow_blank=True, max_length=4096), required=False)
-    args = serializers.ListField(child=serializers.CharField(allow_blank=True, max_length=4096), required=False)
-    env = serializers.DictField(child=serializers.CharField(allow_blank=True, max_length=4096), required=False)
+    # What the container runs is stored as sent: an argument's whitespace ("\t", " part ") is part of it.
+    command = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=False),
+        required=False,
+        help_text=_("Each element as sent, whitespace included. Empty: the image's own command."),
+    )
+    args = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=False),
+        required=False,
+        help_text=_("Each element as sent, whitespace included."),
+    )
+    # Values are trimmed as the submit page trims its KEY=value lines, so that a job copied in the form ("Edit a copy",
+    # a template) keeps the same values.
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=True),
+        required=False,
+        help_text=_("Values without their surrounding whitespace, as on the submit page."),
+    )
     cpu_millicores = WholeNumberField(label_text=str(_("CPU")), required=False, max_value=512_000)
     memory_mib = WholeNumberField(label_text=str(_("Memory")), required=False, max_value=4 * 1024 * 1024)
     placement = serializers.ChoiceField(choices=Placement.choices, required=False)
@@ -304,7 +319,9 @@ class JobSubmitSerializer(serializers.Serializer):
     termination_grace_seconds = _grace_field(MAX_TERMINATION_GRACE_SECONDS)  # capped per request, see get_fields
     anti_affinity_group = serializers.CharField(max_length=63, required=False, allow_blank=True)
     pod_annotations = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, max_length=4096), required=False
+        child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=True),
+        required=False,
+        help_text=_("Values without their surrounding whitespace, as on the submit page."),
     )
     nodes = WholeNumberField(
         label_text=str(_("Nodes")),
