@@ -1,8 +1,8 @@
 """The submit form: what a researcher types, turned into a `JobSpec` (validated by `jobs.specs` and the service).
 
-Units are the ones people think in (CPU cores, memory in GiB, one command line); the spec keeps millicores, MiB
-and lists. Errors from the spec and the submission service come back keyed by spec field and are placed beside
-the form field they belong to (`SPEC_TO_FORM`).
+Units are the ones people think in (CPU cores, memory in GiB, a command line and a line of arguments); the spec keeps
+millicores, MiB and lists. Errors from the spec and the submission service come back keyed by spec field and are placed
+beside the form field they belong to (`SPEC_TO_FORM`).
 """
 
 import shlex
@@ -40,7 +40,7 @@ SPEC_TO_FORM = {
     "max_run_minutes": "max_run_minutes",
     "termination_grace_seconds": "termination_grace_seconds",
     "command": "command",
-    "args": "command",
+    "args": "args",
     "env": "env",
     "pod_annotations": "pod_annotations",
     "team": "team",
@@ -69,6 +69,13 @@ def _pairs(text: str, what: str) -> dict[str, str]:
             )
         pairs[key.strip()] = value.strip()
     return pairs
+
+
+def _split(line: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as error:
+        raise ValidationError(_("The command cannot be split: %(why)s."), params={"why": error}) from None
 
 
 def _pairs_text(values: dict) -> str:
@@ -111,6 +118,12 @@ class JobSubmitForm(forms.Form):
         required=False,
         max_length=4000,
         help_text=_("One line, split like a shell does, e.g. python train.py --epochs 3. Empty: the image's own."),
+    )
+    args = forms.CharField(
+        label=_("Arguments"),
+        required=False,
+        max_length=4000,
+        help_text=_("Optional, split the same way and given after the command (or the image's own), e.g. --epochs 3."),
     )
     gpus = forms.IntegerField(label=_("GPUs per node"), min_value=1, max_value=64, initial=1)
     cpu = forms.DecimalField(
@@ -241,10 +254,10 @@ class JobSubmitForm(forms.Form):
         ) % {"cap": cap}
 
     def clean_command(self) -> list[str]:
-        try:
-            return shlex.split(self.cleaned_data["command"])
-        except ValueError as error:
-            raise ValidationError(_("The command cannot be split: %(why)s."), params={"why": error}) from None
+        return _split(self.cleaned_data["command"])
+
+    def clean_args(self) -> list[str]:
+        return _split(self.cleaned_data["args"])
 
     def clean_env(self) -> dict[str, str]:
         return _pairs(self.cleaned_data["env"], _("variables"))
@@ -301,6 +314,7 @@ class JobSubmitForm(forms.Form):
             image=data["image"].strip(),
             gpus=data["gpus"],
             command=data["command"],
+            args=data["args"],
             env=data["env"],
             cpu_millicores=int(data["cpu"] * 1000),
             memory_mib=int(data["memory_gib"] * MIB_PER_GIB),
@@ -338,7 +352,9 @@ class JobSubmitForm(forms.Form):
         initial = {
             "name": spec.get("name", ""),
             "image": spec.get("image", ""),
-            "command": shlex.join([*spec.get("command", []), *spec.get("args", [])]),
+            # Apart, as the spec keeps them: arguments without a command go to the image's own command.
+            "command": shlex.join(spec.get("command", [])),
+            "args": shlex.join(spec.get("args", [])),
             "gpus": spec.get("gpus", 1),
             "cpu": Decimal(spec.get("cpu_millicores", 1000)) / 1000,
             "memory_gib": Decimal(spec.get("memory_mib", 4096)) / MIB_PER_GIB,
