@@ -108,11 +108,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["ENGINE"] = "portal.database"
     # A PostgreSQL that stops answering without refusing (its host powered off, a partition, a fail-over's old
     # address) fails a request, a task or /readyz in seconds instead of holding it for minutes: connecting gives up
-    # after 2 s (libpq's least), a kept connection whose data goes unacknowledged for 10 s is dropped, and idle kept
-    # connections are probed. Held web workers would otherwise leave none to answer /healthz, and the kubelet would
-    # restart every web pod (docs/failures.md). What DATABASE_URL's query string sets wins.
+    # after 3 s (the readiness probe's own timeout), a kept connection whose data goes unacknowledged for 10 s is
+    # dropped, and idle kept connections are probed. Held web workers would otherwise leave none to answer /healthz,
+    # and the kubelet would restart every web pod (docs/failures.md). What DATABASE_URL's query string sets wins.
     DATABASES["default"]["OPTIONS"] = {
-        "connect_timeout": 2,
+        "connect_timeout": 3,
         "tcp_user_timeout": 10_000,  # milliseconds
         "keepalives": 1,
         "keepalives_idle": 30,

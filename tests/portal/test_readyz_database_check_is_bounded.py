@@ -5,7 +5,7 @@ The database check used to have no bound (no connect_timeout, no TCP timeout): e
 gunicorn's 3 sync workers until the kernel gave up (minutes) or gunicorn killed the worker at 30 s. Probes every 5 s
 took every worker, so /healthz (liveness) went unanswered and the kubelet restarted every web pod, although the
 chart promises that a database outage never restarts one; they came back in CrashLoopBackOff's growing delay after
-PostgreSQL was back. Connections now give up connecting after 2 s (portal/settings/base.py).
+PostgreSQL was back. Connections now give up connecting after 3 s (portal/settings/base.py).
 
 Here PostgreSQL "stops answering" as a listening socket that accepts and never says a word."""
 
