@@ -275,9 +275,15 @@ def test_a_sync_restart_mid_stream_loses_and_double_counts_nothing(cluster_sync,
     assert after == before
 
 
-def test_an_unreachable_apiserver_is_retried_then_the_job_fails_with_the_reason(
+def test_an_unreachable_apiserver_is_retried_then_the_job_waits_and_is_sent_again_once_it_is_back(
     portal_cluster, cluster_team, settings, tmp_path, monkeypatch
 ):
+    """An outage longer than the task's retries fails no submission (PRODUCT.md, promises under failure): the job
+    stays Queued saying why, and convergence sends it again once the apiserver answers, on the real cluster."""
+    from django.utils import timezone
+
+    from reconcile.jobs import missing_job_ids
+
     set_quota(cluster_team, Pool.objects.get(slug="reserved-a800"), 8)
     broken = tmp_path / "kubeconfig"
     broken.write_text(
@@ -295,10 +301,19 @@ def test_an_unreachable_apiserver_is_retried_then_the_job_fails_with_the_reason(
     monkeypatch.setitem(submit_job_to_cluster.app.conf, "task_eager_propagates", False)
     submit_job_to_cluster.apply(args=[job.pk])
     job = Job.objects.get(pk=job.pk)
-    assert job.state == JobState.FAILED
-    assert "unreachable" in job.last_error
+    assert job.state == JobState.QUEUED and job.cluster_created_at is None
+    assert "unreachable" in job.last_error and "sent again" in job.last_error, job.last_error
     retries = job.events.filter(message__contains="retrying")
     assert retries.count() == 2  # attempts 1 and 2 were retried, attempt 3 gave up
+
+    # The apiserver answers again: convergence finds the job (once its grace has passed) and its resend makes the Job.
+    settings.KUBECONFIG = str(portal_cluster.kubeconfig_path)
+    client.reset()
+    assert job.pk in missing_job_ids(now=timezone.now() + timedelta(minutes=5))
+    monkeypatch.setitem(submit_job_to_cluster.app.conf, "task_eager_propagates", True)
+    assert submit_job_to_cluster.apply(args=[job.pk]).result == "created"
+    assert Job.objects.get(pk=job.pk).cluster_created_at is not None
+    assert _portal_jobs(cluster_team, job) == 1
 
 
 def _port(kube_cluster) -> int:
