@@ -23,7 +23,7 @@ class TeamViewSet(viewsets.ModelViewSet):
     ordering = ["name"]
 
     def get_queryset(self):
-        return Team.objects.visible_to(self.request.user).order_by("name")
+        return Team.objects.visible_to(self.request.user).order_by("name", "-id")
 
     def perform_create(self, serializer):
         serializer.instance = teams.save_team(team=Team(**serializer.validated_data), user=self.request.user)

@@ -107,7 +107,7 @@ class PoolViewSet(viewsets.ModelViewSet):
     ordering = ["name"]
 
     def get_queryset(self):
-        return Pool.objects.visible_to(self.request.user).prefetch_related("spill_pools").order_by("name")
+        return Pool.objects.visible_to(self.request.user).prefetch_related("spill_pools").order_by("name", "-id")
 
     def _save(self, serializer, pool: Pool):
         data = dict(serializer.validated_data)
@@ -251,7 +251,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
             return quotas  # the quota to change; `set_quota` answers with its GPUs in use (`_answer`)
         return quotas.annotate(
             gpus_in_use=Job.objects.gpus_in_use_of(team=OuterRef("team"), pool=OuterRef("pool"))
-        ).order_by("team__name", "pool__name")
+        ).order_by("team__name", "pool__name", "-id")
 
     def _answer(self, quota: Quota, status_code: int) -> Response:
         """The quota `set_quota` saved, with the GPUs in use it read under the team's lock (`Quota.gpus_in_use`):
@@ -302,7 +302,7 @@ class NamespaceLimitsViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelView
     queryset = Team.objects.none()  # for the schema; rows come from get_queryset
 
     def get_queryset(self):
-        return Team.objects.visible_to(self.request.user).order_by("name")
+        return Team.objects.visible_to(self.request.user).order_by("name", "-id")
 
     @staticmethod
     def _limits_of(team: Team) -> NamespaceLimits:

@@ -8,12 +8,13 @@ answers 403. Admin-only resources (tokens, the audit log) do not exist for anyon
 import copy
 import functools
 
+from django.core.exceptions import FieldDoesNotExist
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext_lazy as _
 from django_filters.filters import AllValuesFilter, AllValuesMultipleFilter, QuerySetRequestMixin
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.utils import translate_validation
-from rest_framework import exceptions, pagination, permissions, serializers
+from rest_framework import exceptions, filters, pagination, permissions, serializers
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -218,6 +219,36 @@ class FilterBackend(DjangoFilterBackend):
         if not filterset.is_valid() and self.raise_exception:
             raise translate_validation(filterset.errors)
         return filterset
+
+
+class OrderingFilter(filters.OrderingFilter):
+    """DRF's `?ordering=` (else the view's `ordering`), the primary key breaking ties, newest first, unless a unique
+    field already orders the rows, as the jobs list's SQL does (jobs/api/listing.py `ordered`).
+
+    PostgreSQL keeps no order among rows that tie (`?ordering=max_gpus` over quotas of 8 GPUs each), and each page
+    is its own LIMIT/OFFSET query: without a unique last term, a walk through the pages lists some rows twice and
+    others never."""
+
+    def get_ordering(self, request, queryset, view):
+        ordering = super().get_ordering(request, queryset, view)
+        return ordered_uniquely(ordering, queryset.model) if ordering else ordering
+
+
+def ordered_uniquely(terms, model) -> list[str]:
+    """`terms` (field names, `-` for descending), then `-<primary key>` unless one of them is a unique field of
+    `model` (a field of a related row, `team__name`, is unique for that row only)."""
+    terms = list(terms)
+    for term in terms:
+        name = term.lstrip("-")
+        if name == "pk":
+            return terms
+        try:
+            field = model._meta.get_field(name)
+        except FieldDoesNotExist:  # a related row's field or an annotation
+            continue
+        if getattr(field, "unique", False):
+            return terms
+    return [*terms, f"-{model._meta.pk.name}"]
 
 
 def named_filters(filterset_class, keys):

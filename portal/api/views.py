@@ -34,7 +34,7 @@ class MembershipViewSet(viewsets.ModelViewSet):
         return (
             Membership.objects.visible_to(self.request.user)
             .select_related("team", "user")
-            .order_by("team__name", "user__username")
+            .order_by("team__name", "user__username", "-id")
         )
 
     def perform_create(self, serializer):

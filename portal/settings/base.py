@@ -185,7 +185,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": [
         "portal.api.base.FilterBackend",
-        "rest_framework.filters.OrderingFilter",
+        "portal.api.base.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "portal.api.schema.PortalAutoSchema",
     "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttles.WriteRateThrottle"],

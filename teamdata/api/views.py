@@ -43,7 +43,7 @@ class TeamVolumeViewSet(_TeamDataViewSet):
         return (
             TeamVolume.objects.visible_to(self.request.user)
             .select_related("team", "created_by")
-            .order_by("team__name", "name")
+            .order_by("team__name", "name", "-id")
         )
 
     def perform_create(self, serializer):
@@ -89,7 +89,7 @@ class TeamSecretViewSet(_TeamDataViewSet):
         return (
             TeamSecret.objects.visible_to(self.request.user)
             .select_related("team", "created_by", "rotated_by")
-            .order_by("team__name", "name")
+            .order_by("team__name", "name", "-id")
         )
 
     def get_serializer_class(self):
