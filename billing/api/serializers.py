@@ -33,7 +33,7 @@ class UsageSerializer(serializers.Serializer):
 
 
 class InvoiceLineSerializer(serializers.ModelSerializer):
-    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     description = serializers.CharField(
         read_only=True, help_text=_("In English, as invoiced: the same for every reader.")
     )

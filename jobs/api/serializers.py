@@ -102,6 +102,7 @@ class JobSerializer(serializers.ModelSerializer):
     admitted_pool = serializers.SlugRelatedField(
         slug_field="slug",
         read_only=True,
+        allow_null=True,
         help_text=_("The pool Kueue admitted the job in (its flavor); null while queued."),
     )
     borrowed_gpus = serializers.SerializerMethodField(
@@ -232,7 +233,7 @@ class JobPodSerializer(serializers.Serializer):
 
 
 class JobEventSerializer(serializers.ModelSerializer):
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     message = serializers.CharField(source="in_words", read_only=True, help_text=_("In the reader's language."))
 
     class Meta:

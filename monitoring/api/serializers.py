@@ -5,9 +5,9 @@ from ..models import Alert
 
 
 class AlertSerializer(serializers.ModelSerializer):
-    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    job = serializers.PrimaryKeyRelatedField(read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    job = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
     subject = serializers.CharField(
         source="subject_in_words", read_only=True, help_text=_("What the alert is about, in the reader's language.")
     )

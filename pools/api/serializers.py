@@ -65,7 +65,7 @@ class PoolSerializer(FullCleanMixin, serializers.ModelSerializer):
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    pool = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
 
     class Meta:
         model = Node
@@ -149,7 +149,7 @@ class ReservationSerializer(serializers.ModelSerializer):
         required=False,
         help_text=_("Default: the pool's monthly price per GPU."),
     )
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     lendable_gpus = serializers.IntegerField(
         read_only=True, help_text=_("GPUs of the reservation other teams may borrow while the team leaves them idle.")
     )
@@ -237,7 +237,11 @@ class NamespaceLimitsSerializer(FullCleanMixin, serializers.ModelSerializer):
         model = NamespaceLimits
         exclude = ["id"]
         read_only_fields = ["updated_at"]
-        extra_kwargs = {name: {"min_value": 0, "max_value": 100_000_000} for name in LIMIT_FIELDS}
+        extra_kwargs = {
+            **{name: {"min_value": 0, "max_value": 100_000_000} for name in LIMIT_FIELDS},
+            # A team on the defaults has no row of its own: its limits were never updated.
+            "updated_at": {"allow_null": True},
+        }
 
     @extend_schema_field(NamespaceStateSerializer)
     def get_namespace(self, limits) -> dict:
@@ -249,8 +253,8 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     pool = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = QuotaRequest

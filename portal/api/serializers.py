@@ -58,8 +58,8 @@ class MembershipSerializer(serializers.ModelSerializer):
 
 class ApiTokenSerializer(serializers.ModelSerializer):
     user = UserSlugField(queryset=User.objects.filter(is_active=True), help_text=_("The user the token acts as."))
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    revoked_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    revoked_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     is_active = serializers.BooleanField(read_only=True)
 
     class Meta:

@@ -24,7 +24,7 @@ class _TeamScoped:
 
 class TeamVolumeSerializer(_TeamScoped, serializers.ModelSerializer):
     team = TeamSlugField(queryset=Team.objects.none())
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     size_gib = WholeNumberField(
         label_text=str(_("Size")), required=False, allow_null=True, min_value=1, max_value=MAX_VOLUME_GIB
     )
@@ -62,8 +62,8 @@ class VolumeAccessSerializer(serializers.Serializer):
 
 class TeamSecretSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    rotated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    rotated_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = TeamSecret
