@@ -27,6 +27,13 @@ class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
         # The service audits the team and sends the change to Kueue (its ClusterQueue's queueing order).
         teams.save_team(team=obj, user=request.user)
 
+    def get_deleted_objects(self, objs, request):
+        # A team that still holds quotas, volumes, members... is refused by the service: Django's delete page says so
+        # (as it does for its jobs), instead of listing them as going with it.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        held = [refused for team in objs if (refused := teams.refusal(team))]
+        return deleted, counts, perms_needed, [*protected, *held]
+
     def delete_model(self, request, obj):
         teams.delete_team(team=obj, user=request.user)
 
