@@ -3,7 +3,7 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api.base import FullCleanMixin, GpuField, WholeNumberField
+from portal.api.base import FullCleanMixin, GpuField, WholeNumberField, refuse_fixed_fields
 from portal.api.serializers import TeamSlugField
 from portal.models import Team
 
@@ -190,7 +190,23 @@ class ReservationLendingSerializer(serializers.Serializer):
 
 
 class ReservationEndSerializer(serializers.Serializer):
+    """PATCH of a reservation (a contract): only its end moves. A body that names another team, pool, GPU count,
+    start or price, or another lending setting, is refused; the stored values, as a GET answered them, are accepted."""
+
     ends_at = serializers.DateTimeField()
+
+    def validate(self, attrs):
+        contract = _(
+            "A reservation is a contract: only ends_at can be changed. For other GPUs, another start or price, end "
+            "it and make a new reservation."
+        )
+        lent = _("What a reservation lends is changed with POST /api/v1/reservations/{id}/lending/.")
+        messages = dict.fromkeys(("team", "pool", "gpus", "starts_at", "monthly_price_per_gpu"), contract)
+        messages.update(lending=lent, protected_gpus=lent)
+        refuse_fixed_fields(
+            data=self.initial_data, instance=self.instance, messages=messages, serializer_class=ReservationSerializer
+        )
+        return attrs
 
 
 class QuotaSerializer(serializers.ModelSerializer):
@@ -221,7 +237,20 @@ class QuotaSerializer(serializers.ModelSerializer):
 
 
 class QuotaChangeSerializer(serializers.Serializer):
+    """PUT/PATCH of a quota: only its GPUs change. A body that names another team or pool is refused (that is another
+    quota: POST it); the stored ones, as a GET answered them, are accepted."""
+
     max_gpus = GpuField(help_text=_("GPUs of the pool the team may use at once."))
+
+    def validate(self, attrs):
+        message = _("A quota is of one team in one pool: only max_gpus can be changed. POST the other team's quota.")
+        refuse_fixed_fields(
+            data=self.initial_data,
+            instance=self.instance,
+            messages={"team": message, "pool": message},
+            serializer_class=QuotaSerializer,
+        )
+        return attrs
 
 
 LIMIT_FIELDS = [f.name for f in NamespaceLimits._meta.concrete_fields if isinstance(f, models.PositiveIntegerField)]

@@ -224,7 +224,7 @@ class ReservationViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, views
     )
     def partial_update(self, request, *args, **kwargs):
         reservation = self.get_object()
-        change = ReservationEndSerializer(data=request.data)
+        change = ReservationEndSerializer(reservation, data=request.data)
         change.is_valid(raise_exception=True)
         reservation = services.end_reservation(
             reservation=reservation, ends_at=change.validated_data["ends_at"], user=request.user
@@ -274,7 +274,7 @@ class QuotaViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Re
     @extend_schema(request=QuotaChangeSerializer, responses=QuotaSerializer)
     def update(self, request, *args, **kwargs):
         quota = self.get_object()
-        change = QuotaChangeSerializer(data=request.data)
+        change = QuotaChangeSerializer(quota, data=request.data)
         change.is_valid(raise_exception=True)
         quota = services.set_quota(
             team=quota.team, pool=quota.pool, max_gpus=change.validated_data["max_gpus"], user=request.user

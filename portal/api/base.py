@@ -131,6 +131,29 @@ class GpuField(WholeNumberField):
         super().__init__(label_text=str(_("GPUs")), **kwargs)
 
 
+def refuse_fixed_fields(*, data, instance, messages: dict[str, str], serializer_class) -> None:
+    """A PUT or PATCH of `instance` whose body names a field that never changes once the row exists (`messages`: its
+    name -> why) with a value other than the stored one is refused with a field error, as a job's PATCH is ("Only
+    notify can be changed on a job."): never dropped while the rest is applied to the row in the URL. The value is read
+    by the field of `serializer_class` (the one that writes it on creation) and compared with the stored one, so a GET
+    body PUT back works."""
+    named = [name for name in messages if isinstance(data, dict) and name in data]
+    if not named:
+        return
+    fields = serializer_class().fields
+    errors = {name: [messages[name]] for name in named if _differs(fields[name], data[name], instance)}
+    if errors:
+        raise serializers.ValidationError(errors)
+
+
+def _differs(field: serializers.Field, sent, instance) -> bool:
+    try:
+        # as the field reads it ("3.5" and 3.50, or the same moment in two offsets, are one value)
+        return field.to_internal_value(sent) != field.get_attribute(instance)
+    except (serializers.ValidationError, DjangoValidationError, TypeError, ValueError):
+        return True  # an unknown team, a malformed value: not the stored one
+
+
 def django_errors_as_drf(error: DjangoValidationError) -> exceptions.ValidationError:
     """A model or service ValidationError as DRF field errors ({"field": [messages]}, else non_field_errors)."""
     if hasattr(error, "error_dict"):

@@ -2,7 +2,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from ..models import ApiToken, AuditEntry, Membership, Team, User
-from .base import FullCleanMixin
+from .base import FullCleanMixin, refuse_fixed_fields
 
 
 class TeamSerializer(FullCleanMixin, serializers.ModelSerializer):
@@ -47,13 +47,23 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "source", "created_at"]
         validators = []  # the unique (user, team) rule is checked once, by the model, in the service
 
-    def get_fields(self):
-        fields = super().get_fields()
-        if self.instance is not None and not isinstance(self.instance, list | tuple) and hasattr(self.instance, "pk"):
-            # A membership moves to another role, never to another person or team.
-            fields["team"].read_only = True
-            fields["user"].read_only = True
-        return fields
+
+class MembershipUpdateSerializer(MembershipSerializer):
+    """PUT/PATCH of a membership: it moves to another role, never to another person or team. A body naming another
+    team or user is refused (the same ones, as a GET answered them, are accepted)."""
+
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    user = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    def validate(self, attrs):
+        message = _("A membership is of one person in one team: only its role can change. Add a membership instead.")
+        refuse_fixed_fields(
+            data=self.initial_data,
+            instance=self.instance,
+            messages={"team": message, "user": message},
+            serializer_class=MembershipSerializer,
+        )
+        return super().validate(attrs)
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):

@@ -15,6 +15,7 @@ from .serializers import (
     ApiTokenSerializer,
     AuditEntrySerializer,
     MembershipSerializer,
+    MembershipUpdateSerializer,
     NewApiTokenSerializer,
 )
 
@@ -49,6 +50,9 @@ class MembershipViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance):
         services.remove_member(membership=instance, user=self.request.user)
+
+    def get_serializer_class(self):
+        return MembershipUpdateSerializer if self.action in ("update", "partial_update") else MembershipSerializer
 
 
 class ApiTokenViewSet(

@@ -208,6 +208,7 @@ SPECTACULAR_SETTINGS = {
         "VolumeStateEnum": "teamdata.choices.VolumeState",
         "VolumeSourceEnum": "teamdata.choices.VolumeSource",
         "AccessModeEnum": "teamdata.choices.AccessMode",
+        "MembershipSourceEnum": "portal.choices.MembershipSource",
     },
     # The schema and Swagger UI are for signed-in users, and Swagger UI is served from our own static files
     # (drf-spectacular-sidecar), never a CDN.
