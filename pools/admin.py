@@ -24,8 +24,10 @@ class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
         return ["slug"] if obj is not None else []  # it names the namespace and queues (teams.save_team)
 
     def save_model(self, request, obj, form, change):
-        # The service audits the team and sends the change to Kueue (its ClusterQueue's queueing order).
-        teams.save_team(team=obj, user=request.user)
+        # The service audits the team and sends the change to Kueue (its ClusterQueue's queueing order). A change
+        # passes only what the form changed, applied to the row as it is now (another change meanwhile stays).
+        changes = {name: getattr(obj, name) for name in form.changed_data} if change else None
+        teams.save_team(team=obj, changes=changes, user=request.user)
 
     def get_deleted_objects(self, objs, request):
         # A team that still holds quotas, volumes, members... is refused by the service: Django's delete page says so
@@ -126,8 +128,14 @@ class PoolAdmin(ServiceCheckedAdminMixin, admin.ModelAdmin):
         return {} if obj is not None else {"slug": ["name"]}
 
     def save_model(self, request, obj, form, change):
-        # the spill pools too: the service checks them (not itself) and audits them with the pool's fields
-        services.save_pool(pool=obj, spill_pools=list(form.cleaned_data.get("spill_pools", [])), user=request.user)
+        # The spill pools too: the service checks them (not itself) and audits them with the pool's fields. A change
+        # passes only what the form changed, applied to the row as it is now (another change meanwhile stays).
+        changed = form.changed_data if change else None
+        changes = None if changed is None else {name: getattr(obj, name) for name in changed if name != "spill_pools"}
+        spill_pools = (
+            list(form.cleaned_data.get("spill_pools", [])) if changed is None or "spill_pools" in changed else None
+        )
+        services.save_pool(pool=obj, changes=changes, spill_pools=spill_pools, user=request.user)
 
     def save_related(self, request, form, formsets, change):
         form.cleaned_data.pop("spill_pools", None)  # saved by the service above

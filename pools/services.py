@@ -5,6 +5,7 @@ checked here under `SELECT ... FOR UPDATE` on the pool row: two requests for the
 lock, and the second sees the first's reservation.
 """
 
+import copy
 from datetime import datetime
 from decimal import Decimal
 
@@ -317,13 +318,21 @@ def _pool_snapshot(pool: Pool) -> dict:
 
 
 @transaction.atomic
-def save_pool(*, pool: Pool, spill_pools: list[Pool] | None = None, user=None) -> Pool:
-    """Create `pool` (no pk) or save its changes; `spill_pools`, when given, replaces the pools it may spill into.
+def save_pool(*, pool: Pool, changes: dict | None = None, spill_pools: list[Pool] | None = None, user=None) -> Pool:
+    """Create `pool` (no pk) or change it; `spill_pools`, when given, replaces the pools it may spill into.
 
-    A reserved pool's contract may not drop below what its reservations hold at their peak from now on."""
+    A change is applied to the pool's row as locked and read here: `changes` (field name -> value) when given (the API's
+    PATCH, Django admin's changed fields), so a field it does not name keeps what another change committed meanwhile;
+    without it every field of `pool`. A reserved pool's contract may not drop below what its reservations hold at
+    their peak from now on."""
     previous = Pool.objects.select_for_update().filter(pk=pool.pk).first() if pool.pk else None
     before = _pool_snapshot(previous) if previous else None
     if previous is not None:
+        if changes is None:
+            changes = {f.attname: getattr(pool, f.attname) for f in Pool._meta.concrete_fields if not f.primary_key}
+        pool = copy.copy(previous)
+        for name, value in changes.items():
+            setattr(pool, name, value)
         fixed.check_pool(stored=previous, pool=pool)
     pool.full_clean()
     if spill_pools is not None and any(other.pk == pool.pk for other in spill_pools if pool.pk):

@@ -3,6 +3,8 @@ and a LocalQueue in Kueue: creating, renaming or deleting one changes the Kueue 
 is told of in the same call. The API, Django admin and commands all call these; each write is audited in its
 transaction."""
 
+import copy
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import ProtectedError
@@ -21,11 +23,20 @@ from .models import NamespaceLimits, Quota, QuotaRequest
 
 
 @transaction.atomic
-def save_team(*, team: Team, user=None) -> Team:
-    """Create `team` (no pk) or save its changed name, description or settings. Its slug is fixed once it exists."""
-    stored = Team.objects.filter(pk=team.pk).first() if team.pk else None
+def save_team(*, team: Team, changes: dict | None = None, user=None) -> Team:
+    """Create `team` (no pk) or change its name, description or settings; its slug is fixed once it exists. A change
+    is applied to the team's row as locked and read here: `changes` (field name -> value) when given (the API's
+    PATCH, Django admin's changed fields), so a field it does not name keeps what another change committed meanwhile;
+    without it every field of `team`."""
+    # NO KEY: a change of its columns, not its key; jobs and quotas of the team go on being added meanwhile.
+    stored = Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first() if team.pk else None
     before = audit.snapshot(stored) if stored else None
     if stored is not None:
+        if changes is None:
+            changes = {f.attname: getattr(team, f.attname) for f in Team._meta.concrete_fields if not f.primary_key}
+        team = copy.copy(stored)
+        for name, value in changes.items():
+            setattr(team, name, value)
         fixed.check_team(stored=stored, team=team)
     team.full_clean()
     team.save()

@@ -29,10 +29,10 @@ class TeamViewSet(viewsets.ModelViewSet):
         serializer.instance = teams.save_team(team=Team(**serializer.validated_data), user=self.request.user)
 
     def perform_update(self, serializer):
-        team = serializer.instance
-        for name, value in serializer.validated_data.items():
-            setattr(team, name, value)
-        serializer.instance = teams.save_team(team=team, user=self.request.user)
+        # only the fields sent: the service applies them to the row it locks (another change meanwhile stays)
+        serializer.instance = teams.save_team(
+            team=serializer.instance, changes=dict(serializer.validated_data), user=self.request.user
+        )
 
     def perform_destroy(self, instance):
         teams.delete_team(team=instance, user=self.request.user)

@@ -109,18 +109,18 @@ class PoolViewSet(viewsets.ModelViewSet):
     def get_queryset(self):
         return Pool.objects.visible_to(self.request.user).prefetch_related("spill_pools").order_by("name", "-id")
 
-    def _save(self, serializer, pool: Pool):
+    def perform_create(self, serializer):
         data = dict(serializer.validated_data)
         spill_pools = data.pop("spill_pools", None)
-        for name, value in data.items():
-            setattr(pool, name, value)
-        serializer.instance = services.save_pool(pool=pool, spill_pools=spill_pools, user=self.request.user)
-
-    def perform_create(self, serializer):
-        self._save(serializer, Pool())
+        serializer.instance = services.save_pool(pool=Pool(**data), spill_pools=spill_pools, user=self.request.user)
 
     def perform_update(self, serializer):
-        self._save(serializer, serializer.instance)
+        # only the fields sent: the service applies them to the row it locks (another change meanwhile stays)
+        changes = dict(serializer.validated_data)
+        spill_pools = changes.pop("spill_pools", None)
+        serializer.instance = services.save_pool(
+            pool=serializer.instance, changes=changes, spill_pools=spill_pools, user=self.request.user
+        )
 
     def perform_destroy(self, instance):
         services.delete_pool(pool=instance, user=self.request.user)
