@@ -23,7 +23,7 @@ FORBIDDEN = re.compile(r"\(403\)|403 Forbidden|[Ff]orbidden")
 
 def chart_environment(release: Release, component: str, secrets: dict[str, str]) -> dict[str, str]:
     """The environment the chart gives the component's container: plain values as rendered, Secret references
-    from `secrets`, the pod's namespace from the release."""
+    from `secrets`, the pod's namespace from the release, its address as the loopback's."""
     [container] = release.deployment(component)["spec"]["template"]["spec"]["containers"]
     env = {}
     for entry in container.get("env", []):
@@ -37,6 +37,8 @@ def chart_environment(release: Release, component: str, secrets: dict[str, str])
                 assert ref.get("optional"), f"{component}: no value for the Secret key {ref['key']}"
         elif entry["valueFrom"].get("fieldRef", {}).get("fieldPath") == "metadata.namespace":
             env[entry["name"]] = release.namespace
+        elif entry["valueFrom"].get("fieldRef", {}).get("fieldPath") == "status.podIP":
+            env[entry["name"]] = "127.0.0.1"  # the process runs on this machine's loopback
         else:
             raise AssertionError(f"{component}: an environment entry the test cannot give: {entry}")
     return env
