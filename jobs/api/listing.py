@@ -27,6 +27,7 @@ import django_filters
 from django.core.exceptions import EmptyResultSet
 from django.db import connection
 
+from portal.api.base import ordered_uniquely
 from portal.models import Team
 
 from .. import selectors
@@ -35,7 +36,6 @@ from .serializers import LIST_ID, job_list_values
 
 # A filter's lookup as SQL: the column's operator and how the value is given.
 _OPERATORS = {"exact": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
-_TIE_BREAK = "id"
 _ID = connection.ops.quote_name(Job._meta.pk.column)
 
 
@@ -98,10 +98,9 @@ def filter_conditions(filterset) -> tuple[list[str], list] | None:
 
 def ordered(terms: list[str]) -> list[str]:
     """The order `terms` asks for (field names, `-` for descending), the id breaking ties (newest first) unless it
-    is already in it: a page never repeats or skips a job of the one before."""
-    if _TIE_BREAK in (term.lstrip("-") for term in terms):
-        return list(terms)
-    return [*terms, f"-{_TIE_BREAK}"]
+    is already in it: a page never repeats or skips a job of the one before (the API's one rule,
+    `portal.api.base.ordered_uniquely`)."""
+    return ordered_uniquely(terms, Job)
 
 
 def _order(terms: list[str], table: str = _TABLE) -> str:
