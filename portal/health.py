@@ -1,10 +1,12 @@
 """Health probes for process supervisors and Kubernetes: `/healthz` says the process answers (liveness: nothing
-else is touched, so a database outage never gets the web pods restarted), `/readyz` says PostgreSQL and Redis
-answer now (readiness: a pod that cannot reach them is taken out of the Service until they come back).
+else is touched, so a database outage never gets the web pods restarted), `/readyz` says PostgreSQL and the cache's
+Redis answer now (readiness: a pod that cannot reach them is taken out of the Service until they come back).
 
-Redis is in readiness although every pod shares it, so its outage takes them all out: sign-in through the provider
-needs it (django-allauth keeps the ID tokens it accepted in the cache, and fails with a 500 without it), so a pod
-without Redis cannot serve everyone. What was accepted before waits in the outbox (docs/failures.md).
+The cache is in readiness although every pod shares it, so its outage takes them all out: sign-in through the
+provider needs it (django-allauth keeps the ID tokens it accepted in the cache, and cannot finish a sign-in without
+it), so a pod without it cannot serve everyone. The cache is `RESERVOIR_CACHE_URL`, by default the broker's Redis
+(`REDIS_URL`); the broker alone is not checked: serving needs it for nothing, what is accepted while it is away
+waits in the outbox (docs/failures.md).
 
 Both are plain GETs with no login, never throttled (only writes are), exempt from the HTTPS redirect (probes talk
 plain HTTP to the pod) and cheap: one `SELECT 1` and one Redis PING, each bounded by a short timeout (Redis's
@@ -43,14 +45,28 @@ def _database() -> str | None:
     return None
 
 
-def _redis() -> str | None:
+def cache_redis_url() -> str | None:
+    """The Redis the default cache writes to (the first of several servers), or None for a cache that is not Redis
+    (the tests' in-memory one)."""
+    cache = settings.CACHES["default"]
+    if cache["BACKEND"] != "django.core.cache.backends.redis.RedisCache":
+        return None
+    location = cache["LOCATION"]
+    servers = location.split(",") if isinstance(location, str) else list(location)
+    return servers[0].strip()
+
+
+def _cache() -> str | None:
+    url = cache_redis_url()
+    if url is None:
+        return None
     client = redis.Redis.from_url(
-        settings.REDIS_URL, socket_connect_timeout=CHECK_TIMEOUT_SECONDS, socket_timeout=CHECK_TIMEOUT_SECONDS
+        url, socket_connect_timeout=CHECK_TIMEOUT_SECONDS, socket_timeout=CHECK_TIMEOUT_SECONDS
     )
     try:
         client.ping()
     except Exception as error:  # noqa: BLE001 - as above
-        log.warning("readyz: Redis does not answer: %s", type(error).__name__)
+        log.warning("readyz: the cache's Redis does not answer: %s", type(error).__name__)
         return "unreachable"
     finally:
         client.close()
@@ -59,8 +75,8 @@ def _redis() -> str | None:
 
 @never_cache
 def readyz(request):
-    """Readiness: 200 when PostgreSQL and Redis (the broker) both answer, else 503 naming which does not."""
-    problems = {name: problem for name, check in (("database", _database), ("redis", _redis)) if (problem := check())}
-    checks = {name: problems.get(name, "ok") for name in ("database", "redis")}
+    """Readiness: 200 when PostgreSQL and the cache's Redis both answer, else 503 naming which does not."""
+    problems = {name: problem for name, check in (("database", _database), ("cache", _cache)) if (problem := check())}
+    checks = {name: problems.get(name, "ok") for name in ("database", "cache")}
     status = 503 if problems else 200
     return JsonResponse({"status": "ready" if not problems else "not ready", "checks": checks}, status=status)
