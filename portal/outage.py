@@ -79,8 +79,9 @@ def _mark_database_outage(sender, request=None, **kwargs):
 
 
 class DatabaseUnavailableMiddleware:
-    """Outermost but for request metrics: an error response caused by an unreachable database, or cache, becomes a
-    503."""
+    """An error response caused by an unreachable database, or cache, becomes a 503. It sits inside the middlewares
+    that write the security headers (so the 503 carries them too) and outside every one that may touch the database
+    or the cache."""
 
     def __init__(self, get_response):
         self.get_response = get_response

@@ -52,11 +52,14 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "monitoring.middleware.RequestMetricsMiddleware",
-    "portal.outage.DatabaseUnavailableMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # gzip, after every middleware that reads or writes the body; see portal/compression.py for BREACH.
     "portal.compression.CompressionMiddleware",
     "portal.middleware.ContentSecurityPolicyMiddleware",
+    # The frame and policy headers are set on every answer, the 503 of an outage below included.
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Outside every middleware that may touch the database or the cache (sessions, authentication, allauth, axes).
+    "portal.outage.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -65,7 +68,6 @@ MIDDLEWARE = [
     "portal.middleware.SessionLifetimeMiddleware",
     "portal.middleware.UserLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "portal.middleware.HtmxSignInMiddleware",
     # Every page's write throttled like the API's (after authentication and the CSRF check).
