@@ -35,7 +35,8 @@ def _with_earned(cards) -> None:
 def pool_list(request):
     """The dashboard. Its poll sends the version of the cards the browser shows (`since`): while the cards are the
     same (a digest of their markup, in the viewer's language) the answer is an empty 204, which htmx leaves alone;
-    otherwise the whole fragment, gzip-compressed (about 20 KB on the wire at 1,000 nodes, bench/ui.py)."""
+    otherwise the whole fragment, gzip-compressed (about 20 KB on the wire at 1,000 nodes, bench/ui.py). So the
+    markup says nothing that changes with the clock alone: a DCGM reading is named by its time, not its age."""
     cards, key = selectors.pool_cards(request.user, other_label=_("another team"))
     _with_earned(cards)
     body = render_to_string("pools/partials/pool_cards_body.html", {"cards": cards, "legend": key.legend}, request)

@@ -1,9 +1,12 @@
 """The per-node strips of GPU slots, built in Python: a dashboard of 1,000 nodes renders 8,000 slots, too many
 for a template loop to place quickly. One `<i>` per GPU slot, coloured by the team that holds it; each strip's
-title and aria-label say in words who holds what, so a slot needs no text of its own."""
+title and aria-label say in words who holds what, so a slot needs no text of its own. And the time of a card's
+DCGM reading, which the card names without saying how old it is (see `reading_time`)."""
 
 from django import template
-from django.utils.html import escape
+from django.utils import timezone
+from django.utils.formats import date_format
+from django.utils.html import escape, format_html
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -65,3 +68,17 @@ def gpu_strips(nodes):
     """The strips of many nodes at once (one tag call instead of one per node)."""
     texts: dict = {}
     return mark_safe("".join(strip_html(node, texts) for node in nodes))  # noqa: S308 - every text in it is escaped above
+
+
+@register.filter
+def reading_time(at):
+    """`at` as a `<time data-age>` whose text is the moment itself ("14:30:05 UTC", the full date in its title), not
+    its age: the markup stays the same until a new reading arrives, so the dashboard's version (a digest of the cards'
+    markup) does not change at every poll. static/js/reservoir.js shows it as an age in the page's language."""
+    at = timezone.localtime(at)
+    return format_html(
+        '<time datetime="{}" title="{} UTC" data-age>{} UTC</time>',
+        at.replace(microsecond=0).isoformat(),
+        date_format(at, "DATETIME_FORMAT"),
+        date_format(at, "H:i:s"),
+    )

@@ -87,11 +87,19 @@ def test_the_job_page_speaks_the_readers_dates(client, team, language, created, 
     assert created in listing
 
 
-@pytest.mark.parametrize(("language", "dcgm"), [("en", "DCGM, 5\xa0minutes ago"), ("zh-hans", "DCGM，5分钟之前")])
+@pytest.mark.parametrize(
+    ("language", "dcgm"),
+    [
+        ("en", 'DCGM, <time datetime="2026-03-02T10:05:07+00:00" title="2026-03-02 10:05:07 UTC" data-age>'),
+        ("zh-hans", 'DCGM，<time datetime="2026-03-02T10:05:07+00:00" title="2026年3月2日 10:05:07 UTC" data-age>'),
+    ],
+)
 def test_the_pools_dashboard_speaks_the_readers_times(client, team, language, dcgm):
+    """The card names its DCGM reading's moment (static/js/reservoir.js says its age in the page's language)."""
     pool = PoolFactory(slug="a800", name="A800", kind=PoolKind.RESERVED, contracted_gpus=16)
-    UtilisationSample.objects.create(scope=Scope.POOL, pool=pool, at=timezone.now() - timedelta(minutes=5), gpus=8,
-                                     gpus_busy=8, util_avg=61.0, util_max=90.0)  # fmt: skip
-    client.force_login(member(team, language, role=Role.RESEARCHER))
-    body = client.get(reverse("pools:pool_list")).content.decode()
-    assert "61 %" in body and dcgm in body
+    with time_machine.travel(datetime(2026, 3, 2, 10, 10, 7, tzinfo=UTC), tick=False):
+        UtilisationSample.objects.create(scope=Scope.POOL, pool=pool, at=timezone.now() - timedelta(minutes=5), gpus=8,
+                                         gpus_busy=8, util_avg=61.0, util_max=90.0)  # fmt: skip
+        client.force_login(member(team, language, role=Role.RESEARCHER))
+        body = client.get(reverse("pools:pool_list")).content.decode()
+    assert "61 %" in body and f"{dcgm}10:05:07 UTC</time>" in body
