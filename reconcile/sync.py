@@ -57,7 +57,8 @@ JUST_CREATED = timedelta(seconds=30)
 class Attribution:
     """Who a cluster object is attributed to. Caches namespace -> team and node -> pool; a miss reloads the
     mapping, at most once every `REFRESH_SECONDS`, so that thousands of pods in a namespace that is no team's
-    cost no query each."""
+    cost no query each. A hit is checked once per batch (`team_ids`): a team deleted meanwhile leaves its
+    namespace behind, and a team made again with its slug is another row."""
 
     REFRESH_SECONDS = 10.0
 
@@ -96,6 +97,18 @@ class Attribution:
         elif now - self._teams_loaded > self.REFRESH_SECONDS:
             self._load_teams()
         return self.teams.get(namespace)
+
+    def team_ids(self, namespaces: set[str]) -> dict[str, int | None]:
+        """Namespace -> team id for one batch's namespaces, each id checked in one query to still be a team's. When
+        one is gone the mapping is reloaded: a team made again with the slug is found under its own id, and the
+        namespace of a team that is only gone is no team's. A batch never names a vanished team, which the rows it
+        writes would refuse at commit, and so the watch would read it again, fail again, and record nothing more."""
+        found = {namespace: self.team_id(namespace) for namespace in namespaces}
+        cached = {team_id for team_id in found.values() if team_id is not None}
+        if not cached or Team.objects.filter(pk__in=cached).count() == len(cached):
+            return found
+        self._load_teams()
+        return {namespace: self.team_id(namespace) for namespace in namespaces}
 
     def pool_id(self, node_name: str) -> int | None:
         if node_name and node_name not in self.node_pools and time.monotonic() - self._nodes_loaded > 1.0:
@@ -190,6 +203,7 @@ class ClusterSync:
         return facts if facts.gpus > 0 or facts.job_id is not None else None
 
     def _owners(self, pods: list[PodFacts]) -> list[observations.PodOwner]:
+        team_ids = self.attribution.team_ids({f.namespace for f in pods})
         portal_jobs = self.attribution.jobs({f.job_id for f in pods if f.job_id is not None})
         owners = []
         for pod in pods:
@@ -199,9 +213,7 @@ class ClusterSync:
             pool_id = self.attribution.pool_id(pod.node_name) if pod.node_name else None
             if pool_id is None and job_id is not None:
                 pool_id = portal_jobs[job_id][1]  # not placed yet: the pool it was submitted to
-            owners.append(
-                observations.PodOwner(team_id=self.attribution.team_id(pod.namespace), pool_id=pool_id, job_id=job_id)
-            )
+            owners.append(observations.PodOwner(team_id=team_ids[pod.namespace], pool_id=pool_id, job_id=job_id))
         return owners
 
     def _interval(self, pod: PodFacts, owner: observations.PodOwner, **kwargs):
@@ -281,6 +293,8 @@ class ClusterSync:
     # --- the portal's Jobs -> jobs (job states) -------------------------------------------------------------
     def _portal_jobs(self, job_objs: list[JobFacts]) -> list[tuple[int, JobFacts]]:
         portal_jobs = self.attribution.jobs({f.job_id for f in job_objs if f.job_id is not None})
+        if portal_jobs:  # their namespaces' teams, checked: a job of a team made again is the new team's own
+            self.attribution.team_ids({f.namespace for f in job_objs})
         accepted = []
         for facts in job_objs:
             job_id = self.attribution.portal_job(
@@ -325,6 +339,8 @@ class ClusterSync:
     def _portal_workloads(self, workloads: list[WorkloadFacts]) -> list[tuple[int, WorkloadFacts]]:
         """The Workloads of portal jobs: owned by the Job `rsv-<id>` in job <id>'s own team namespace."""
         portal_jobs = self.attribution.jobs({f.portal_job_id for f in workloads if f.portal_job_id is not None})
+        if portal_jobs:
+            self.attribution.team_ids({f.namespace for f in workloads})
         accepted = []
         for facts in workloads:
             job_id = self.attribution.portal_job(
