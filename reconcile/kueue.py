@@ -119,9 +119,12 @@ def _reconcile_locked(state: KueueProjection) -> dict:
     try:
         listed = {kind: kueue_objects.list_kueue_objects(kind) for kind in render.KINDS}
         existing = {render.object_key(obj): obj for objects in listed.values() for obj in objects}
-        _ensure_namespaces(team_specs, teams)
+        unmade = _ensure_namespaces(team_specs, teams, errors)
         for manifest in desired:
             key = render.object_key(manifest)
+            if manifest["metadata"].get("namespace") in unmade:
+                outcome[key] = "failed"  # its namespace could not be made (in `errors`)
+                continue
             try:
                 outcome[key] = _apply(
                     manifest, existing.get(key), digests, _audit_instance(manifest, pools, teams, state)
@@ -211,13 +214,24 @@ def _record_failure(state: KueueProjection, errors: list[str], digests: dict) ->
     )
 
 
-def _ensure_namespaces(team_specs: list[render.TeamQueueSpec], teams: dict[str, Team]) -> None:
+def _ensure_namespaces(team_specs: list[render.TeamQueueSpec], teams: dict[str, Team], errors: list[str]) -> set[str]:
     """A LocalQueue lives in its team's namespace: make the namespaces that are missing (with their quota and
-    limits) before the queues."""
+    limits) before the queues. Returns the namespaces that could not be made: a refusal (someone else's namespace of
+    that name, a webhook, RBAC) is one team's, added to `errors`, and only that team's LocalQueue waits for it; a
+    transient failure stops the reconcile, as for any object."""
     present = resources.namespace_names()
+    unmade = set()
     for spec in team_specs:
-        if spec.namespace not in present:
+        if spec.namespace in present:
+            continue
+        try:
             namespaces.reconcile(teams[spec.slug])
+        except TransientClusterError:
+            raise
+        except ClusterError as error:
+            unmade.add(spec.namespace)
+            errors.append(f"Namespace/{spec.namespace}: {error}")
+    return unmade
 
 
 def _apply(manifest: dict, listed: dict | None, digests: dict, instance) -> str:
