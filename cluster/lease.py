@@ -6,7 +6,9 @@ leaderelection, which the controller-manager and the scheduler use):
 
 - The holder renews `spec.renewTime` every `retry_seconds`. If it has not renewed for `renew_deadline_seconds`
   (shorter than the lease), it gives up: `lost` is set and the caller stops writing, before anyone else may take
-  over.
+  over. The deadline counts from the moment its last successful renewal was sent (a standby can have seen it no
+  earlier), and no attempt outlasts it: it is checked before each round and between the read and the write, and
+  each request's timeout is at most the time left (client-go cancels a renewal attempt at the deadline likewise).
 - A standby reads the Lease every `retry_seconds`. It takes the Lease over once it has seen the same record (holder,
   renew time, resourceVersion) unchanged for a whole `lease_seconds` on its own clock: no two machines' clocks are
   compared. A Lease released by its holder (no holderIdentity) is taken at once.
@@ -37,6 +39,9 @@ from .errors import describe
 log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+# The longest one call of a round may take (seconds); a renewal's calls also end by its renew deadline.
+REQUEST_TIMEOUT = 5
 
 
 def default_identity() -> str:
@@ -94,6 +99,7 @@ class LeaderLease:
         self._observed: _Record | None = None
         self._observed_at = 0.0  # time.monotonic() when the record last changed, as this process saw it
         self._held_since = 0.0
+        self._renewed_at: float | None = None  # time.monotonic() when the last successful write was sent
 
     # -- one round -------------------------------------------------------------------------------------------------
     def _body(self, *, transitions: int, acquired: datetime, version: str | None = None) -> dict:
@@ -118,22 +124,42 @@ class LeaderLease:
             },
         }
 
-    def try_acquire_or_renew(self) -> bool:
-        """One round: True when this process holds the Lease after it (created, renewed or taken over)."""
+    @staticmethod
+    def _timeout(deadline: float | None) -> int | None:
+        """A request's timeout: `REQUEST_TIMEOUT`, or the whole seconds left when `deadline` (a time.monotonic()
+        moment) comes first; None when not one second is left. Whole seconds: the Kubernetes client bounds a call's
+        total time only when its timeout is an int (a float would leave it unbounded)."""
+        if deadline is None:
+            return REQUEST_TIMEOUT
+        left = int(deadline - time.monotonic())
+        return min(REQUEST_TIMEOUT, left) if left >= 1 else None
+
+    def try_acquire_or_renew(self, *, deadline: float | None = None) -> bool:
+        """One round: True when this process holds the Lease after it (created, renewed or taken over). With
+        `deadline` (a time.monotonic() moment), the round ends by then: False, without a call, when it has come
+        before the read or before the write, and no request may last beyond it."""
         api = client.coordination()
+        timeout = self._timeout(deadline)
+        if timeout is None:
+            return False
         try:
-            lease = api.read_namespaced_lease(self.name, self.namespace, _request_timeout=5)
+            lease = api.read_namespaced_lease(self.name, self.namespace, _request_timeout=timeout)
         except ApiException as error:
             if error.status != 404:
                 raise
+            timeout = self._timeout(deadline)
+            if timeout is None:
+                return False
+            sent = time.monotonic()
             try:
                 api.create_namespaced_lease(
-                    self.namespace, self._body(transitions=0, acquired=_now()), _request_timeout=5
+                    self.namespace, self._body(transitions=0, acquired=_now()), _request_timeout=timeout
                 )
             except ApiException as create_error:
                 if create_error.status == 409:
                     return False  # another replica created it first
                 raise
+            self._renewed_at = sent
             log.info("lease %s/%s: created, held by %s", self.namespace, self.name, self.identity)
             return True
         spec = lease.spec
@@ -149,20 +175,25 @@ class LeaderLease:
             if holder and not expired:
                 return False
             transitions, acquired = transitions + 1, _now()
+        timeout = self._timeout(deadline)
+        if timeout is None:
+            return False
         body = self._body(transitions=transitions, acquired=acquired, version=lease.metadata.resource_version)
+        sent = time.monotonic()
         try:
-            api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=5)
+            api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=timeout)
         except ApiException as error:
             if error.status == 409:
                 return False  # somebody else wrote it since our read
             raise
+        self._renewed_at = sent
         if holder != self.identity:
             log.info("lease %s/%s: taken over from %r by %s", self.namespace, self.name, holder, self.identity)
         return True
 
-    def _round(self) -> bool:
+    def _round(self, deadline: float | None = None) -> bool:
         try:
-            return self.try_acquire_or_renew()
+            return self.try_acquire_or_renew(deadline=deadline)
         except Exception as error:  # noqa: BLE001 - one failed round is retried by the next one
             log.warning("lease %s/%s: %s", self.namespace, self.name, describe(error))
             return False
@@ -182,30 +213,36 @@ class LeaderLease:
         return False
 
     def keep_renewing(self, stop: threading.Event) -> threading.Thread:
-        """Renew every `retry_seconds` in a daemon thread until `stop`; when no renewal succeeded for
-        `renew_deadline_seconds`, set `lost` and `stop` (the caller stops writing: another replica may take over
-        once the lease runs out)."""
+        """Renew every `retry_seconds` in a daemon thread until `stop`; when no renewal succeeded within
+        `renew_deadline_seconds` of the last one sent, set `lost` and `stop` at that deadline (the caller stops
+        writing: another replica may take over once the lease runs out)."""
 
         def renew():
-            last_renewed = time.monotonic()
-            while not stop.wait(self.retry_seconds):
-                if self._round():
-                    last_renewed = time.monotonic()
-                elif self.taken_by_another():
+            if self._renewed_at is None:
+                self._renewed_at = time.monotonic()
+            pause = self.retry_seconds
+            while not stop.wait(pause):
+                deadline = self._renewed_at + self.renew_deadline_seconds
+                if self._round(deadline):
+                    pause = self.retry_seconds
+                    continue
+                if self.taken_by_another():
                     log.error("lease %s/%s: taken by %s", self.namespace, self.name, self._observed.holder)
                     self.lost.set()
                     stop.set()
                     return
-                elif time.monotonic() - last_renewed > self.renew_deadline_seconds:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     log.error(
                         "lease %s/%s: not renewed for %.0f s: lost",
                         self.namespace,
                         self.name,
-                        time.monotonic() - last_renewed,
+                        time.monotonic() - self._renewed_at,
                     )
                     self.lost.set()
                     stop.set()
                     return
+                pause = min(self.retry_seconds, left)  # the next round no later than the deadline
 
         thread = threading.Thread(target=renew, name=f"lease-{self.name}", daemon=True)
         thread.start()
@@ -215,7 +252,7 @@ class LeaderLease:
         """Hand the Lease over at once (a clean stop): clear the holder if it is still this process."""
         api = client.coordination()
         try:
-            lease = api.read_namespaced_lease(self.name, self.namespace, _request_timeout=5)
+            lease = api.read_namespaced_lease(self.name, self.namespace, _request_timeout=REQUEST_TIMEOUT)
             if lease.spec.holder_identity != self.identity:
                 return
             body = self._body(
@@ -225,7 +262,7 @@ class LeaderLease:
             )
             body["spec"]["holderIdentity"] = None
             body["spec"]["leaseDurationSeconds"] = 1
-            api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=5)
+            api.replace_namespaced_lease(self.name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT)
             log.info("lease %s/%s: released by %s", self.namespace, self.name, self.identity)
         except Exception as error:  # noqa: BLE001 - not released: the others take over when it runs out
             log.warning("lease %s/%s: not released: %s", self.namespace, self.name, describe(error))
