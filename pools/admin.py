@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from portal.admin import AuditedAdminMixin, MembershipInline
 from portal.models import Team
 
-from . import services, teams
+from . import quota_floor, services, teams
 from .models import ContractChange, NamespaceLimits, Node, Pool, PriceChange, Quota, QuotaRequest, Reservation
 
 
@@ -232,6 +232,13 @@ class QuotaAdmin(ServiceCheckedAdminMixin, AuditedAdminMixin, admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         saved = services.set_quota(team=obj.team, pool=obj.pool, max_gpus=obj.max_gpus, user=request.user)
         obj.pk = saved.pk
+
+    def get_deleted_objects(self, objs, request):
+        # A quota its team's reservations or jobs still need is refused by the service: Django's delete page says why
+        # (and deletes nothing), instead of failing on the service's error.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        held = [refused for quota in objs if (refused := quota_floor.deletion_refusal(quota))]
+        return deleted, counts, perms_needed, [*protected, *held]
 
     def delete_model(self, request, obj):
         services.delete_quota(quota=obj, user=request.user)

@@ -21,7 +21,7 @@ from portal import audit
 from portal.models import Team
 from portal.retry import retry_on_conflict
 
-from . import fixed, history, projection
+from . import fixed, history, projection, quota_floor
 from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
 from .models import LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
@@ -204,9 +204,12 @@ def _check_contract(*, pool: Pool, reservation: Reservation) -> None:
 @transaction.atomic
 def delete_quota(*, quota: Quota, user=None) -> None:
     """Remove a team's quota in a pool (Django admin): audited, and the namespace and Kueue reconciled at once, as
-    any quota change."""
+    any quota change. Refused where a quota of 0 would be (`quota_floor.deletion_refusal`): while the team reserves
+    GPUs there from now on, or its jobs hold GPUs there."""
     Team.objects.select_for_update(no_key=True).filter(pk=quota.team_id).first()
     quota = Quota.objects.select_for_update(of=("self",)).select_related("team", "pool").get(pk=quota.pk)
+    if (refused := quota_floor.deletion_refusal(quota)) is not None:
+        raise ValidationError(refused)
     before, pk = audit.snapshot(quota), quota.pk
     quota.delete()
     quota.pk = pk
@@ -230,14 +233,7 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     if quota is not None:
         quota.team, quota.pool = team, pool  # what the audit entry's text names, without reading them again
     before = audit.snapshot(quota)
-    # the team's reservations there from now on, at their peak: one that starts in an hour counts too
-    reserved = peak_from_now(Reservation.objects.filter(team=team, pool=pool), now=timezone.now())
-    if max_gpus < reserved:
-        message = _(
-            "%(team)s reserves up to %(reserved)d GPUs of %(pool)s from now on; the quota must be at least that."
-        )
-        raise ValidationError({"max_gpus": message % {"team": team.name, "reserved": reserved, "pool": pool.name}})
-    in_use = _check_jobs_fit(team=team, pool=pool, max_gpus=max_gpus)
+    in_use = quota_floor.check(team=team, pool=pool, max_gpus=max_gpus)  # its reservations and its jobs' GPUs
     if quota is None:
         quota = Quota(team=team, pool=pool, max_gpus=max_gpus)
         quota.full_clean()
@@ -254,37 +250,6 @@ def set_quota(*, team: Team, pool: Pool, max_gpus: int, user=None) -> Quota:
     projection.kueue_changed()
     quota.gpus_in_use = in_use
     return quota
-
-
-def _check_jobs_fit(*, team: Team, pool: Pool, max_gpus: int) -> int:
-    """Refuse a quota below the GPUs the team's jobs hold in the pool now (`JobQuerySet.in_use`: the jobs Kueue
-    admitted there, whatever their home pool), naming those jobs. Returns the GPUs they hold.
-
-    Kueue admits independently of this lock, so a job admitted meanwhile can still push usage above the new quota
-    until it finishes; Kueue then admits nothing more until usage is below it."""
-    from jobs.models import Job
-
-    jobs = list(
-        Job.objects.filter(team=team)
-        .in_use(pools=[pool])
-        .order_by("-total_gpus", "id")
-        .values_list("id", "name", "total_gpus", "state")
-    )
-    in_use = sum(gpus for _id, _name, gpus, _state in jobs)
-    if max_gpus >= in_use:
-        return in_use
-    listed = ", ".join(f"#{job_id} {name} ({gpus} GPUs, {state})" for job_id, name, gpus, state in jobs[:20])
-    if len(jobs) > 20:
-        listed += _(" and %(more)d more") % {"more": len(jobs) - 20}
-    raise ValidationError(
-        {
-            "max_gpus": _(
-                "%(team)s's jobs use %(in_use)d GPUs of %(pool)s now, more than %(asked)d: %(jobs)s. "
-                "Cancel some of them or wait for them to finish first."
-            )
-            % {"team": team.name, "in_use": in_use, "pool": pool.name, "asked": max_gpus, "jobs": listed}
-        }
-    )
 
 
 @transaction.atomic

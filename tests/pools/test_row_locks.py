@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from identity import services as identity_services
 from jobs.choices import JobState
 from jobs.models import Job
-from pools import services
+from pools import quota_floor, services
 from tests.factories import JobFactory, MembershipFactory, PoolFactory, QuotaFactory, UserFactory
 
 
@@ -20,7 +20,7 @@ def test_a_quota_change_in_progress_lets_the_team_submit_jobs(team, monkeypatch)
     pool = PoolFactory()
     QuotaFactory(team=team, pool=pool, max_gpus=4)
     locked, release = threading.Event(), threading.Event()
-    real_check = services._check_jobs_fit
+    real_check = quota_floor.check_jobs_fit
     errors = []
 
     def check_then_wait(**kwargs):
@@ -37,7 +37,7 @@ def test_a_quota_change_in_progress_lets_the_team_submit_jobs(team, monkeypatch)
         finally:
             connection.close()
 
-    monkeypatch.setattr(services, "_check_jobs_fit", check_then_wait)
+    monkeypatch.setattr(quota_floor, "check_jobs_fit", check_then_wait)
     changer = threading.Thread(target=change_quota)
     changer.start()
     try:
