@@ -19,6 +19,8 @@ _LABEL_KEY_FORM = RegexValidator(
 def label_key(key: str) -> None:
     """A Kubernetes label (or taint) key: an optional DNS subdomain prefix of at most 253 characters and `/`, then a
     name of at most 63 (IsQualifiedName)."""
+    if not isinstance(key, str):
+        raise ValidationError("label key is not text", code="invalid")
     _LABEL_KEY_FORM(key)
     prefix, slash, _name = key.rpartition("/")
     if slash and len(prefix) > 253:
@@ -59,10 +61,15 @@ def validate_taints(value) -> None:
             _("A pool has at most %(max)d taints (Kueue's limit for a resource flavor's tolerations).")
             % {"max": MAX_FLAVOR_TOLERATIONS}
         )
+    seen = set()
     for taint in value:
         if not isinstance(taint, dict) or not taint.get("key"):
             raise ValidationError(_("Each taint needs a key, e.g. {'key': 'workload', 'value': 'training'}."))
-        if taint.get("effect", TaintEffect.NO_SCHEDULE) not in TaintEffect.values:
+        # the cluster takes only text (a number would be written as one, and refused with every toleration naming it)
+        if not isinstance(taint["key"], str) or not isinstance(taint.get("value", ""), str):
+            raise ValidationError(_("A taint's key and value are text: %(key)s.") % {"key": taint["key"]})
+        effect = taint.get("effect", TaintEffect.NO_SCHEDULE)
+        if effect not in TaintEffect.values:
             raise ValidationError(
                 _("Taint effect must be one of %(effects)s.") % {"effects": ", ".join(TaintEffect.values)}
             )
@@ -71,3 +78,9 @@ def validate_taints(value) -> None:
             LABEL_VALUE(taint.get("value", ""))
         except ValidationError:
             raise ValidationError(_("Taint %(key)s is not a valid key/value.") % {"key": taint["key"]}) from None
+        if (taint["key"], effect) in seen:  # a node carries one taint per key and effect: the apiserver refuses two
+            raise ValidationError(
+                _("Two taints have the key %(key)s and the effect %(effect)s: a node carries only one of them.")
+                % {"key": taint["key"], "effect": effect}
+            )
+        seen.add((taint["key"], effect))
