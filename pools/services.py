@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 
 from billing import usage as billing_usage
 from cluster.facts import NodeFacts
+from cluster.kueue import MAX_FLAVORS_PER_GROUP
 from portal import audit
 from portal.models import Team
 from portal.retry import retry_on_conflict
@@ -289,7 +290,7 @@ def save_pool(*, pool: Pool, changes: dict | None = None, spill_pools: list[Pool
     A change is applied to the pool's row as locked and read here: `changes` (field name -> value) when given (the API's
     PATCH, Django admin's changed fields), so a field it does not name keeps what another change committed meanwhile;
     without it every field of `pool`. A reserved pool's contract may not drop below what its reservations hold at
-    their peak from now on."""
+    their peak from now on; a new pool beyond the 64 Kueue takes is refused (`_check_pool_count`)."""
     previous = Pool.objects.select_for_update().filter(pk=pool.pk).first() if pool.pk else None
     before = _pool_snapshot(previous) if previous else None
     if previous is not None:
@@ -299,6 +300,8 @@ def save_pool(*, pool: Pool, changes: dict | None = None, spill_pools: list[Pool
         for name, value in changes.items():
             setattr(pool, name, value)
         fixed.check_pool(stored=previous, pool=pool)
+    else:
+        _check_pool_count()
     pool.full_clean()
     if spill_pools is not None and any(other.pk == pool.pk for other in spill_pools if pool.pk):
         raise ValidationError({"spill_pools": _("A pool cannot spill into itself.")})
@@ -329,6 +332,21 @@ def save_pool(*, pool: Pool, changes: dict | None = None, spill_pools: list[Pool
     )
     projection.kueue_changed()
     return pool
+
+
+def _check_pool_count() -> None:
+    """Every pool is a flavor of every team's ClusterQueue, and Kueue refuses a queue of more than 64 flavors: a pool
+    beyond them is refused (else no team's queue would reach Kueue any more). The pools' rows are locked first, so
+    two pools made at once are counted one after the other."""
+    list(Pool.objects.select_for_update().values_list("pk", flat=True))
+    if Pool.objects.count() >= MAX_FLAVORS_PER_GROUP:
+        raise ValidationError(
+            _(
+                "There are already %(max)d pools, the most Kueue takes: each pool is a flavor of every team's queue, "
+                "and Kueue refuses a queue of more flavors. Delete a pool first."
+            )
+            % {"max": MAX_FLAVORS_PER_GROUP}
+        )
 
 
 @transaction.atomic
