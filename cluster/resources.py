@@ -407,24 +407,28 @@ def list_nodes() -> list[NodeFacts]:
     return [node_facts(item) for item in items]
 
 
-def add_node_taints(name: str, taints: list[dict]) -> None:
+def add_node_taints(name: str, taints: list[dict]) -> list[dict]:
     """Add `taints` to the node's, keeping every taint it has at the moment of the write: the list is read again and
     written with its resourceVersion, so a taint put on or taken off meanwhile (Kubernetes' own `not-ready`, an
-    admin's maintenance taint) is neither lost nor brought back. A conflict reads again (three tries)."""
+    admin's maintenance taint) is neither lost nor brought back. A conflict reads again (three tries).
+
+    Returns the taints of `taints` it added. A node carries one taint per key and effect, so one whose key and effect
+    the node already has (with another value, or the same) is not added, and never replaced."""
     core = client.core()
     api = client.api_client()
     for attempt in range(3):
         node = api.sanitize_for_serialization(with_retries(lambda: core.read_node(name)))
         present = list((node.get("spec") or {}).get("taints") or [])
-        wanted = present + [
+        added = [
             t for t in taints if not any(p.get("key") == t["key"] and p.get("effect") == t["effect"] for p in present)
         ]
-        if wanted == present:
-            return
-        body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": wanted}}
+        if not added:
+            return []
+        version = node["metadata"]["resourceVersion"]
+        body = {"metadata": {"resourceVersion": version}, "spec": {"taints": present + added}}
         try:
             with_retries(lambda body=body: core.patch_node(name, body))
-            return
+            return added
         except ClusterError as error:
             if error.status != 409 or attempt == 2:
                 raise
