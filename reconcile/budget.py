@@ -32,9 +32,8 @@ from django.utils import timezone
 
 from billing.budget import BudgetStatus, budget_statuses, lifted_job_ids
 from cluster import kueue_objects
-from cluster.kueue import BUDGET_CHECK_NAME, cluster_queue_name
+from cluster.kueue import BUDGET_CHECK_NAME, PoolFlavorSpec, TeamQueueSpec, budget_flavors, cluster_queue_name
 from cluster.labels import GPU_RESOURCE
-from pools.choices import PoolKind
 from pools.models import Pool
 from portal.models import Team
 
@@ -110,15 +109,27 @@ def _checked_flavors(cluster_queue: dict | None) -> set[str]:
 
 
 def _projection_behind(statuses: dict, queues: dict[str, dict], teams: dict[int, str]) -> bool:
-    """Whether a team's ClusterQueue does not yet check its reserved flavors as its budget says (all of them once
-    reached, none before): the projection is then reconciled in this round."""
-    reserved = set(Pool.objects.filter(kind=PoolKind.RESERVED).values_list("slug", flat=True))
+    """Whether a team's ClusterQueue does not yet check the flavors its budget says (`cluster.kueue.budget_flavors`:
+    the hourly-priced pools, every pool once reached): the projection is then reconciled in this round. Compared with
+    what the projection renders, so a queue that already holds it is never behind (with no reserved pool, reaching
+    the budget checks no flavor more)."""
+    pools = [
+        PoolFlavorSpec(slug=slug, kind=kind, node_selector={})
+        for slug, kind in Pool.objects.values_list("slug", "kind")
+    ]
     for team_id, status in statuses.items():
         queue = queues.get(cluster_queue_name(teams[team_id]))
         if queue is None:
             continue
-        checks_reserved = bool(_checked_flavors(queue) & reserved)
-        if checks_reserved != status.reached:
+        spec = TeamQueueSpec(
+            slug=teams[team_id],
+            namespace="",
+            cpu_millicores=0,
+            memory_mib=0,
+            budget_checked=True,
+            budget_reached=status.reached,
+        )
+        if _checked_flavors(queue) != set(budget_flavors(spec, pools)):
             return True
     return False
 
