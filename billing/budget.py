@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from portal import audit, outbox
+from portal.models import Team
 
 from .models import Budget, BudgetLift, DailyUsage
 from .money import as_text, format_money, hourly_cost
@@ -148,6 +149,9 @@ def set_budget(*, team, monthly_cap: Decimal | None, user, now: datetime) -> Bud
     be the lead's to undo)."""
     if monthly_cap is not None and monthly_cap < 0:
         raise ValidationError({"monthly_cap": _("A budget cannot be negative.")})
+    # The team first, as pools.services.set_quota: a second request setting the first budget waits here, then sees
+    # the row the first one committed (a lock on a budget row that does not exist yet would hold nothing back).
+    Team.objects.select_for_update(no_key=True).filter(pk=team.pk).first()
     budget = Budget.objects.select_for_update().filter(team=team).first()
     status = team_budget(team=team, now=now) if budget is not None else None
     raising = budget is not None and (monthly_cap is None or monthly_cap > budget.monthly_cap)
