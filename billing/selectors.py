@@ -274,7 +274,7 @@ def usage_rows(*, teams, month: date) -> list[dict]:
         .month_sums(month, by=("team_id", "team__slug", "pool_id", "pool__slug", "pool__kind"))
         .order_by("team__slug", "pool__slug")
     )
-    invoiced = {key: credit for key, (credit, _price) in _invoiced_credits(month, teams=teams).items()}
+    invoiced, _prices = _invoiced_credits(month, teams=teams)
     metered = _metered_credits(rollups.filter(team__in=teams), month) if len(invoiced) < len(rows) else {}
     return [
         {
@@ -305,16 +305,22 @@ def _lending_prices_on(pools, day: date) -> dict[int, Decimal]:
     return {pool_id: spans[0].lending for pool_id, spans in price_spans(pools, day, day).items()}
 
 
-def _invoiced_credits(month: date, *, teams=None) -> dict[tuple[int, int], tuple[Decimal, Decimal]]:
+def _invoiced_credits(month: date, *, teams=None) -> tuple[dict[tuple[int, int], Decimal], dict[int, Decimal]]:
     """The lending credits invoiced for `month` (its own lines: a closed month's never change, whatever the pool's
-    lending price is now): {(team id, pool id): (credit, price per GPU-hour)}."""
+    lending price is now): ({(team id, pool id): credit}, {pool id: lending price per GPU-hour}). A pool whose
+    lending price changed within the month has a line per stretch of days at one price: the credit is their sum, and
+    the price is the one of the month's last stretch invoiced (its key names the latest first day)."""
     lines = InvoiceLine.objects.filter(invoice__month=month, kind=LineKind.LENDING_CREDIT, adjusts_month__isnull=True)
     if teams is not None:
         lines = lines.filter(invoice__team__in=teams)
-    return {
-        (line["invoice__team_id"], line["pool_id"]): (-line["amount"], line["unit_price"])
-        for line in lines.values("invoice__team_id", "pool_id", "amount", "unit_price")
-    }
+    credits: dict[tuple[int, int], Decimal] = defaultdict(lambda: Decimal("0.00"))
+    last_stretch: dict[int, tuple[str, Decimal]] = {}
+    for line in lines.values("invoice__team_id", "pool_id", "key", "amount", "unit_price"):
+        credits[line["invoice__team_id"], line["pool_id"]] -= line["amount"]
+        # `lending_credit:pool:N` before `lending_credit:pool:N:from:<first day>`, and those in the order of their days
+        if line["pool_id"] not in last_stretch or line["key"] > last_stretch[line["pool_id"]][0]:
+            last_stretch[line["pool_id"]] = (line["key"], line["unit_price"])
+    return dict(credits), {pool_id: price for pool_id, (_key, price) in last_stretch.items()}
 
 
 def _contracted_gpu_seconds(pools, *, start: datetime, end: datetime) -> dict[int, Decimal]:
@@ -364,20 +370,18 @@ def pool_month(*, month: date, now: datetime) -> list[dict]:
     # as the contract was at each moment (changes are kept), not today's contract over the whole month
     contracts = _contracted_gpu_seconds(pools, start=start, end=until) if elapsed else {}
     # a closed month's credits as invoiced (at the lending price of then); an open month's at today's price
-    invoiced = _invoiced_credits(month) if figures_from != AS_METERED else {}
+    invoiced, invoiced_prices = _invoiced_credits(month) if figures_from != AS_METERED else ({}, {})
     metered = _metered_credits(rollups, month)  # at the prices of the days lent: where nothing was invoiced
     in_force = _lending_prices_on(pools, (until - timedelta(microseconds=1)).date() if elapsed else month)
     report = []
     for pool in pools:
         pool_total = Figures()
         team_rows = []
-        lending_price = next(
-            (price for (_team, pool_id), (_credit, price) in invoiced.items() if pool_id == pool.pk),
-            in_force[pool.pk],
-        )
+        # as invoiced, the price of the month's last stretch (the lines say it), else the price in force
+        lending_price = invoiced_prices.get(pool.pk, in_force[pool.pk])
         for team_id, figures in sorted(by_pool.get(pool.pk, []), key=lambda item: teams[item[0]].name):
             pool_total.add(figures)
-            credit = invoiced.get((team_id, pool.pk), (None, None))[0]
+            credit = invoiced.get((team_id, pool.pk))
             team_rows.append(
                 {
                     "team": teams[team_id],
