@@ -1,9 +1,10 @@
 """Reads for a lead steering spend: the month's forecast bill, the cheapest reservation size, and their chart.
 
 The arithmetic is pure and lives beside this (`billing.forecast`, `billing.advice`); this module feeds it from the
-database: the variable cost of each day since the team's first metered day or creation (`history_start`) from the
-daily rollups (overage and spill at each pool's hourly price, less lent GPU-hours at its lending price, each
-pool-day to the cent as invoiced), the month's reservation fees in full
+database: the variable cost of each day since the team's first metered day or creation (`history_start`) up to the
+last day of the month metered whole (`metered_through`: a day the rollups have not reached is not a day without
+spend), from the daily rollups (overage and spill at each pool's hourly price, less lent GPU-hours at its lending
+price, each pool-day to the cent as invoiced), the month's reservation fees in full
 (`services.reservation_fee`), what the team's queued jobs would cost above its idle reserved GPUs, and how long the
 team spent at each level of GPUs in use over the last whole months (from the usage intervals, in one query).
 """
@@ -31,9 +32,9 @@ from portal.models import Team
 from . import services
 from .advice import Advice, advise
 from .forecast import Forecast, forecast_month
-from .models import DailyUsage
+from .models import DailyUsage, MeteredDay
 from .money import QUANTITY_PLACES, UNIT_PRICE_PLACES, as_text, format_money, hourly_cost, round_half_up
-from .periods import SECONDS_PER_HOUR, month_bounds, month_of, next_month, previous_month
+from .periods import SECONDS_PER_HOUR, midnight, month_bounds, month_of, next_month, previous_month
 from .prices import Price, price_on, price_spans
 
 HISTORY_DAYS = 180  # the daily costs the forecast calibrates on
@@ -118,23 +119,37 @@ def history_start(*, team: Team, today: date) -> date:
     return max(today - timedelta(days=HISTORY_DAYS), min(first, month_of(today)))
 
 
+def metered_through(*, month: date, today: date) -> date:
+    """The last day of `month` before `today` up to which every day of the month is metered whole (`MeteredDay`
+    complete); the day before the month when its first day is not. When the refresh falls behind, the days it has not
+    reached are not days without spend: the forecast projects them with the rest of the month."""
+    days = MeteredDay.objects.filter(day__gte=month, day__lt=today, complete=True)
+    complete = set(days.values_list("day", flat=True))
+    day = month
+    while day in complete:
+        day += timedelta(days=1)
+    return day - timedelta(days=1)
+
+
 @dataclass
 class TeamForecast:
     forecast: Forecast
     month: date
+    metered_until: datetime  # the end of the last whole day the forecast counts as metered
     chart: dict = field(default_factory=dict)
 
 
 def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
-    """The current month's bill of `team`, forecast from the days metered so far (whole UTC days before today)."""
+    """The current month's bill of `team`, forecast from the days metered so far (the month's whole UTC days before
+    today, up to the first one the rollups have not completed)."""
     month = month_of(now)
     start, end = month_bounds(month)
     days_in_month = (next_month(month) - month).days
     today = now.date()
-    days_elapsed = (today - month).days
-    last_whole_day = today - timedelta(days=1)
+    last_metered = metered_through(month=month, today=today)
+    days_elapsed = (last_metered - month).days + 1
     first = history_start(team=team, today=today)
-    costs, so_far = variable_costs(team=team, first=first, last=last_whole_day, month=month)
+    costs, so_far = variable_costs(team=team, first=first, last=last_metered, month=month)
     daily = list(costs.values())
     forecast = forecast_month(
         days_in_month=days_in_month,
@@ -146,7 +161,9 @@ def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
     )
     budget_line = budget.cap if budget is not None else None
     chart = forecast_chart(forecast, daily[len(daily) - days_elapsed :], month, budget_line=budget_line)
-    return TeamForecast(forecast=forecast, month=month, chart=chart)
+    return TeamForecast(
+        forecast=forecast, month=month, metered_until=midnight(last_metered + timedelta(days=1)), chart=chart
+    )
 
 
 # The chart: spend so far (fixed fee + variable cost accumulated day by day) and the projection's band to the month's
@@ -303,6 +320,7 @@ def as_data(forecast: TeamForecast | None, advice: TeamAdvice | None) -> dict:
         f = forecast.forecast
         data["forecast"] = {
             "month": f"{forecast.month:%Y-%m}",
+            "metered_until": f"{forecast.metered_until:%Y-%m-%dT%H:%M:%SZ}",
             "days_elapsed": f.days_elapsed,
             "days_in_month": f.days_in_month,
             "fixed": as_text(f.fixed),
