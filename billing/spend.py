@@ -31,6 +31,7 @@ from portal.models import Team
 
 from . import services
 from .advice import Advice, advise
+from .budget import lifted_job_ids
 from .forecast import Forecast, forecast_month
 from .models import DailyUsage, MeteredDay
 from .money import QUANTITY_PLACES, UNIT_PRICE_PLACES, as_text, format_money, hourly_cost, round_half_up
@@ -85,10 +86,14 @@ def month_fixed(*, team: Team, month: date) -> Decimal:
     return fees
 
 
-def queued_cost(*, team: Team, now: datetime, month_end: datetime) -> Decimal:
+def queued_cost(*, team: Team, now: datetime, month_end: datetime, budget_reached: bool = False) -> Decimal:
     """What the team's queued jobs would cost above its reservation: oldest first, each takes the idle reserved GPUs
     of its pool that are left, and the rest of its GPUs run at the pool's hourly price for its maximum run time (to
-    the month's end at most). An upper estimate: a strict job beyond the reservation may wait instead."""
+    the month's end at most). An upper estimate: a strict job beyond the reservation may wait instead.
+
+    Once the team's budget is reached (`budget_reached`) the cluster holds every job that would spend beyond the
+    reservation (`reconcile/budget.py`) unless an admin lifted it: such a job is left out, and takes no idle GPUs."""
+    lifted = lifted_job_ids(now=now) if budget_reached else set()
     reserved: dict[int, int] = defaultdict(int)
     for reservation in Reservation.objects.filter(team=team).active_at(now):
         reserved[reservation.pool_id] += reservation.gpus
@@ -98,8 +103,10 @@ def queued_cost(*, team: Team, now: datetime, month_end: datetime) -> Decimal:
     left = Decimal(max(0, int((month_end - now).total_seconds())))
     for job in Job.objects.filter(team=team, state=JobState.QUEUED).select_related("pool").order_by("created_at", "pk"):
         inside = min(idle.get(job.pool_id, 0), job.total_gpus)
-        idle[job.pool_id] = idle.get(job.pool_id, 0) - inside
         above = job.total_gpus - inside
+        if above and budget_reached and job.pk not in lifted:
+            continue  # held by the budget: it runs neither above the reservation nor inside it
+        idle[job.pool_id] = idle.get(job.pool_id, 0) - inside
         if above:
             run_seconds = min(Decimal(job.max_run_minutes * 60), left)
             cost += hourly_cost(above * run_seconds, job.pool.hourly_price_per_gpu)
@@ -136,12 +143,14 @@ class TeamForecast:
     forecast: Forecast
     month: date
     metered_until: datetime  # the end of the last whole day the forecast counts as metered
+    held_by_budget: bool = False  # the budget is reached: the queued jobs it holds are not forecast to run
     chart: dict = field(default_factory=dict)
 
 
 def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
     """The current month's bill of `team`, forecast from the days metered so far (the month's whole UTC days before
-    today, up to the first one the rollups have not completed)."""
+    today, up to the first one the rollups have not completed). `budget` is the team's `BudgetStatus` (or None): its
+    cap is drawn on the chart, and once it is reached the queued jobs it holds are not forecast to run."""
     month = month_of(now)
     start, end = month_bounds(month)
     days_in_month = (next_month(month) - month).days
@@ -150,6 +159,7 @@ def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
     days_elapsed = (last_metered - month).days + 1
     first = history_start(team=team, today=today)
     costs, so_far = variable_costs(team=team, first=first, last=last_metered, month=month)
+    held_by_budget = budget is not None and budget.reached
     daily = list(costs.values())
     forecast = forecast_month(
         days_in_month=days_in_month,
@@ -157,12 +167,16 @@ def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
         fixed=month_fixed(team=team, month=month),
         daily_variable=daily,
         variable_so_far=so_far,
-        queued=queued_cost(team=team, now=now, month_end=end),
+        queued=queued_cost(team=team, now=now, month_end=end, budget_reached=held_by_budget),
     )
     budget_line = budget.cap if budget is not None else None
     chart = forecast_chart(forecast, daily[len(daily) - days_elapsed :], month, budget_line=budget_line)
     return TeamForecast(
-        forecast=forecast, month=month, metered_until=midnight(last_metered + timedelta(days=1)), chart=chart
+        forecast=forecast,
+        month=month,
+        metered_until=midnight(last_metered + timedelta(days=1)),
+        held_by_budget=held_by_budget,
+        chart=chart,
     )
 
 

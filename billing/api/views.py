@@ -105,8 +105,10 @@ class SpendViewSet(viewsets.ViewSet):
     def retrieve(self, request, slug=None):
         team = get_object_or_404(Team.objects.led_by(request.user), slug=slug)
         now = timezone.now()
-        data = spend.as_data(spend.team_forecast(team=team, now=now), spend.team_advice(team=team, now=now))
-        return Response({"team": team.slug, **data, "budget": budget_data(team_budget(team=team, now=now))})
+        status = team_budget(team=team, now=now)
+        forecast = spend.team_forecast(team=team, now=now, budget=status)
+        data = spend.as_data(forecast, spend.team_advice(team=team, now=now))
+        return Response({"team": team.slug, **data, "budget": budget_data(status)})
 
     @extend_schema(operation_id="spend_budget_set", request=BudgetSerializer, responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["put"])
