@@ -17,6 +17,11 @@ among them: they already are the rest, so n × rate is not added to them again).
 With fewer than MIN_SAMPLES such windows the interval falls back to a normal approximation: n × rate ± z₉₀ × σ ×
 √n, σ the standard deviation of the recent days.
 
+Reservations that start or end within the rest move the team's use between overage and the reservation: the caller
+gives what they change in the cost of the team's recent use (`reservation_change`: negative for the overage a new
+reservation will cover, positive for the overage an ending one will create). It is added to the projection before
+the ratios scale it (`(n × rate + change) × ratio`), or to the rest itself after a quiet spell.
+
 Work already queued is a floor on the rest: the jobs waiting now will run (and cost what they cost above the
 reservation) whatever the usual rate says, so each of the three figures of the rest is at least their cost, plus the
 credits the recent rate says are still to come when it is negative (a lender's credits do not stop for the queue).
@@ -114,6 +119,7 @@ def forecast_month(
     daily_variable: list[Decimal],
     queued: Decimal = ZERO,
     variable_so_far: Decimal | None = None,
+    reservation_change: Decimal = ZERO,
 ) -> Forecast:
     """Forecast the month's bill after `days_elapsed` whole days of a `days_in_month`-day month.
 
@@ -121,7 +127,8 @@ def forecast_month(
     days of this month so far (earlier entries: the months before, the longer the better calibrated); `fixed` the
     month's reservation fees in full; `queued` what the work waiting now will cost above the reservation;
     `variable_so_far` the month's variable part so far as its invoice counts it, when known (else the sum of its
-    days)."""
+    days); `reservation_change` what the reservations starting or ending in the rest change in the cost of the
+    recent use."""
     if not 0 <= days_elapsed <= days_in_month:
         raise ValueError("days_elapsed must lie within the month")
     if days_elapsed > len(daily_variable):
@@ -146,14 +153,16 @@ def forecast_month(
         )
     recent = daily_variable[-RECENT_DAYS:]
     rate = _mean(recent)
-    base = remaining * rate
+    base = remaining * rate + reservation_change
     samples = _windows(daily_variable, remaining, quiet=rate <= 0)
     if len(samples) >= MIN_SAMPLES and rate > 0:
         basis = "ratios"
         expected, low, high = (base * quantile(samples, q) for q in (Decimal("0.5"), LOW_QUANTILE, HIGH_QUANTILE))
     elif len(samples) >= MIN_SAMPLES:
         basis = "after_quiet"
-        expected, low, high = (quantile(samples, q) for q in (Decimal("0.5"), LOW_QUANTILE, HIGH_QUANTILE))
+        expected, low, high = (
+            quantile(samples, q) + reservation_change for q in (Decimal("0.5"), LOW_QUANTILE, HIGH_QUANTILE)
+        )
     else:
         basis = "normal"
         deviation = (

@@ -5,8 +5,10 @@ database: the variable cost of each day since the team's first metered day or cr
 last day of the month metered whole (`metered_through`: a day the rollups have not reached is not a day without
 spend), from the daily rollups (overage and spill at each pool's hourly price, less lent GPU-hours at its lending
 price, each pool-day to the cent as invoiced), the month's reservation fees in full
-(`services.reservation_fee`), what the team's queued jobs would cost above its idle reserved GPUs, and how long the
-team spent at each level of GPUs in use over the last whole months (from the usage intervals, in one query).
+(`services.reservation_fee`), what the reservations starting or ending in the rest of the month change in the cost of
+the team's recent use (`reservation_change`), what the team's queued jobs would cost above its idle reserved GPUs, and
+how long the team spent at each level of GPUs in use over the last whole months (from the usage intervals, in one
+query).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from portal.models import Team
 from . import services
 from .advice import Advice, advise
 from .budget import lifted_job_ids
-from .forecast import Forecast, forecast_month
+from .forecast import RECENT_DAYS, Forecast, forecast_month
 from .models import DailyUsage, MeteredDay
 from .money import QUANTITY_PLACES, UNIT_PRICE_PLACES, as_text, format_money, hourly_cost, round_half_up
 from .periods import SECONDS_PER_HOUR, midnight, month_bounds, month_of, next_month, previous_month
@@ -42,6 +44,7 @@ HISTORY_DAYS = 180  # the daily costs the forecast calibrates on
 FIT_MONTHS = 3  # the whole months the advice is fitted on
 ZERO = Decimal(0)
 EXACT_PLACES = 6  # a day's variable cost in the forecast's history: a millionth of the currency
+RECENT = timedelta(days=RECENT_DAYS)  # the use a reservation starting or ending in the rest is projected from
 
 
 def variable_costs(*, team: Team, first: date, last: date, month: date) -> tuple[dict[date, Decimal], Decimal]:
@@ -113,6 +116,50 @@ def queued_cost(*, team: Team, now: datetime, month_end: datetime, budget_reache
     return cost
 
 
+def reservation_change(*, team: Team, since: datetime, until: datetime, window_start: datetime) -> Decimal:
+    """What the reservations starting or ending within [since, until) change in the cost of the team's recent use.
+
+    Per reserved pool where the team's reservation changes within the rest: the team's use there over the recent
+    window [window_start, since) (how long it held each number of GPUs, `usage_levels`) is taken to go on, and each
+    stretch of the rest is priced at the overage that use makes above the reservation in force then, less the overage
+    it makes above the reservation of the window's end (the recent rate already counts that one), at the pool's
+    hourly price. A reservation starting on the 20th so takes the overage it covers off the rest; one ending adds
+    the overage the same use will pay. Lending credits and price changes to come are not projected."""
+    window = Decimal((since - window_start).total_seconds())
+    if window <= 0:
+        return ZERO
+    last_metered = since - timedelta(microseconds=1)
+    reservations = list(
+        Reservation.objects.overlapping(last_metered, until).filter(team=team, pool__kind=PoolKind.RESERVED)
+    )
+    change = ZERO
+    for pool in Pool.objects.filter(pk__in={reservation.pool_id for reservation in reservations}):
+        held = [reservation for reservation in reservations if reservation.pool_id == pool.pk]
+        edges = {since, *(r.starts_at for r in held), *(r.ends_at for r in held)}
+        moments = sorted(moment for moment in edges if since <= moment < until)
+
+        def reserved_at(moment: datetime, held=held) -> int:
+            return sum(r.gpus for r in held if r.starts_at <= moment < r.ends_at)
+
+        if all(reserved_at(moment) == reserved_at(last_metered) for moment in moments):
+            continue  # the reservation of the window's end holds all the rest: the recent rate already says it
+        levels = usage_levels(team=team, pool=pool, start=window_start, end=since)
+
+        def overage_per_second(reserved: int, levels=levels) -> Decimal:
+            return sum((max(0, gpus - reserved) * seconds for gpus, seconds in levels.items()), ZERO) / window
+
+        before = overage_per_second(reserved_at(last_metered))
+        gpu_seconds = sum(
+            (
+                (overage_per_second(reserved_at(start)) - before) * Decimal((end - start).total_seconds())
+                for start, end in zip(moments, [*moments[1:], until], strict=True)
+            ),
+            ZERO,
+        )
+        change += gpu_seconds * pool.hourly_price_per_gpu / SECONDS_PER_HOUR
+    return change
+
+
 def history_start(*, team: Team, today: date) -> date:
     """The first day of the history the forecast calibrates on: the team's first metered day or its creation,
     whichever is earlier, but no more than HISTORY_DAYS ago. Days before the team existed are no history: filled
@@ -160,6 +207,7 @@ def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
     first = history_start(team=team, today=today)
     costs, so_far = variable_costs(team=team, first=first, last=last_metered, month=month)
     held_by_budget = budget is not None and budget.reached
+    metered_until = midnight(last_metered + timedelta(days=1))
     daily = list(costs.values())
     forecast = forecast_month(
         days_in_month=days_in_month,
@@ -168,13 +216,16 @@ def team_forecast(*, team: Team, now: datetime, budget=None) -> TeamForecast:
         daily_variable=daily,
         variable_so_far=so_far,
         queued=queued_cost(team=team, now=now, month_end=end, budget_reached=held_by_budget),
+        reservation_change=reservation_change(
+            team=team, since=metered_until, until=end, window_start=max(metered_until - RECENT, midnight(first))
+        ),
     )
     budget_line = budget.cap if budget is not None else None
     chart = forecast_chart(forecast, daily[len(daily) - days_elapsed :], month, budget_line=budget_line)
     return TeamForecast(
         forecast=forecast,
         month=month,
-        metered_until=midnight(last_metered + timedelta(days=1)),
+        metered_until=metered_until,
         held_by_budget=held_by_budget,
         chart=chart,
     )
