@@ -246,21 +246,29 @@ def _update_job_summaries(at: datetime, job_samples: dict[int, UtilisationSample
 
 def collect(*, at: datetime | None = None) -> TelemetryRun:
     """Collect one step (the current one by default) and return its run record; a Prometheus failure is recorded
-    on the run, not raised, so that the next step simply tries again."""
+    on the run, not raised, so that the next step simply tries again. An answer without any GPU while the sync
+    knows Ready GPU nodes (the exporter or its scrape is gone) is such a failure too: no data is not "no GPU", so
+    the last readings and their alerts are kept and the telemetry counts as stale."""
     now = timezone.now()
     at = at or aligned_step(now)
     started = time.monotonic()
     try:
         gpus = read_gpus(at)
     except PrometheusError as error:
-        log.warning("telemetry step %s not collected: %s", at.isoformat(), error)
-        run, _ = TelemetryRun.objects.update_or_create(
-            at=at, defaults={"collected_at": now, "ok": False, "error": str(error)[:2000], "gpus": 0}
-        )
-        return run
+        return _not_collected(at, now, str(error))
+    if not gpus and Node.objects.filter(ready=True, gpu_allocatable__gt=0).exists():
+        return _not_collected(at, now, "no DCGM series for any GPU, though Ready GPU nodes exist")
     attribute(gpus)
     store(at, gpus, collected_at=now, duration_ms=int((time.monotonic() - started) * 1000))
     return TelemetryRun.objects.get(at=at)
+
+
+def _not_collected(at: datetime, now: datetime, error: str) -> TelemetryRun:
+    log.warning("telemetry step %s not collected: %s", at.isoformat(), error)
+    run, _ = TelemetryRun.objects.update_or_create(
+        at=at, defaults={"collected_at": now, "ok": False, "error": error[:2000], "gpus": 0}
+    )
+    return run
 
 
 def latest_ok_run(now: datetime | None = None) -> TelemetryRun | None:
