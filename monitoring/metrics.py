@@ -108,6 +108,6 @@ def metrics_view(request):
         return HttpResponseForbidden("metrics are refused until RESERVOIR_METRICS_TOKEN is set\n")
     if token:
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not secrets.compare_digest(given, token):
+        if not secrets.compare_digest(given.encode(), token.encode()):  # bytes: a non-ASCII str would raise
             return HttpResponseForbidden("metrics need a bearer token\n")
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
