@@ -9,7 +9,7 @@ from pools.models import Pool
 from portal.models import Team
 
 from ... import exports
-from ...pdb_lint import lint
+from ...pdb_lint import WORKLOAD_KINDS, lint
 
 ARTEFACTS = ("nodes", "namespaces", "autoscaler", "dcgm", "prometheus-rules", "prometheus-rules-file", "pdb-lint")
 
@@ -29,7 +29,8 @@ class Command(BaseCommand):
             type=Path,
             action="append",
             default=[],
-            help="YAML files with PDBs, HPAs and Deployments/StatefulSets to lint (repeatable)",
+            help="YAML files with PDBs, HPAs and Deployments/StatefulSets to lint, as documents or the List of "
+            "`kubectl get pdb,hpa,deploy -o yaml` (repeatable)",
         )
         parser.add_argument(
             "--from-cluster", action="store_true", help="lint the PDBs, HPAs and workloads of the portal's cluster"
@@ -76,27 +77,56 @@ class Command(BaseCommand):
         pool_data = [{"slug": p.slug, "node_selector": p.node_selector, "taints": p.taints} for p in pools]
         objects = []
         for path in files:
-            objects += [item for item in yaml.safe_load_all(path.read_text()) if isinstance(item, dict)]
+            objects += _file_objects(path.read_text())
         if from_cluster:
             objects += _cluster_objects()
         if not objects:
             return "PDB lint: nothing to lint (give --workloads FILE or --from-cluster)\n"
         by_kind = {"PodDisruptionBudget": [], "HorizontalPodAutoscaler": [], "workloads": []}
+        skipped = []
         for item in objects:
             kind = item.get("kind")
-            by_kind.get(kind, by_kind["workloads"]).append(item)
+            if kind in by_kind:
+                by_kind[kind].append(item)
+            elif kind in WORKLOAD_KINDS:
+                by_kind["workloads"].append(item)
+            else:
+                skipped.append(str(kind or "(no kind)"))
         findings = lint(
             pdbs=by_kind["PodDisruptionBudget"],
             hpas=by_kind["HorizontalPodAutoscaler"],
             workloads=by_kind["workloads"],
             pools=pool_data,
         )
+        lines = []
+        if skipped:
+            kinds = ", ".join(sorted(set(skipped)))
+            lines.append(f"PDB lint: {len(skipped)} object(s) not linted, of a kind it does not know: {kinds}")
         if not findings:
             checked = len(by_kind["PodDisruptionBudget"])
-            return f"PDB lint: {checked} PodDisruptionBudgets checked, none blocks scale-down\n"
-        lines = [f"PDB lint: {len(findings)} PodDisruptionBudget(s) block scale-down:"]
-        lines += [f"  - {finding.line()}" for finding in findings]
+            lines.append(f"PDB lint: {checked} PodDisruptionBudgets checked, none blocks scale-down")
+        else:
+            lines.append(f"PDB lint: {len(findings)} PodDisruptionBudget(s) block scale-down:")
+            lines += [f"  - {finding.line()}" for finding in findings]
         return "\n".join(lines) + "\n"
+
+
+def _file_objects(text: str) -> list[dict]:
+    """The objects of a YAML file: each document, and each item of a list document (`kubectl get ... -o yaml`
+    writes one `kind: List`; the API's typed lists, e.g. a PodDisruptionBudgetList, leave the kind off the items)."""
+    objects = []
+    for document in yaml.safe_load_all(text):
+        if not isinstance(document, dict):
+            continue
+        kind = str(document.get("kind") or "")
+        if not (kind.endswith("List") and isinstance(document.get("items"), list)):
+            objects.append(document)
+            continue
+        item_kind = kind.removesuffix("List")
+        for item in document["items"]:
+            if isinstance(item, dict):
+                objects.append(item if item.get("kind") or not item_kind else {"kind": item_kind, **item})
+    return objects
 
 
 def _cluster_objects() -> list[dict]:
