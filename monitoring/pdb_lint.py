@@ -4,7 +4,8 @@ the workload sits at its minimum, so the node never drains and never scales down
 eviction. The fix the seed gives: minAvailable < minReplicas, or maxUnavailable: 1.
 
 Pure: plain Kubernetes objects (dicts) in, findings out. Only workloads whose pods land on pool nodes count
-(node selector or required node affinity naming a pool's labels, or a toleration of a pool's taint).
+(node selector or required node affinity naming a pool's labels and contradicting none, or a toleration of a pool's
+taint).
 """
 
 from __future__ import annotations
@@ -56,8 +57,23 @@ def _resolve(value, replicas: int, *, round_up: bool) -> int:
     return int(value)
 
 
+def tolerates(toleration: dict, taint: dict) -> bool:
+    """Kubernetes' rule: the effect matches (or the toleration names none); an empty key with `Exists` tolerates
+    every taint, else the keys are equal and `Exists` takes any value while `Equal` (the default) wants the same."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if not toleration.get("key"):
+        return operator == "Exists"
+    if toleration["key"] != taint.get("key"):
+        return False
+    return operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or "")
+
+
 def workload_pools(template_spec: dict, pools: list[dict]) -> list[str]:
-    """Slugs of the pools whose nodes this pod template targets."""
+    """Slugs of the pools whose nodes this pod template targets: its node selector, or a term of its required node
+    affinity, names at least one of the pool's labels and contradicts none (keys the pool does not set, such as
+    `kubernetes.io/arch`, are left aside), or it tolerates one of the pool's taints."""
     selector = template_spec.get("nodeSelector") or {}
     terms = (
         ((template_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
@@ -65,15 +81,20 @@ def workload_pools(template_spec: dict, pools: list[dict]) -> list[str]:
         )
         or {}
     ).get("nodeSelectorTerms") or []
-    tolerated = {(t.get("key"), t.get("value")) for t in template_spec.get("tolerations") or []}
+    tolerations = template_spec.get("tolerations") or []
     found = []
     for pool in pools:
         labels = pool["node_selector"]
-        by_selector = bool(selector) and all(labels.get(key) == value for key, value in selector.items())
-        by_affinity = any(
-            selector_matches({"matchExpressions": term.get("matchExpressions") or []}, labels) for term in terms
+        named = {key: value for key, value in selector.items() if key in labels}
+        by_selector = bool(named) and all(labels[key] == value for key, value in named.items())
+        by_affinity = False
+        for term in terms:
+            expressions = [e for e in term.get("matchExpressions") or [] if e.get("key") in labels]
+            if expressions and selector_matches({"matchExpressions": expressions}, labels):
+                by_affinity = True
+        by_toleration = any(
+            tolerates(toleration, taint) for taint in pool.get("taints") or [] for toleration in tolerations
         )
-        by_toleration = any((taint["key"], taint.get("value")) in tolerated for taint in pool.get("taints") or [])
         if by_selector or by_affinity or by_toleration:
             found.append(pool["slug"])
     return found
