@@ -186,9 +186,12 @@ def _expression(kind: str, threshold, matchers: str, group_by: str, pools: str =
     if kind == AlertKind.GPU_TEMPERATURE_HIGH:
         return f"DCGM_FI_DEV_GPU_TEMP{matchers} {sign} {value}"
     if kind == AlertKind.POD_PENDING:  # kube-state-metrics; the threshold (minutes) is the "for"
-        # A Pending pod has no node yet: its pool is the portal's label on it (kube_pod_labels, which exports it
-        # when kube-state-metrics is given --metric-labels-allowlist=pods=[reservoir.io/pool]).
-        pending = f'kube_pod_status_phase{matchers[:-1] + ", " if matchers else "{"}phase="Pending"}} == 1'
+        # Pending as the portal means it (evaluators.pod_pending): not yet placed. A pod bound to its node and
+        # still Pending (pulling its image) is left out. A Pending pod has no node yet: its pool is the portal's
+        # label on it (kube_pod_labels, which exports it when kube-state-metrics is given
+        # --metric-labels-allowlist=pods=[reservoir.io/pool]).
+        phase = f'kube_pod_status_phase{matchers[:-1] + ", " if matchers else "{"}phase="Pending"}} == 1'
+        pending = f'({phase}) unless on(namespace, pod) (kube_pod_status_scheduled{{condition="true"}} == 1)'
         if not pools:
             return pending
         operator, matcher = pools

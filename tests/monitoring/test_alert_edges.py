@@ -1,7 +1,8 @@
 """Alerts at their edges: a firing notification retried after its alert resolved does not reopen it at the receiver;
 GPUs that report no utilisation are no 0 % to alert on; queue wait counts from the job's last time to Queued (a
 preemption); and the exported PrometheusRule, run by Prometheus' own rule tester (promtool), says what the portal
-says of a pool's Pending pods and of its free GPUs."""
+says of a pool's Pending pods (not yet placed: a pod bound to its node and pulling its image is not one) and of its
+free GPUs."""
 
 import shutil
 import subprocess
@@ -130,6 +131,11 @@ def test_exported_pod_pending_pool_override_applies_to_the_pools_pending_pods(tm
             "values": "1x20",
         },
         {
+            "series": f'kube_pod_status_scheduled{{namespace="{team.namespace}", pod="rsv-1-0", uid="u1", '
+            f'condition="false"}}',
+            "values": "1x20",
+        },
+        {
             "series": f'kube_pod_labels{{namespace="{team.namespace}", pod="rsv-1-0", uid="u1", '
             f'label_reservoir_io_pool="training"}}',
             "values": "1x20",
@@ -140,6 +146,39 @@ def test_exported_pod_pending_pool_override_applies_to_the_pools_pending_pods(tm
     # ...and after 11 minutes the pool's own rule fires for it, once.
     quiet, output = _promtool_alerts(tmp_path, series, "11m", "PodPending")
     assert not quiet and output.count('scope="pool training"') == 1 and 'scope="default"' not in output, output
+
+
+# A job's pod bound to its node ten minutes ago and still Pending while it pulls a large image: users saw the exported
+# rule fire PodPending (critical) though the portal, its Pending page and the job's lifecycle call the pod placed.
+@pytest.mark.django_db
+def test_a_placed_pod_pulling_its_image_raises_no_pod_pending_alert_in_either(tmp_path, team):
+    from jobs.models import Pod
+    from tests.factories import PoolFactory
+
+    pool = PoolFactory(slug="training")
+    NodeFactory(name="gpu-node-01", pool=pool)
+    services.set_rule(kind=AlertKind.POD_PENDING, threshold=Decimal(3), for_seconds=0)
+    Pod.objects.create(uid="u1", namespace=team.namespace, name="rsv-1-0", team=team, pool=pool, gpus=1,
+                       phase="Pending", scheduled=True, node_name="gpu-node-01",
+                       created_at=NOW - timedelta(minutes=10))  # fmt: skip
+    services.evaluate_alerts(now=NOW)
+    assert not Alert.objects.filter(kind=AlertKind.POD_PENDING).exists()  # the portal: placed, not pending
+
+    def pod_series(name, uid, scheduled):
+        pod = f'namespace="{team.namespace}", pod="{name}", uid="{uid}"'
+        return [
+            {"series": f'kube_pod_status_phase{{{pod}, phase="Pending"}}', "values": "1x40"},
+            {"series": f'kube_pod_status_scheduled{{{pod}, condition="true"}}', "values": f"{int(scheduled)}x40"},
+            {"series": f'kube_pod_status_scheduled{{{pod}, condition="false"}}', "values": f"{int(not scheduled)}x40"},
+            {"series": f'kube_pod_labels{{{pod}, label_reservoir_io_pool="training"}}', "values": "1x40"},
+        ]
+
+    quiet, output = _promtool_alerts(tmp_path, pod_series("rsv-1-0", "u1", scheduled=True), "10m", "PodPending")
+    assert quiet, output
+    # The control: beside it, a pod the scheduler could not place fires, once.
+    series = pod_series("rsv-1-0", "u1", scheduled=True) + pod_series("rsv-2-0", "u2", scheduled=False)
+    quiet, output = _promtool_alerts(tmp_path, series, "10m", "PodPending")
+    assert not quiet and output.count('alertname="PodPending"') == 1 and 'pod="rsv-2-0"' in output, output
 
 
 @pytest.mark.django_db
