@@ -25,4 +25,4 @@ RUN msgfmt --check -o locale/zh_Hans/LC_MESSAGES/django.mo locale/zh_Hans/LC_MES
  && chmod -R a+rX /app
 USER 10001:10001
 EXPOSE 8000
-CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--worker-tmp-dir", "/tmp", "--access-logfile", "-"]
+CMD ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--worker-tmp-dir", "/tmp", "--access-logfile", "-", "--config", "portal/gunicorn_config.py"]

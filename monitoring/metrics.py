@@ -1,14 +1,17 @@
 """The portal's own /metrics (prometheus_client): request latency, Celery queue depth, task messages waiting in
 the outbox, cluster sync lag, jobs by state, telemetry age and firing alerts.
 
-Latency is a histogram this process keeps; everything else is read when Prometheus scrapes (a custom collector:
-a handful of cheap queries), so every process answers the same numbers. Under a multi-process server, run it
-with PROMETHEUS_MULTIPROC_DIR as prometheus_client documents, or scrape each worker.
+Latency is a histogram each process keeps; everything else is read when Prometheus scrapes (a custom collector:
+a handful of cheap queries), so every process answers the same numbers. Under gunicorn's several workers the
+histogram must be the pod's, not the answering worker's (else its counts jump between the workers' totals and
+look like counter resets): the web pods' gunicorn config (portal/gunicorn_config.py) sets PROMETHEUS_MULTIPROC_DIR,
+each worker writes its observations there (prometheus_client's multiprocess mode) and a scrape reads them all.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 
 from django.conf import settings
@@ -17,6 +20,7 @@ from django.http import HttpResponse, HttpResponseForbidden
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 
 log = logging.getLogger(__name__)
 REGISTRY = CollectorRegistry(auto_describe=False)  # nothing is read at import time
@@ -99,7 +103,20 @@ class PortalCollector:
         yield depth
 
 
-REGISTRY.register(PortalCollector())
+PORTAL_COLLECTOR = PortalCollector()
+REGISTRY.register(PORTAL_COLLECTOR)
+
+
+def scrape_registry() -> CollectorRegistry:
+    """This process's registry; under a multi-process server (PROMETHEUS_MULTIPROC_DIR set, read per scrape) one
+    with every worker's histogram read from that directory, this one's included, and the portal's gauges."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return REGISTRY
+    registry = CollectorRegistry(auto_describe=False)
+    MultiProcessCollector(registry, path=directory)
+    registry.register(PORTAL_COLLECTOR)
+    return registry
 
 
 def metrics_view(request):
@@ -110,4 +127,4 @@ def metrics_view(request):
         given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
         if not secrets.compare_digest(given.encode(), token.encode()):  # bytes: a non-ASCII str would raise
             return HttpResponseForbidden("metrics need a bearer token\n")
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(scrape_registry()), content_type=CONTENT_TYPE_LATEST)
