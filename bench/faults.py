@@ -64,8 +64,9 @@ from bench.harness import wait_for as wait  # noqa: E402
 STATE_DIR = harness.STATE_ROOT / "bench-faults"
 TARGETS = {"lost": 0, "phantom": 0, "duplicated": 0, "cancelled_but_running": 0, "converge_s": 60.0}
 FAULTS = ("worker", "redis", "redis-wipe", "postgres", "sync", "apiserver", "kueue")
-# The figures docs/benchmarks.md's Faults table quotes for each fault: the outage, the answers, lost / phantom / duplicated /
-# cancelled but running, the time to converge (None: it did not), the usage intervals of portal and cluster.
+# The figures docs/benchmarks.md's Faults table quotes for each fault: the outage, the answers, lost / phantom /
+# duplicated / cancelled but running, the time to converge (None: it did not), the usage intervals of portal and
+# cluster.
 SUMMARY_KEYS = {
     **{
         f"faults.*.{path}": kind

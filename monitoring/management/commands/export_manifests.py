@@ -77,7 +77,10 @@ class Command(BaseCommand):
         pool_data = [{"slug": p.slug, "node_selector": p.node_selector, "taints": p.taints} for p in pools]
         objects = []
         for path in files:
-            objects += _file_objects(path.read_text())
+            try:
+                objects += _file_objects(path.read_text())
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+                raise CommandError(f"--workloads {path}: {error}") from None
         if from_cluster:
             objects += _cluster_objects()
         if not objects:
