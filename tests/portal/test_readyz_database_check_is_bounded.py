@@ -45,7 +45,7 @@ def test_readyz_answers_in_time_when_postgresql_accepts_and_never_answers(monkey
     def probe():
         wrapper = load_backend(settings_dict["ENGINE"]).DatabaseWrapper(settings_dict, alias="silent")
         monkeypatch.setattr(health, "connection", wrapper)
-        monkeypatch.setattr(health, "_redis", lambda: None)  # Redis answers: only the database is in question
+        monkeypatch.setattr(health, "_cache", lambda: None)  # the cache answers: only the database is in question
         answer["response"] = health.readyz(RequestFactory().get("/readyz"))
 
     thread = threading.Thread(target=probe, daemon=True)
