@@ -122,7 +122,8 @@ class AuditEntryAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens are made through the API (the secret is shown once there); here admins see and revoke them."""
+    """Tokens are made through the API (the secret is shown once there); here admins see and revoke them. A token is
+    revoked, never deleted: the revocation is audited and the row says who cut the token off and when."""
 
     list_display = ["name", "user", "prefix", "created_by", "created_at", "last_used_at", "expires_at", "revoked_at"]
     list_filter = ["revoked_at"]
@@ -136,6 +137,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
     @admin.action(description=_("Revoke the selected tokens"))
