@@ -96,6 +96,31 @@ class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
         (_("Reservoir"), {"fields": ["is_platform_admin", "is_break_glass", "language", "notify_default"]}),
     ]
 
+    def get_deleted_objects(self, objs, request):
+        # A user still in a team is refused, saying why, as a team that still has members is (pools/teams.py): the
+        # memberships would go with the user unaudited. The user's tokens are revoked first (delete_model), so the
+        # tokens' own refusal of deletion in admin does not stand in the way.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed = {name for name in perms_needed if str(name) != str(ApiToken._meta.verbose_name)}
+        held = [refused for user in objs if (refused := self._refusal(user))]
+        return deleted, counts, perms_needed, [*protected, *held]
+
+    def _refusal(self, user: User) -> str | None:
+        teams = sorted(Membership.objects.of(user).values_list("team__name", flat=True))
+        if not teams:
+            return None
+        return _(
+            "%(user)s is still a member of %(teams)s: remove each membership first (each is removed and audited on its "
+            "own), or deactivate the user instead (untick Active): that cuts them and their API tokens off at once and "
+            "keeps the record."
+        ) % {"user": user.get_username(), "teams": ", ".join(teams)}
+
+    @transaction.atomic
+    def delete_model(self, request, obj):
+        for token in obj.api_tokens.all():
+            services.revoke_token(token=token, user=request.user)
+        super().delete_model(request, obj)
+
     def user_change_password(self, request, id, form_url=""):
         # Django's password page saves its form itself, never through save_model: a password set there (the
         # break-glass way of docs/sign-in.md) is audited here, in the same transaction, saying only that it changed.
