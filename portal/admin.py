@@ -1,7 +1,9 @@
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.widgets import AutocompleteSelect
+from django.contrib.auth.admin import GroupAdmin as BaseGroupAdmin
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils.translation import gettext_lazy as _
 
@@ -11,21 +13,38 @@ from .models import ApiToken, AuditEntry, Membership, OutboxMessage, User
 
 class AuditedAdminMixin:
     """Writes made in Django admin leave the same audit entries as writes through the services: who, what,
-    before and after. (ModelAdmins whose save_model calls a service keep that service's entry.)"""
+    before and after. (ModelAdmins whose save_model calls a service keep that service's entry.) The many-to-many
+    relations named in `audited_relations` (e.g. a user's groups and permissions) are in before and after too: the
+    form saves them after the row, so the entry is written once they are saved (save_related)."""
+
+    audited_relations: tuple[str, ...] = ()
 
     def _action(self, obj, verb: str) -> str:
         return f"{obj._meta.model_name}.{verb}"
 
+    def _snapshot(self, obj) -> dict | None:
+        return audit.snapshot(obj, relations=self.audited_relations)
+
     def save_model(self, request, obj, form, change):
-        before = audit.snapshot(type(obj)._default_manager.filter(pk=obj.pk).first()) if change and obj.pk else None
+        before = self._snapshot(type(obj)._default_manager.filter(pk=obj.pk).first()) if change and obj.pk else None
         super().save_model(request, obj, form, change)
-        verb = "update" if change else "create"
-        audit.record(
-            actor=request.user, action=self._action(obj, verb), instance=obj, before=before, after=audit.snapshot(obj)
-        )
+        obj._audited_save = ("update" if change else "create", before)
+
+    def save_related(self, request, form, formsets, change):
+        super().save_related(request, form, formsets, change)
+        obj = form.instance
+        if (pending := obj.__dict__.pop("_audited_save", None)) is not None:
+            verb, before = pending
+            audit.record(
+                actor=request.user,
+                action=self._action(obj, verb),
+                instance=obj,
+                before=before,
+                after=self._snapshot(obj),
+            )
 
     def delete_model(self, request, obj):
-        before, pk = audit.snapshot(obj), obj.pk
+        before, pk = self._snapshot(obj), obj.pk
         super().delete_model(request, obj)
         obj.pk = pk
         audit.record(actor=request.user, action=self._action(obj, "delete"), instance=obj, before=before, after=None)
@@ -91,6 +110,7 @@ class MembershipInline(admin.TabularInline):
 class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
     list_display = ["username", "email", "is_platform_admin", "is_break_glass", "is_staff", "language", "last_login"]
     list_filter = ["is_platform_admin", "is_break_glass", "is_staff", "is_active"]
+    audited_relations = ("groups", "user_permissions")  # Django admin's own rights (a staff operator's)
     fieldsets = [
         *BaseUserAdmin.fieldsets,
         (_("Reservoir"), {"fields": ["is_platform_admin", "is_break_glass", "language", "notify_default"]}),
@@ -141,6 +161,16 @@ class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
                     after=after,
                 )
         return answer
+
+
+admin.site.unregister(Group)
+
+
+@admin.register(Group)
+class GroupAdmin(AuditedAdminMixin, BaseGroupAdmin):
+    """Django's groups: the Django admin rights a group gives its users (audited with who is in it)."""
+
+    audited_relations = ("permissions", "user_set")
 
 
 @admin.register(Membership)

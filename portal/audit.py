@@ -15,12 +15,15 @@ HIDDEN_FIELDS = ("password", "key_hash")
 REDACTED_MAPPINGS = ("env",)
 
 
-def snapshot(instance: models.Model | None) -> dict | None:
-    """The concrete field values of `instance` as JSON-safe data (None for no object), secrets redacted."""
+def snapshot(instance: models.Model | None, *, relations: tuple[str, ...] = ()) -> dict | None:
+    """The concrete field values of `instance` as JSON-safe data (None for no object), secrets redacted, and for each
+    many-to-many relation named in `relations` the natural keys of the rows it holds now (e.g. a user's permissions)."""
     if instance is None:
         return None
     data = model_to_dict(instance, fields=[f.name for f in instance._meta.concrete_fields])
     data = {key: _json_safe(value) for key, value in data.items()}
+    for name in relations:
+        data[name] = sorted((_natural_key(row) for row in getattr(instance, name).all()), key=str)
     for name in HIDDEN_FIELDS:
         if name in data:
             data[name] = "(hidden)"
@@ -39,6 +42,11 @@ def redact(value):
     if isinstance(value, list):
         return [redact(item) for item in value]
     return value
+
+
+def _natural_key(row: models.Model):
+    key = row.natural_key() if hasattr(row, "natural_key") else (row.pk,)
+    return _json_safe(key[0] if len(key) == 1 else list(key))
 
 
 def _json_safe(value):
