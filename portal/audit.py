@@ -8,10 +8,10 @@ from django.forms.models import model_to_dict
 
 from .models import AuditEntry
 
-# Never copied into the audit log: environment values (they may hold secrets; the names are kept) and password
-# or token hashes.
+# Never copied into the audit log: environment values (they may hold secrets; the names are kept), password or
+# token hashes, and a provider's OAuth tokens (allauth's SocialToken).
 REDACTED = "(redacted)"
-HIDDEN_FIELDS = ("password", "key_hash")
+HIDDEN_FIELDS = ("password", "key_hash", "token", "token_secret")
 REDACTED_MAPPINGS = ("env",)
 
 
