@@ -20,7 +20,8 @@ class JobEventInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    """Read-mostly: jobs change state only through jobs.services, never by editing the row."""
+    """Read-mostly: jobs change state only through jobs.services, never by editing the row. Never deleted here: a job
+    leaves the cluster through cancel (jobs.services.cancel_job), and its record and transitions stay."""
 
     list_display = ["id", "name", "team", "pool", "gpus", "nodes", "state", "priority", "submitted_by", "created_at"]
     list_filter = ["state", "pool", "team", "placement"]
@@ -30,6 +31,9 @@ class JobAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in Job._meta.fields]
 
     def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 
