@@ -9,7 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from portal.admin import AuditedAdminMixin, MembershipInline
 from portal.models import Team
 
-from . import quota_floor, services, teams
+from . import quota_floor, selectors, services, teams
 from .models import ContractChange, NamespaceLimits, Node, Pool, PriceChange, Quota, QuotaRequest, Reservation
 
 
@@ -141,12 +141,22 @@ class PoolAdmin(ServiceCheckedAdminMixin, admin.ModelAdmin):
         form.cleaned_data.pop("spill_pools", None)  # saved by the service above
         super().save_related(request, form, formsets, change)
 
+    def get_deleted_objects(self, objs, request):
+        # A pool that still has team quotas or pending quota requests is refused by the service: Django's delete page
+        # says so (as it does for its jobs and reservations), instead of listing them as going with it.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        held = [refused for pool in objs if (refused := selectors.delete_refusal(pool))]
+        return deleted, counts, perms_needed, [*protected, *held]
+
     def delete_model(self, request, obj):
         services.delete_pool(pool=obj, user=request.user)
 
     def delete_queryset(self, request, queryset):
         for pool in queryset:
-            services.delete_pool(pool=pool, user=request.user)
+            try:
+                services.delete_pool(pool=pool, user=request.user)
+            except ValidationError as error:  # e.g. a quota added since the confirmation page
+                self.message_user(request, " ".join(error.messages), messages.ERROR)
 
 
 @admin.register(Node)

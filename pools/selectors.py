@@ -4,6 +4,7 @@ Everything a page shows is computed here, in a fixed number of queries whatever 
 pods: pools (1), occupancy and fragmentation (1, `pools.occupancy`), nodes with the GPUs each team holds on them
 (1), reservations active now (1), metered GPU-hours of the month (1) and the teams the viewer may see (1).
 Every signed-in user sees every pool; other teams' GPUs appear as "another team", without their names.
+Also why a pool may not be deleted yet, which the service and Django admin's delete page share.
 """
 
 from dataclasses import dataclass, field
@@ -14,11 +15,13 @@ from typing import NamedTuple
 from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from portal.models import Team
 
+from .choices import QuotaRequestState
 from .lending import pool_lending, reservation_lending
-from .models import Pool, Reservation
+from .models import Pool, Quota, QuotaRequest, Reservation
 from .occupancy import JOB_SIZES, Occupancy, pool_occupancy
 
 # Slot colours for the teams a viewer may see (CSS classes team-0 .. team-9 in reservoir.css).
@@ -307,3 +310,14 @@ def team_quota_requests(team: Team, *, decided_limit: int = 10) -> dict:
     for quota_request in pending + decided:
         quota_request.badge = QUOTA_REQUEST_BADGES[quota_request.state]
     return {"pending_requests": pending, "decided_requests": decided}
+
+
+def delete_refusal(pool: Pool) -> str | None:
+    """Why `pool` may not be deleted yet, or None: its team quotas and pending quota requests would go with it,
+    unaudited, so each is removed (or decided) through its own service first. `services.delete_pool` refuses with it,
+    and Django admin shows it on the pool's delete page before asking."""
+    pending = QuotaRequest.objects.filter(pool=pool, state=QuotaRequestState.PENDING)
+    if not Quota.objects.filter(pool=pool).exists() and not pending.exists():
+        return None
+    message = _("%(pool)s has team quotas or pending quota requests: remove or decide them first.")
+    return message % {"pool": pool.name}

@@ -22,7 +22,7 @@ from portal import audit
 from portal.models import Team
 from portal.retry import retry_on_conflict
 
-from . import fixed, history, projection, quota_floor
+from . import fixed, history, projection, quota_floor, selectors
 from .choices import Lending, QuotaRequestState
 from .isolation import pool_for
 from .models import LendingChange, NamespaceLimits, Node, Pool, Quota, QuotaRequest, Reservation
@@ -356,14 +356,8 @@ def delete_pool(*, pool: Pool, user=None) -> None:
 
     before = _pool_snapshot(pool)
     pk = pool.pk
-    if (
-        Quota.objects.filter(pool=pool).exists()
-        or QuotaRequest.objects.filter(pool=pool, state=QuotaRequestState.PENDING).exists()
-    ):
-        # they would go with it, unaudited: each is removed (or decided) on its own first
-        raise ValidationError(
-            _("%(pool)s has team quotas or pending quota requests: remove or decide them first.") % {"pool": pool.name}
-        )
+    if (refused := selectors.delete_refusal(pool)) is not None:
+        raise ValidationError(refused)
     try:
         with transaction.atomic():
             pool.delete()
