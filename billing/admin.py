@@ -42,7 +42,8 @@ class InvoiceLineInline(admin.TabularInline):
 
 @admin.register(Invoice)
 class InvoiceAdmin(admin.ModelAdmin):
-    """Invoices are written by billing services only; the action closes the selected invoices' months."""
+    """Invoices are written by billing services only: shown here, never saved (a closed one is frozen by the database,
+    and its Save answered 500); the list's action closes the selected invoices' months."""
 
     list_display = ["team", "month", "status", "total", "metered_until", "closed_at"]
     list_filter = ["status", "month", "team"]
@@ -52,6 +53,9 @@ class InvoiceAdmin(admin.ModelAdmin):
     readonly_fields = ["team", "month", "status", "total", "metered_until", "computed_at", "closed_at"]
 
     def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False
 
     def has_delete_permission(self, request, obj=None):
