@@ -1,9 +1,10 @@
 from django.contrib import admin, messages
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from portal import outbox
 
-from . import tasks, usage
+from . import services, tasks, usage
 from .models import Budget, BudgetLift, ClosedMonth, DailyUsage, Invoice, InvoiceLine, UsageInterval
 from .periods import format_month
 
@@ -63,15 +64,23 @@ class InvoiceAdmin(admin.ModelAdmin):
 
     @admin.action(description=_("Close the month of the selected invoices (freezes every team's invoice)"))
     def close_months(self, request, queryset):
-        months = sorted(set(queryset.values_list("month", flat=True)))
-        for month in months:
+        # What the close would refuse (a month not ended, an earlier month still to close) is said here and not
+        # queued: refused in the worker, it would reach the worker's log only.
+        now = timezone.now()
+        queued = []
+        for month in sorted(set(queryset.values_list("month", flat=True))):
+            if (refused := services.close_refusal(month=month, now=now)) is not None:
+                self.message_user(request, refused, messages.ERROR)
+                continue
             outbox.send(tasks.close_month.name, format_month(month), user_id=request.user.pk)
-        self.message_user(
-            request,
-            _("Closing %(months)s: the billing queue meters and freezes them.")
-            % {"months": ", ".join(format_month(m) for m in months)},
-            messages.INFO,
-        )
+            queued.append(month)
+        if queued:
+            self.message_user(
+                request,
+                _("Closing %(months)s: the billing queue meters and freezes them.")
+                % {"months": ", ".join(format_month(m) for m in queued)},
+                messages.INFO,
+            )
 
 
 @admin.register(ClosedMonth)

@@ -495,9 +495,18 @@ def close_month(*, month: date, now: datetime, user=None) -> CloseResult:
     month = month_of(month)
     if ClosedMonth.objects.filter(month=month).exists():
         return CloseResult(month=month, closed_now=False, invoices=Invoice.objects.filter(month=month).count())
-    if now < month_bounds(next_month(month))[0]:
-        raise ValidationError(_("%(month)s has not ended yet.") % {"month": format_month(month)})
     return _close_month(month=month, now=now, user=user)
+
+
+def close_refusal(*, month: date, now: datetime) -> str | None:
+    """Why `month` cannot be closed at `now`, or None: it has not ended, or an earlier open month has something to
+    invoice (months close in order). `close_month` refuses with it; Django admin says it before queueing a close."""
+    if now < month_bounds(next_month(month))[0]:
+        return _("%(month)s has not ended yet.") % {"month": format_month(month)}
+    if (earlier := _earlier_month_to_close(month=month, now=now)) is not None:
+        months = {"earlier": format_month(earlier), "month": format_month(month)}
+        return _("Close %(earlier)s before %(month)s.") % months
+    return None
 
 
 @transaction.atomic
@@ -506,11 +515,8 @@ def _close_month(*, month: date, now: datetime, user) -> CloseResult:
     closed = ClosedMonth.objects.filter(month=month).first()
     if closed is not None:  # closed by someone else while we waited for the lock
         return CloseResult(month=month, closed_now=False, invoices=Invoice.objects.filter(month=month).count())
-    earlier = _earlier_month_to_close(month=month, now=now)
-    if earlier is not None:
-        raise ValidationError(
-            _("Close %(earlier)s before %(month)s.") % {"earlier": format_month(earlier), "month": format_month(month)}
-        )
+    if (refused := close_refusal(month=month, now=now)) is not None:
+        raise ValidationError(refused)
     # The open months before it have nothing to invoice: they are closed with it, without invoices. A late change to
     # one of them is then reconciled onto the next invoice like any closed month's; left open, it would stay on a
     # draft of a month before the open ones, billed nowhere.

@@ -6,6 +6,7 @@ month" action still works."""
 from decimal import Decimal
 
 import pytest
+import time_machine
 from django.urls import reverse
 from django.utils import timezone
 
@@ -54,7 +55,7 @@ def test_a_closed_invoices_page_offers_no_save_and_a_post_changes_nothing(client
 def test_the_close_action_still_runs_from_the_list(client, platform_admin, team, django_capture_on_commit_callbacks):
     draft = Invoice.objects.create(team=team, month=at(1).date(), metered_until=at(15), computed_at=at(15))
     client.force_login(platform_admin)
-    with django_capture_on_commit_callbacks(execute=False):
+    with time_machine.travel(at(2, 12, month=4), tick=False), django_capture_on_commit_callbacks(execute=False):
         listing = client.post(
             reverse("admin:billing_invoice_changelist"),
             {"action": "close_months", "_selected_action": [draft.pk]},
