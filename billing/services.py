@@ -484,9 +484,10 @@ class CloseResult:
     invoices: int
 
 
-def close_month(*, month: date, now: datetime, user=None) -> CloseResult:
+def close_month(*, month: date, now: datetime, user=None, actor_name: str = "") -> CloseResult:
     """Close `month`: meter it once more from the raw intervals, rebuild its drafts and freeze them, keeping the
-    rollups they were made from (`InvoicedUsage`: what the closed month's page and exports show from then on).
+    rollups they were made from (`InvoicedUsage`: what the closed month's page and exports show from then on). The
+    audit names `user`, else `actor_name` (e.g. the command that closed it).
 
     Idempotent: a month already closed is left as it is (`closed_now` is False). Refuses a month that has not
     ended by `now`, and a month while an earlier month still has draft invoices (months close in order).
@@ -495,7 +496,7 @@ def close_month(*, month: date, now: datetime, user=None) -> CloseResult:
     month = month_of(month)
     if ClosedMonth.objects.filter(month=month).exists():
         return CloseResult(month=month, closed_now=False, invoices=Invoice.objects.filter(month=month).count())
-    return _close_month(month=month, now=now, user=user)
+    return _close_month(month=month, now=now, user=user, actor_name=actor_name)
 
 
 def close_refusal(*, month: date, now: datetime) -> str | None:
@@ -510,7 +511,7 @@ def close_refusal(*, month: date, now: datetime) -> str | None:
 
 
 @transaction.atomic
-def _close_month(*, month: date, now: datetime, user) -> CloseResult:
+def _close_month(*, month: date, now: datetime, user, actor_name: str) -> CloseResult:
     _lock()
     closed = ClosedMonth.objects.filter(month=month).first()
     if closed is not None:  # closed by someone else while we waited for the lock
@@ -522,12 +523,13 @@ def _close_month(*, month: date, now: datetime, user) -> CloseResult:
     # draft of a month before the open ones, billed nowhere.
     empty = first_open_month(now=now)
     while empty < month:
-        _close_one(month=empty, now=now, user=user)
+        _close_one(month=empty, now=now, user=user, actor_name=actor_name)
         empty = next_month(empty)
-    return CloseResult(month=month, closed_now=True, invoices=_close_one(month=month, now=now, user=user))
+    invoices = _close_one(month=month, now=now, user=user, actor_name=actor_name)
+    return CloseResult(month=month, closed_now=True, invoices=invoices)
 
 
-def _close_one(*, month: date, now: datetime, user) -> int:
+def _close_one(*, month: date, now: datetime, user, actor_name: str) -> int:
     """Meter `month` once more, put the pending adjustments and its charges on its drafts, close them, keep the
     figures they were made from, and record the close. Returns the number of invoices closed."""
     days = days_of(month, next_month(month) - timedelta(days=1))
@@ -549,6 +551,7 @@ def _close_one(*, month: date, now: datetime, user) -> int:
         instance=closed,
         before=None,
         after={"month": format_month(month), "invoices": count},
+        actor_name=actor_name,
     )
     logger.info("closed %s: %d invoices", format_month(month), count)
     return count

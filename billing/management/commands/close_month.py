@@ -20,7 +20,7 @@ class Command(BaseCommand):
         if chosen is None:
             raise CommandError(f"not a month: {month!r} (expected YYYY-MM)")
         try:
-            result = services.close_month(month=chosen, now=now)
+            result = services.close_month(month=chosen, now=now, actor_name="manage.py close_month")
         except ValidationError as error:
             raise CommandError(" ".join(error.messages)) from None
         if result.closed_now:
