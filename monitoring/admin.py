@@ -14,6 +14,9 @@ class AlertRuleAdmin(admin.ModelAdmin):
     list_select_related = ["pool", "team"]
     fields = ["kind", "pool", "team", "threshold", "for_seconds", "severity", "enabled"]
 
+    def get_readonly_fields(self, request, obj=None):
+        return ["kind", "pool", "team"] if obj else []  # another kind, pool or team is another rule: add it
+
     def save_model(self, request, obj, form, change):
         # Through the service, so that every change is audited like the API's.
         saved = services.set_rule(

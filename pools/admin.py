@@ -271,6 +271,9 @@ class NamespaceLimitsAdmin(ServiceCheckedAdminMixin, AuditedAdminMixin, admin.Mo
     ]
     list_select_related = ["team"]
 
+    def get_readonly_fields(self, request, obj=None):
+        return ["team"] if obj else []  # another team's limits are another row: add it
+
     def save_model(self, request, obj, form, change):
         values = {name: form.cleaned_data[name] for name in form.changed_data if name != "team"}
         saved = services.set_namespace_limits(team=obj.team, user=request.user, **values)
