@@ -31,6 +31,13 @@ class AlertRuleAdmin(admin.ModelAdmin):
         )
         obj.pk = saved.pk
 
+    def delete_model(self, request, obj):
+        services.delete_rule(rule=obj, user=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for rule in queryset:
+            services.delete_rule(rule=rule, user=request.user)
+
 
 class AlertNotificationInline(admin.TabularInline):
     model = AlertNotification

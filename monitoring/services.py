@@ -296,3 +296,16 @@ def set_rule(
             after={"threshold": str(threshold), "for_seconds": for_seconds, "enabled": enabled},
         )
     return rule
+
+
+@transaction.atomic
+def delete_rule(*, rule: AlertRule, user=None) -> None:
+    """Remove a rule (Django admin): its subjects fall back to the next rule that applies (`RuleBook`: team, pool,
+    default row, the code's default). Audited with the rule as it was; its alerts stay, without it."""
+    rule = AlertRule.objects.select_for_update(of=("self",)).filter(pk=rule.pk).first()
+    if rule is None:  # deleted meanwhile, and audited then
+        return
+    before, pk = audit.snapshot(rule), rule.pk
+    rule.delete()
+    rule.pk = pk
+    audit.record(actor=user, action="monitoring.rule_delete", instance=rule, before=before, after=None)
