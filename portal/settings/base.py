@@ -1,5 +1,6 @@
 """Settings shared by every environment; every value that differs between machines comes from the environment."""
 
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -334,9 +335,27 @@ TASK_MAX_COUNTDOWN_SECONDS = 300
 # unacknowledged while it waits for its countdown and while its task runs (acks_late), so the timeout must exceed
 # both together, or a healthy task would run twice. Longer only delays the redelivery of a dead worker's task,
 # and nothing waits for that: convergence (reconcile/jobs.py) resends what did not reach the cluster.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": TASK_MAX_COUNTDOWN_SECONDS + CELERY_TASK_TIME_LIMIT + 60}
-# A publish to an unreachable broker gives up within about a second: messages after a commit wait in the outbox
-# (portal/outbox.py), so a request never hangs on Redis.
+# Every read and connect on the broker's connections is bounded, as the cache's are: a Redis that takes the connection
+# and never answers (hung, or a pooled connection left half-open when its node went away) fails a publish after
+# `socket_timeout` instead of holding the request or the outbox dispatcher for good. A pooled connection idle longer
+# than `health_check_interval` is PINGed before use, and TCP keepalives probe idle ones. The worker's BRPOP is not cut
+# short: kombu sends it with a server-side timeout of 1 s (its `brpop_timeout`) and reads the reply only once the
+# socket is readable, so a live Redis always answers within the socket timeout; a BRPOP whose reply is overdue by
+# `health_check_interval` is dropped and made again by kombu itself.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": TASK_MAX_COUNTDOWN_SECONDS + CELERY_TASK_TIME_LIMIT + 60,
+    "socket_timeout": 2,
+    "socket_connect_timeout": 2,
+    "socket_keepalive": True,
+    "socket_keepalive_options": {
+        getattr(socket, name): value
+        for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+        if hasattr(socket, name)  # the names Linux has; elsewhere the system's defaults
+    },
+    "health_check_interval": 10,
+}
+# A publish to an unreachable broker gives up within about a second (one that never answers within a few seconds):
+# messages after a commit wait in the outbox (portal/outbox.py), so a request never hangs on Redis.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
