@@ -46,6 +46,12 @@ def is_transient(error: BaseException) -> bool:
     return isinstance(error, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError | OSError)
 
 
+def is_verdict(error: BaseException) -> bool:
+    """The apiserver answered and refused the request (400, 403, 404, 409, 422). Anything else (a transient failure,
+    an error of the portal's own such as a database one) says nothing about the request."""
+    return isinstance(error, ClusterError | ApiException) and not is_transient(error)
+
+
 def describe(error: BaseException) -> str:
     """A short sentence for people: what went wrong with the cluster call."""
     if isinstance(error, ApiException):

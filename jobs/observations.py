@@ -52,16 +52,17 @@ def note_submit_problem(*, job_id: int, message: str | Words, attempt: int) -> N
 
 
 @transaction.atomic
-def give_up_submission(*, job_id: int, reason: str, transient: bool) -> str:
+def give_up_submission(*, job_id: int, reason: str, verdict: bool, transient: bool) -> str:
     """The submit task stopped trying to create the job's Job (`reconcile.tasks.SubmitTask`): what that means for the
     job, decided under its row lock. Accepted work reaches the cluster without anyone's help (PRODUCT.md), so an outage
     fails no job, and a job the cluster already has is never failed: a create whose answer was lost (timed out) made
     the Job, and Kueue took it, while every later attempt failed before it could be recorded.
 
     - Made already (recorded), or final: nothing.
-    - A transient failure (the apiserver unreachable, timing out, overloaded; a webhook unavailable): the job stays as
-      it is, saying so. Convergence (reconcile/jobs.py) sends it again once nothing has tried for its grace, until the
-      cluster answers; the Job is found by its name if an attempt made it.
+    - Not a verdict of the apiserver: the job stays as it is, saying so. A transient failure (the apiserver
+      unreachable, timing out, overloaded; a webhook unavailable) or an error of the portal's own (PostgreSQL refusing
+      a connection for a moment, a bug). Convergence (reconcile/jobs.py) sends it again once nothing has tried for its
+      grace, until the cluster answers; the Job is found by its name if an attempt made it.
     - A verdict (the apiserver refused the Job) on a job Kueue has taken (a Workload seen, or a state past Queued): the
       Job is recorded as made, with the reason noted.
     - A verdict otherwise: the job fails with the reason.
@@ -69,11 +70,17 @@ def give_up_submission(*, job_id: int, reason: str, transient: bool) -> str:
     job = _locked(job_id)
     if job.is_final or job.cluster_created_at is not None:
         return "nothing to do"
-    if transient:
-        message = Words(
-            gettext_noop("the cluster is unreachable (%(reason)s): the job will be sent again once it is back"),
-            {"reason": reason},
-        )
+    if not verdict:
+        if transient:
+            message = Words(
+                gettext_noop("the cluster is unreachable (%(reason)s): the job will be sent again once it is back"),
+                {"reason": reason},
+            )
+        else:
+            message = Words(
+                gettext_noop("the submission stopped (%(reason)s): the job will be sent again in a moment"),
+                {"reason": reason},
+            )
         job.last_error = str(message)
         job.save(update_fields=["last_error"])
         JobEvent.note(job=job, message=message)

@@ -13,7 +13,7 @@ import logging
 
 from celery import shared_task
 
-from cluster.errors import ClusterError, describe, is_transient, single_attempt
+from cluster.errors import ClusterError, describe, is_transient, is_verdict, single_attempt
 from jobs import observations
 from portal.models import Team
 from portal.retry import ClusterTask
@@ -82,9 +82,13 @@ def check_budgets() -> dict:
 
 class SubmitTask(ClusterTask):
     def gave_up(self, error: BaseException, job_id: int, *args, **kwargs) -> None:
-        """Never fails a job the cluster already has (`observations.give_up_submission`)."""
+        """Fails the job only on the apiserver's verdict, and never a job the cluster already has
+        (`observations.give_up_submission`): a database error or any other of the portal's own leaves it for
+        convergence to send again."""
         reason = str(error) if isinstance(error, ClusterError) else describe(error)
-        observations.give_up_submission(job_id=job_id, reason=reason, transient=is_transient(error))
+        observations.give_up_submission(
+            job_id=job_id, reason=reason, verdict=is_verdict(error), transient=is_transient(error)
+        )
 
 
 @shared_task(base=SubmitTask, name="jobs.submit_job", bind=True)
