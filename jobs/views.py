@@ -24,6 +24,7 @@ from django.views.decorators.http import require_POST
 from cluster import live
 from cluster.errors import ClusterError, describe
 from pools.models import Pool
+from portal import outage
 from portal.choices import JobMail
 from portal.htmx import render_page_or_partial
 from portal.throttling import counts_as_submission, not_a_write
@@ -305,6 +306,37 @@ def _preview_notes(form: JobSubmitForm) -> tuple[str, list[str]]:
     return pgettext("list separator", ", ").join(to_fill), problems
 
 
+def _answer_committed_submit(request, job: Job, *, data: dict, spec: JobSpec) -> None:
+    """The messages of a submit that has committed: the template asked for, then the job's queue position. Should the
+    database fail meanwhile (or anything else), the job still stands: say it is saved, rather than an error page that
+    would have the user submit it again (as the API's `_committed`). Messages live in a cookie, not the database."""
+    template_name = data["save_as_template"]
+    try:
+        if template_name:
+            job_templates.save_template(
+                team=data["team"], pool=data["pool"], name=template_name, spec=spec, user=request.user
+            )
+            messages.info(request, _("Saved as template “%(name)s”.") % {"name": template_name})
+            template_name = ""
+        if job.state == JobState.QUEUED:
+            text = _("Job #%(id)d queued at position %(k)d: Kueue admits it when the quota has room.") % {
+                "id": job.pk,
+                "k": services.queue_position(job) or 1,
+            }
+        else:
+            text = _("Job #%(id)d submitted to the cluster.") % {"id": job.pk}
+    except Exception as error:  # noqa: BLE001 - whatever failed, the job stands: an error would be submitted again
+        if not outage.is_database_unavailable(error):
+            log.exception("job %s: the submit committed, what followed failed", job.pk)
+        text = _("Job #%(id)d saved; its details are unavailable for a moment.") % {"id": job.pk}
+        if template_name:
+            messages.warning(
+                request,
+                _("The template “%(name)s” was not saved: save it again in a moment.") % {"name": template_name},
+            )
+    messages.success(request, text)
+
+
 @login_required
 @counts_as_submission
 def job_submit(request):
@@ -320,23 +352,7 @@ def job_submit(request):
             except ValidationError as error:
                 form.add_spec_errors(error)
             else:
-                if data["save_as_template"]:
-                    job_templates.save_template(
-                        team=data["team"],
-                        pool=data["pool"],
-                        name=data["save_as_template"],
-                        spec=spec,
-                        user=request.user,
-                    )
-                    messages.info(request, _("Saved as template “%(name)s”.") % {"name": data["save_as_template"]})
-                if job.state == JobState.QUEUED:
-                    text = _("Job #%(id)d queued at position %(k)d: Kueue admits it when the quota has room.") % {
-                        "id": job.pk,
-                        "k": services.queue_position(job) or 1,
-                    }
-                else:
-                    text = _("Job #%(id)d submitted to the cluster.") % {"id": job.pk}
-                messages.success(request, text)
+                _answer_committed_submit(request, job, data=data, spec=spec)
                 return redirect("jobs:job_detail", pk=job.pk)
         outlook = None
     else:
