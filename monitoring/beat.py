@@ -3,14 +3,17 @@
 from celery.schedules import crontab
 from django.conf import settings
 
+# A frequent run that waited longer than its period (the worker away) is dropped: the next one reads the same now.
 SCHEDULE = {
     "monitoring-collect-telemetry": {
         "task": "monitoring.collect_telemetry",
         "schedule": float(settings.MONITORING_STEP_SECONDS),
+        "options": {"expires": float(settings.MONITORING_STEP_SECONDS)},
     },
     "monitoring-evaluate-alerts": {
         "task": "monitoring.evaluate_alerts",
         "schedule": float(settings.MONITORING_EVALUATION_SECONDS),
+        "options": {"expires": float(settings.MONITORING_EVALUATION_SECONDS)},
     },
     "monitoring-prune-telemetry": {
         "task": "monitoring.prune_telemetry",
