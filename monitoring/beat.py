@@ -15,6 +15,12 @@ SCHEDULE = {
         "schedule": float(settings.MONITORING_EVALUATION_SECONDS),
         "options": {"expires": float(settings.MONITORING_EVALUATION_SECONDS)},
     },
+    # Webhook notifications whose task gave up or was lost (monitoring.services.notifications_due_again).
+    "monitoring-resend-alert-notifications": {
+        "task": "monitoring.resend_alert_notifications",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
     "monitoring-prune-telemetry": {
         "task": "monitoring.prune_telemetry",
         "schedule": crontab(minute=17, hour="*/6"),

@@ -352,7 +352,8 @@ class Alert(models.Model):
 
 
 class AlertNotification(models.Model):
-    """One webhook delivery: an alert's firing or its resolution (at most one of each per alert)."""
+    """One webhook delivery: an alert's firing or its resolution (at most one of each per alert). A pending one whose
+    sending stopped is taken up again by `monitoring.resend_alert_notifications` for a day, then failed, saying so."""
 
     alert = models.ForeignKey(Alert, verbose_name=_("alert"), on_delete=models.CASCADE, related_name="notifications")
     event = models.CharField(
@@ -362,6 +363,7 @@ class AlertNotification(models.Model):
         _("status"), max_length=10, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
     )
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    tried_at = models.DateTimeField(_("last tried at"), null=True, blank=True)
     response_status = models.PositiveIntegerField(_("response status"), null=True, blank=True)
     last_error = models.TextField(_("last error"), blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)

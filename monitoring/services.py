@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import urllib3
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext
@@ -213,7 +214,8 @@ def deliver_notification(notification_id: int, *, final_attempt: bool = False) -
         if notification.status != NotificationStatus.PENDING:
             return notification.status
         notification.attempts += 1
-        notification.save(update_fields=["attempts"])
+        notification.tried_at = timezone.now()
+        notification.save(update_fields=["attempts", "tried_at"])
         # A firing notification retried after its alert resolved says so (status resolved, with its end): it may
         # reach the receiver after the resolution did, and must not leave the alert open there.
         alert = notification.alert
@@ -256,6 +258,31 @@ def _failed(notification_id: int, error: str, status: int | None, transient: boo
         raise WebhookError(error)
     log.warning("alert notification %s not delivered: %s", notification_id, error)
     return NotificationStatus.FAILED
+
+
+# A pending notification whose sending stopped (its retry lost with Redis's data or never published, the database
+# failing inside the task) is sent again by `monitoring.resend_alert_notifications` (every minute) once nobody has
+# tried it for `RESEND_AFTER` (longer than any pause between the task's own attempts), for a day (`GIVE_UP_AFTER`);
+# then it is failed, saying so.
+RESEND_AFTER = timedelta(minutes=10)
+GIVE_UP_AFTER = timedelta(days=1)
+RESEND_BATCH = 500
+
+
+def notifications_due_again(*, now: datetime | None = None) -> list[int]:
+    """Pending notifications made between `GIVE_UP_AFTER` and `RESEND_AFTER` ago and not tried for `RESEND_AFTER`,
+    oldest first. Pending ones older than `GIVE_UP_AFTER` are failed, with why."""
+    now = now or timezone.now()
+    quiet = now - RESEND_AFTER
+    pending = AlertNotification.objects.filter(status=NotificationStatus.PENDING)
+    stale = pending.filter(created_at__lt=now - GIVE_UP_AFTER)
+    for notification in stale.only("pk", "last_error"):
+        given_up = f"not delivered within a day; last error: {notification.last_error or 'none'}"
+        _failed(notification.pk, given_up, None, transient=False, final=True)
+    due = pending.filter(
+        Q(tried_at__isnull=True) | Q(tried_at__lt=quiet), created_at__gte=now - GIVE_UP_AFTER, created_at__lt=quiet
+    )
+    return list(due.order_by("created_at", "id").values_list("pk", flat=True)[:RESEND_BATCH])
 
 
 def set_rule(

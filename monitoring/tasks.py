@@ -43,6 +43,16 @@ def send_alert_notification(self, notification_id: int) -> str:
     return services.deliver_notification(notification_id, final_attempt=final)
 
 
+@shared_task(name="monitoring.resend_alert_notifications", acks_late=True, ignore_result=True)
+def resend_alert_notifications() -> int:
+    """Every minute (beat.py): send again the webhook notifications whose sending stopped
+    (`services.notifications_due_again`)."""
+    due = services.notifications_due_again()
+    for notification_id in due:
+        send_alert_notification.delay(notification_id)
+    return len(due)
+
+
 @shared_task(name="monitoring.email_alert", acks_late=True)
 def email_alert(alert_id: int) -> int:
     """E-mail a firing money alert to its team's leads (monitoring.services.email_alert)."""
