@@ -5,12 +5,14 @@ import logging
 
 from celery import shared_task
 
+from portal.mail import MAIL_ERRORS
 from portal.retry import RetryingTask
 
 from . import services, telemetry
 
 log = logging.getLogger(__name__)
 WEBHOOK_ATTEMPTS = 6
+ALERT_MAIL_ATTEMPTS = 8
 
 
 @shared_task(name="monitoring.collect_telemetry", acks_late=True, ignore_result=True)
@@ -53,9 +55,18 @@ def resend_alert_notifications() -> int:
     return len(due)
 
 
-@shared_task(name="monitoring.email_alert", acks_late=True)
+@shared_task(
+    base=RetryingTask,
+    name="monitoring.email_alert",
+    autoretry_for=MAIL_ERRORS,
+    max_retries=ALERT_MAIL_ATTEMPTS - 1,
+    ignore_result=True,
+)
 def email_alert(alert_id: int) -> int:
-    """E-mail a firing money alert to its team's leads (monitoring.services.email_alert)."""
+    """E-mail a firing money alert to its team's leads (monitoring.services.email_alert); a mail server that fails is
+    tried again after 2, 4, 8... s with jitter (portal/retry.py), `ALERT_MAIL_ATTEMPTS` in all. No row records the
+    mail: a retry sends again to the leads already mailed (at least once), and a message lost with Redis's data is not
+    sent again (the alert stays on the billing page, on /alerts/ and goes through the webhook)."""
     return services.email_alert(alert_id)
 
 

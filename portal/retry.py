@@ -7,7 +7,8 @@
     `settings.CLUSTER_TASK_MAX_RETRIES`; inside it every cluster call is tried once
     (`cluster.errors.single_attempt`), so retries are never stacked inside retries;
   - `monitoring.send_alert_notification`: a webhook that did not take the notification, 6 attempts;
-  - `jobs.send_job_mail`: a mail server unreachable or refusing (`portal.mail.MAIL_ERRORS`), 8 attempts.
+  - `jobs.send_job_mail` and `monitoring.email_alert`: a mail server unreachable or refusing
+    (`portal.mail.MAIL_ERRORS`), 8 attempts.
 - **Periodic sweeps** (the namespace sweep, the reservation-boundary check, the volume refresh) do not retry: their
   next run is their retry, and their cluster calls are tried once (`single_attempt`).
 - **Cluster calls outside any task** (a web request, the sync process, a command) are tried up to
