@@ -29,6 +29,18 @@ def _default_language():
     translation.deactivate()
 
 
+@pytest.fixture(autouse=True)
+def _celery_join_flag_cleared():
+    """Every test starts with Celery's "joining a result here would block" flag cleared. It is one flag for the whole
+    process, which an eager `apply_async` (task_always_eager) sets around its task and puts back afterwards: two
+    threads doing so at once (a cluster test's own and the sync's, say) can put it back in the wrong order and leave it
+    set, after which every `.apply().get()` of a later test raised "Never call result.get() within a task!"
+    (`tests/test_celery_join_flag.py` shows the interleaving)."""
+    from celery.result import _set_task_join_will_block
+
+    _set_task_join_will_block(False)
+
+
 @pytest.fixture(scope="session")
 def compiled_translations():
     """`make install` compiles the catalogue; a bare pytest run compiles it here when it is missing or stale."""
