@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils.translation import gettext_lazy as _
 
-from portal.admin import AuditedAdminMixin, MembershipInline
+from portal.admin import AuditedAdminMixin, MembershipInline, RefusedDeletionAdminMixin
 from portal.models import Team
 
 from . import quota_floor, selectors, services, teams
@@ -14,7 +14,7 @@ from .models import ContractChange, NamespaceLimits, Node, Pool, PriceChange, Qu
 
 
 @admin.register(Team)
-class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class TeamAdmin(RefusedDeletionAdminMixin, AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["name", "slug", "namespace", "queueing_strategy", "allow_high_priority", "created_at"]
     list_filter = ["queueing_strategy", "allow_high_priority"]
     search_fields = ["name", "slug"]
@@ -29,12 +29,8 @@ class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
         changes = {name: getattr(obj, name) for name in form.changed_data} if change else None
         teams.save_team(team=obj, changes=changes, user=request.user)
 
-    def get_deleted_objects(self, objs, request):
-        # A team that still holds quotas, volumes, members... is refused by the service: Django's delete page says so
-        # (as it does for its jobs), instead of listing them as going with it.
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        held = [refused for team in objs if (refused := teams.refusal(team))]
-        return deleted, counts, perms_needed, [*protected, *held]
+    def deletion_refusal(self, team):
+        return teams.refusal(team)  # it still holds quotas, volumes, members...: the service refuses
 
     def delete_model(self, request, obj):
         teams.delete_team(team=obj, user=request.user)
@@ -103,7 +99,7 @@ class ServiceCheckedAdminMixin:
 
 
 @admin.register(Pool)
-class PoolAdmin(ServiceCheckedAdminMixin, admin.ModelAdmin):
+class PoolAdmin(RefusedDeletionAdminMixin, ServiceCheckedAdminMixin, admin.ModelAdmin):
     inlines = [ContractChangeInline, PriceChangeInline]
     list_display = [
         "name",
@@ -141,12 +137,8 @@ class PoolAdmin(ServiceCheckedAdminMixin, admin.ModelAdmin):
         form.cleaned_data.pop("spill_pools", None)  # saved by the service above
         super().save_related(request, form, formsets, change)
 
-    def get_deleted_objects(self, objs, request):
-        # A pool that still has team quotas or pending quota requests is refused by the service: Django's delete page
-        # says so (as it does for its jobs and reservations), instead of listing them as going with it.
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        held = [refused for pool in objs if (refused := selectors.delete_refusal(pool))]
-        return deleted, counts, perms_needed, [*protected, *held]
+    def deletion_refusal(self, pool):
+        return selectors.delete_refusal(pool)  # team quotas or pending quota requests: the service refuses
 
     def delete_model(self, request, obj):
         services.delete_pool(pool=obj, user=request.user)
@@ -231,7 +223,7 @@ class ReservationAdmin(ServiceCheckedAdminMixin, AuditedAdminMixin, admin.ModelA
 
 
 @admin.register(Quota)
-class QuotaAdmin(ServiceCheckedAdminMixin, AuditedAdminMixin, admin.ModelAdmin):
+class QuotaAdmin(RefusedDeletionAdminMixin, ServiceCheckedAdminMixin, AuditedAdminMixin, admin.ModelAdmin):
     list_display = ["team", "pool", "max_gpus", "updated_at"]
     list_filter = ["pool", "team"]
     list_select_related = ["team", "pool"]
@@ -243,12 +235,8 @@ class QuotaAdmin(ServiceCheckedAdminMixin, AuditedAdminMixin, admin.ModelAdmin):
         saved = services.set_quota(team=obj.team, pool=obj.pool, max_gpus=obj.max_gpus, user=request.user)
         obj.pk = saved.pk
 
-    def get_deleted_objects(self, objs, request):
-        # A quota its team's reservations or jobs still need is refused by the service: Django's delete page says why
-        # (and deletes nothing), instead of failing on the service's error.
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        held = [refused for quota in objs if (refused := quota_floor.deletion_refusal(quota))]
-        return deleted, counts, perms_needed, [*protected, *held]
+    def deletion_refusal(self, quota):
+        return quota_floor.deletion_refusal(quota)  # its team's reservations or jobs still need it: the service refuses
 
     def delete_model(self, request, obj):
         services.delete_quota(quota=obj, user=request.user)

@@ -85,6 +85,20 @@ class AuditedAdminMixin:
             )
 
 
+class RefusedDeletionAdminMixin:
+    """A row its service refuses to delete: Django's delete page (of one row, or of several in bulk) names why among
+    the objects that protect it and deletes nothing, instead of listing what would go with it and then failing on the
+    service's refusal. A model admin says why in `deletion_refusal` (None: it may go)."""
+
+    def deletion_refusal(self, obj) -> str | None:
+        raise NotImplementedError
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        held = [refused for obj in objs if (refused := self.deletion_refusal(obj))]
+        return deleted, counts, perms_needed, [*protected, *held]
+
+
 class _IdAutocompleteSelect(AutocompleteSelect):
     """Django's autocomplete redraws a refused form by filtering the users on the posted values as they are: a value
     that is not an id (a crafted POST; the browser sends ids) raised ValueError there and answered 500. Such a value
@@ -107,7 +121,7 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(User)
-class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
+class UserAdmin(RefusedDeletionAdminMixin, AuditedAdminMixin, BaseUserAdmin):
     list_display = ["username", "email", "is_platform_admin", "is_break_glass", "is_staff", "language", "last_login"]
     list_filter = ["is_platform_admin", "is_break_glass", "is_staff", "is_active"]
     audited_relations = ("groups", "user_permissions")  # Django admin's own rights (a staff operator's)
@@ -117,15 +131,15 @@ class UserAdmin(AuditedAdminMixin, BaseUserAdmin):
     ]
 
     def get_deleted_objects(self, objs, request):
-        # A user still in a team is refused, saying why, as a team that still has members is (pools/teams.py): the
-        # memberships would go with the user unaudited. The user's tokens are revoked first (delete_model), so the
-        # tokens' own refusal of deletion in admin does not stand in the way.
+        # The user's tokens are revoked first (delete_model), so the tokens' own refusal of deletion in admin does not
+        # stand in the way.
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
         perms_needed = {name for name in perms_needed if str(name) != str(ApiToken._meta.verbose_name)}
-        held = [refused for user in objs if (refused := self._refusal(user))]
-        return deleted, counts, perms_needed, [*protected, *held]
+        return deleted, counts, perms_needed, protected
 
-    def _refusal(self, user: User) -> str | None:
+    def deletion_refusal(self, user: User) -> str | None:
+        # A user still in a team is refused, saying why, as a team that still has members is (pools/teams.py): the
+        # memberships would go with the user unaudited.
         teams = sorted(Membership.objects.of(user).values_list("team__name", flat=True))
         if not teams:
             return None
